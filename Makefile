@@ -1,0 +1,41 @@
+# iadeep — see README.md. Two commands matter: `make experiment` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# Offline machines: a local mirror laid out like the upstream data (see README "Datasets").
+# Defaults to ../shared/data when that folder exists, otherwise the upstream hosts are used.
+IADEEP_DATASET_MIRROR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
+export IADEEP_DATASET_MIRROR
+
+STAMP := $(VENV)/.installed
+
+.PHONY: venv experiment test bench lock lint clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[airflow,test]' -c constraints.txt
+	touch $(STAMP)
+
+experiment: $(STAMP)
+	$(BIN)/iadeep experiment run $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py $(ARGS)
+
+# Regenerate the pinned set from pyproject.toml (starting from the set known to install together).
+lock:
+	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
+	.lockvenv/bin/pip install -q --upgrade pip
+	.lockvenv/bin/pip install -q -e '.[airflow,test]' -c ../shared/reference/known-good-constraints.txt
+	.lockvenv/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
+	rm -rf .lockvenv
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

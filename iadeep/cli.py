@@ -1,0 +1,23 @@
+"""The ``iadeep`` command: one entry point, thin sub-commands that parse flags and call a ``run()``."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+
+def _mount() -> None:
+    """Attach the sub-command groups (each lives beside the code it drives)."""
+    from iadeep.datasets._cli import app as datasets_app
+
+    app.add_typer(datasets_app, name="datasets", help="List, fetch and verify the registered datasets.")
+    try:
+        from iadeep.experiment_cli import app as experiment_app
+    except ImportError:  # pragma: no cover - during bring-up
+        pass
+    else:
+        app.add_typer(experiment_app, name="experiment", help="Trace-driven experiments.")
+
+
+_mount()
