@@ -1,0 +1,87 @@
+"""Parse Gavel's measured throughputs into dense arrays.
+
+Source: Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning
+Workloads", OSDI'20; file ``scheduler/simulation_throughputs.json`` of stanford-futuredata/gavel
+(MIT licence), fetched by the dataset registry as ``gavel-throughputs``.
+
+Layout of the JSON: ``{gpu_type: {job_key: {"null": isolated_steps_per_s,
+other_key: [own_steps_per_s, other_steps_per_s], ...}}}`` where ``job_key`` is
+``"('<name>', <scale_factor>)"``. A pair measured as ``[0, 0]`` did not fit on one GPU.
+
+Notations:
+    n_types: number of job types with scale factor 1 (26 in the published file).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from iadeep.jobtypes import JobType
+
+__all__ = ["GavelMeasurements", "GPU_TYPES"]
+
+#: GPU types measured by Gavel (keys of the JSON; the ``*_unconsolidated`` variants are ignored).
+GPU_TYPES = ("v100", "p100", "k80")
+
+
+@dataclass(frozen=True)
+class GavelMeasurements:
+    """Isolated and pairwise co-located throughputs of single-GPU job types on one GPU type.
+
+    Attributes:
+        gpu_type: "v100", "p100" or "k80".
+        types: the job types, shape ``(n_types,)``, sorted.
+        isolated: steps/s of each type alone on the GPU, shape ``(n_types,)``.
+        colocated: ``colocated[i, j]`` is the steps/s of type ``i`` while sharing the GPU with
+            type ``j``, shape ``(n_types, n_types)``; 0 where the pair does not fit.
+    """
+
+    gpu_type: str
+    types: tuple[JobType, ...]
+    isolated: np.ndarray
+    colocated: np.ndarray
+
+    @classmethod
+    def load(cls, path: str | Path, gpu_type: str = "v100") -> "GavelMeasurements":
+        """Read ``simulation_throughputs.json``.
+
+        Args:
+            path: the JSON file.
+            gpu_type: one of :data:`GPU_TYPES`.
+
+        Raises:
+            ValueError: unknown ``gpu_type``, a malformed key, or a pair missing from the matrix
+                (the message names the file and the key).
+        """
+        path = Path(path)
+        if gpu_type not in GPU_TYPES:
+            raise ValueError(f"unknown GPU type {gpu_type!r}; Gavel measured {', '.join(GPU_TYPES)}")
+        with path.open() as fh:
+            raw = json.load(fh)
+        if gpu_type not in raw:
+            raise ValueError(f"{path}: no measurements for GPU type {gpu_type!r}")
+        table = raw[gpu_type]
+        keys = {}
+        for key in table:
+            jt, scale = JobType.from_gavel_key(key)
+            if scale == 1:
+                keys[jt] = key
+        types = tuple(sorted(keys))
+        n = len(types)
+        iso = np.empty(n)
+        co = np.zeros((n, n))
+        for i, a in enumerate(types):
+            entry = table[keys[a]]
+            iso[i] = float(entry["null"])
+            for j, b in enumerate(types):
+                try:
+                    co[i, j] = float(entry[keys[b]][0])
+                except KeyError:
+                    raise ValueError(f"{path}: {gpu_type} has no co-located measurement for {keys[a]} with {keys[b]}") from None
+        for arr in (iso, co):
+            arr.setflags(write=False)
+        return cls(gpu_type, types, iso, co)

@@ -1,0 +1,170 @@
+"""Online interference learner: predicts pairwise normalised throughput from observed samples.
+
+Observations are (co-location, configuration, measured normalised throughput) samples, e.g. from
+tuning sessions. The prediction for job type ``i`` sharing with type ``j`` combines
+
+1. a ridge regression over pair features (model family of each side, their product, and each
+   side's log2 batch size), fitted by accumulating sufficient statistics (``X^T X``, ``X^T y``),
+   so each observation costs ``O(d^2)`` with ``d`` features; it generalises to unseen pairs;
+2. a per-pair shrinkage towards the pair's own observed mean:
+   ``pred = ridge + n_ij / (n_ij + k) * (mean_ij - ridge)`` with ``k = shrinkage`` samples.
+
+Before any sample it predicts ``prior_mean`` (default 0.655: half the mean pair sum 1.31 measured
+over feasible Gavel V100 pairs, see shared WORKLOAD-NOTES). :func:`evaluate_holdout` reports its
+error on held-out pairs against the measured truth.
+
+Notations:
+    n_types: number of job types; d: number of regression features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from iadeep.jobtypes import JobType
+
+__all__ = ["InterferenceSample", "OnlineInterferenceLearner", "HoldoutReport", "evaluate_holdout"]
+
+
+@dataclass(frozen=True)
+class InterferenceSample:
+    """One observation: ``job`` ran at ``normalised_throughput`` while sharing with ``partner``.
+
+    Attributes:
+        job: the observed job's type (model and the batch size it ran at).
+        partner: the co-located job's type.
+        normalised_throughput: observed steps/s divided by isolated steps/s (dimensionless).
+    """
+
+    job: JobType
+    partner: JobType
+    normalised_throughput: float
+
+
+class OnlineInterferenceLearner:
+    """Learns pairwise normalised throughputs from samples; not thread-safe.
+
+    Args:
+        types: the job types to predict for, shape ``(n_types,)``.
+        ridge: L2 penalty of the regression (in units of samples).
+        shrinkage: samples of a pair after which its own mean carries half the weight.
+        prior_mean: prediction before any sample.
+    """
+
+    def __init__(self, types: Iterable[JobType], *, ridge: float = 1.0, shrinkage: float = 2.0, prior_mean: float = 0.655):
+        self.types = tuple(types)
+        self._ids = {t: i for i, t in enumerate(self.types)}
+        families = sorted({t.model for t in self.types})
+        self._fam = {f: k for k, f in enumerate(families)}
+        nf = len(families)
+        self._d = 1 + 2 * nf + nf * nf + 2
+        self._feat = np.stack([[self._features(a, b) for b in self.types] for a in self.types])  # (n, n, d)
+        self._xtx = ridge * np.eye(self._d)
+        self._xty = np.zeros(self._d)
+        self._xty[0] = ridge * prior_mean  # ridge pulls the intercept towards the prior, not to 0
+        self._xtx[0, 0] = ridge
+        n = len(self.types)
+        self._sum = np.zeros((n, n))
+        self._count = np.zeros((n, n))
+        self._shrink = shrinkage
+        self._cache: np.ndarray | None = None
+        self.n_samples = 0
+
+    def _features(self, a: JobType, b: JobType) -> np.ndarray:
+        nf = len(self._fam)
+        x = np.zeros(self._d)
+        x[0] = 1.0
+        fa, fb = self._fam[a.model], self._fam[b.model]
+        x[1 + fa] = 1.0
+        x[1 + nf + fb] = 1.0
+        x[1 + 2 * nf + fa * nf + fb] = 1.0
+        x[-2] = np.log2(a.batch_size) / 8.0
+        x[-1] = np.log2(b.batch_size) / 8.0
+        return x
+
+    def observe(self, sample: InterferenceSample) -> None:
+        """Add one observation.
+
+        Raises:
+            KeyError: a job type outside ``types``.
+        """
+        i, j = self._ids[sample.job], self._ids[sample.partner]
+        y = float(sample.normalised_throughput)
+        x = self._feat[i, j]
+        self._xtx += np.outer(x, x)
+        self._xty += x * y
+        self._sum[i, j] += y
+        self._count[i, j] += 1
+        self.n_samples += 1
+        self._cache = None
+
+    def observe_many(self, samples: Iterable[InterferenceSample]) -> None:
+        """Add several observations."""
+        for s in samples:
+            self.observe(s)
+
+    def matrix(self) -> np.ndarray:
+        """Predicted normalised throughput for every ordered pair, shape ``(n_types, n_types)``, in [0, 1]."""
+        if self._cache is None:
+            w = np.linalg.solve(self._xtx, self._xty)
+            base = self._feat @ w
+            n = self._count
+            own = np.divide(self._sum, n, out=base.copy(), where=n > 0)
+            pred = base + n / (n + self._shrink) * (own - base)
+            self._cache = np.clip(pred, 0.0, 1.0)
+            self._cache.setflags(write=False)
+        return self._cache
+
+    def predict(self, job: JobType, partner: JobType) -> float:
+        """Predicted normalised throughput of ``job`` sharing with ``partner``."""
+        return float(self.matrix()[self._ids[job], self._ids[partner]])
+
+
+@dataclass(frozen=True)
+class HoldoutReport:
+    """Held-out error of the learner.
+
+    Attributes:
+        n_train_pairs / n_test_pairs: ordered pairs observed / held out.
+        mae: mean absolute error of predictions on held-out pairs (normalised-throughput units).
+        baseline_mae: the same for a constant prediction (the mean of the training observations).
+    """
+
+    n_train_pairs: int
+    n_test_pairs: int
+    mae: float
+    baseline_mae: float
+
+
+def evaluate_holdout(types: tuple[JobType, ...], truth: np.ndarray, fits: np.ndarray, *, train_fraction: float = 0.5,
+                     samples_per_pair: int = 3, noise: float = 0.05, seed: int = 0) -> HoldoutReport:
+    """Train on noisy samples of a random subset of feasible pairs, test on the rest.
+
+    Args:
+        types: job types, shape ``(n,)``.
+        truth: true normalised throughputs, shape ``(n, n)``.
+        fits: feasible pairs, shape ``(n, n)``.
+        train_fraction: share of feasible ordered pairs used for training.
+        samples_per_pair: noisy observations per training pair.
+        noise: relative standard deviation of the multiplicative measurement noise.
+        seed: RNG seed.
+    """
+    rng = np.random.default_rng(seed)
+    pairs = np.argwhere(fits)
+    rng.shuffle(pairs)
+    n_train = int(round(train_fraction * len(pairs)))
+    train, test = pairs[:n_train], pairs[n_train:]
+    learner = OnlineInterferenceLearner(types)
+    ys = []
+    for i, j in train:
+        for _ in range(samples_per_pair):
+            y = truth[i, j] * rng.lognormal(0.0, noise)
+            ys.append(y)
+            learner.observe(InterferenceSample(types[i], types[j], y))
+    pred = learner.matrix()
+    t = truth[test[:, 0], test[:, 1]]
+    p = pred[test[:, 0], test[:, 1]]
+    return HoldoutReport(len(train), len(test), float(np.mean(np.abs(p - t))), float(np.mean(np.abs(np.mean(ys) - t))))

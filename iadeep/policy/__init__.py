@@ -1,0 +1,28 @@
+"""Policy core: placement, scoring and tuning decisions over a read-only cluster view; no I/O.
+
+``make_policy(name, model)`` instantiates a registered policy. Built in: ``iadeep``, ``exclusive``,
+``antman``, ``gandiva``. A new policy is one module defining a :class:`Policy` subclass decorated
+with :func:`register`, imported below.
+"""
+
+from iadeep.policy._base import REASONS, Policy, choose_gpus
+from iadeep.policy._registry import POLICIES, make_policy, policy_names, register
+from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait
+from iadeep.policy import iadeep, exclusive, antman, gandiva  # noqa: F401,I001  (registration, in display order)
+
+__all__ = [
+    "POLICIES",
+    "REASONS",
+    "ClusterView",
+    "FilterResult",
+    "JobRequest",
+    "Measure",
+    "Placement",
+    "Policy",
+    "TuningDecision",
+    "Wait",
+    "choose_gpus",
+    "make_policy",
+    "policy_names",
+    "register",
+]

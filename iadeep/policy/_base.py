@@ -1,0 +1,176 @@
+"""Abstract base of placement-and-tuning policies.
+
+Call order used by every driver:
+
+1. :meth:`Policy.place` for the job at the head of the queue (and, with backfill, for some jobs
+   behind it). It returns :class:`Placement` or :class:`Wait`.
+   The extender instead calls :meth:`Policy.filter` then :meth:`Policy.score` per pod, which use the
+   same :meth:`Policy.eligible` and :meth:`Policy.utility` as ``place``.
+2. :meth:`Policy.tune` for a GPU whose set of co-located jobs changed (after the placement or a
+   completion was applied). It may run trials through the injected ``measure`` executor.
+
+A subclass implements :meth:`utility` (and may override ``place``/``tune``); set ``name`` and
+``colocation_limit``, and decorate it with :func:`iadeep.policy.register`.
+
+A policy instance serves one cluster and may keep learned state (e.g. the online interference
+learner); it is not thread-safe: drivers serialise calls.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import ClassVar
+
+import numpy as np
+
+from iadeep.interference import InterferenceModel
+from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait
+
+__all__ = ["Policy", "REASONS"]
+
+#: Reason codes of :meth:`Policy.eligible`, index -> message.
+REASONS = (
+    "ok",
+    "co-location limit reached",
+    "not enough free GPU memory",
+    "a co-located job is measured not to fit with it (out of memory)",
+    "refused by the policy",
+)
+_OK, _LIMIT, _MEM, _PAIR, _POLICY = range(5)
+
+
+class Policy(ABC):
+    """Base class of a placement-and-tuning policy.
+
+    Args:
+        model: the interference model (job-type ids, memory estimates, which pairs fit).
+        colocation_limit: jobs allowed per GPU; defaults to the class's ``colocation_limit``.
+    """
+
+    name: ClassVar[str] = ""
+    colocation_limit: ClassVar[int] = 1
+
+    def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None):
+        self.model = model
+        self.limit = int(colocation_limit or type(self).colocation_limit)
+        if self.limit < 1:
+            raise ValueError(f"colocation_limit must be >= 1, got {self.limit}")
+
+    # -- eligibility -------------------------------------------------------------------------
+    def eligible(self, job: JobRequest, view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
+        """Which GPUs could take one worker of ``job``.
+
+        Returns:
+            ``(mask, reason)``: bool array ``(G,)`` and reason codes ``(G,)`` (see :data:`REASONS`).
+        """
+        slots = view.slots
+        occupied = slots >= 0
+        njobs = occupied.sum(axis=1)
+        occ_types = np.where(occupied, view.job_type[np.maximum(slots, 0)], 0)
+        pair_ok = np.all(~occupied | self.model.fits[job.type_id, occ_types], axis=1)
+        mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9
+        reason = np.full(view.n_gpus, _OK, dtype=np.int8)
+        reason[~pair_ok] = _PAIR
+        reason[~mem_ok] = _MEM
+        reason[njobs >= self.limit] = _LIMIT
+        return reason == _OK, reason
+
+    @abstractmethod
+    def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
+        """Preference for each GPU in [0, 1] (higher is better), shape ``(G,)``; only ``mask`` GPUs matter."""
+
+    # -- extender-style entry points -----------------------------------------------------------
+    def filter(self, job: JobRequest, view: ClusterView, nodes: list[str] | None = None) -> FilterResult:
+        """Nodes that can take one pod of ``job`` (``job.num_gpus`` GPUs on that node).
+
+        Args:
+            nodes: restrict to these node names (unknown names fail with a reason).
+        """
+        mask, reason = self.eligible(job, view)
+        index = {n: k for k, n in enumerate(view.node_names)}
+        feasible: dict[str, tuple[int, ...]] = {}
+        failed: dict[str, str] = {}
+        for name in nodes if nodes is not None else view.node_names:
+            k = index.get(name)
+            if k is None:
+                failed[name] = "node has no GPU inventory published by the iadeep device plugin"
+                continue
+            on_node = view.gpu_node == k
+            ok = np.flatnonzero(on_node & mask)
+            if len(ok) >= job.num_gpus:
+                feasible[name] = tuple(int(g) for g in ok)
+            elif not on_node.any():
+                failed[name] = "node has no GPUs"
+            else:
+                codes = reason[on_node & ~mask]
+                common = REASONS[int(np.bincount(codes).argmax())] if len(codes) else REASONS[_OK]
+                failed[name] = f"needs {job.num_gpus} GPU(s), {len(ok)} eligible; {common}"
+        return FilterResult(feasible, failed)
+
+    def score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+        """Node priorities 0..10 (kube-scheduler extender scale): best GPU utility on the node x 10."""
+        mask, _ = self.eligible(job, view)
+        util = self.utility(job, view, mask)
+        return {node: int(round(10 * float(np.clip(np.max(util[list(gpus)]), 0.0, 1.0)))) if gpus else 0 for node, gpus in feasible.items()}
+
+    # -- simulator/extender placement --------------------------------------------------------
+    def place(self, job: JobRequest, view: ClusterView) -> Placement | Wait:
+        """Choose GPUs for ``job`` now, or say why it must wait."""
+        mask, reason = self.eligible(job, view)
+        if int(mask.sum()) < job.num_gpus:
+            return Wait(job.job_id, _wait_reason(job, mask, reason))
+        util = self.utility(job, view, mask)
+        gpus = choose_gpus(job.num_gpus, mask, util, view)
+        return Placement(job.job_id, gpus, f"{self.name}: best utility {util[list(gpus)].min():.2f}")
+
+    def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
+        """React to a change of the co-location set on ``gpu``; default: keep every job as submitted.
+
+        Returns ``None`` when nothing changes.
+        """
+        handles = view.slots[gpu][view.slots[gpu] >= 0]
+        changed = {int(h): int(view.job_base_type[h]) for h in handles if view.job_type[h] != view.job_base_type[h]}
+        return TuningDecision(gpu, changed, reason="restore submitted batch sizes") if changed else None
+
+
+def _wait_reason(job: JobRequest, mask: np.ndarray, reason: np.ndarray) -> str:
+    codes = reason[~mask]
+    common = REASONS[int(np.bincount(codes).argmax())] if len(codes) else "no GPUs"
+    return f"needs {job.num_gpus} GPU(s), {int(mask.sum())} eligible: {common}"
+
+
+def choose_gpus(k: int, mask: np.ndarray, util: np.ndarray, view: ClusterView) -> tuple[int, ...]:
+    """Pick ``k`` eligible GPUs, keeping a gang on as few nodes as possible.
+
+    One GPU: the best utility (lowest id on ties). Several: the node whose ``k`` best eligible GPUs
+    have the highest total utility, ties to the node with the fewest eligible GPUs (best fit,
+    limits fragmentation); when no node has ``k``, whole nodes in order of eligible count.
+
+    Raises:
+        ValueError: fewer than ``k`` eligible GPUs.
+    """
+    cand = np.flatnonzero(mask)
+    if len(cand) < k:
+        raise ValueError(f"need {k} GPUs, {len(cand)} eligible")
+    # stable sort: utility descending, then GPU id ascending
+    order = cand[np.lexsort((cand, -util[cand]))]
+    if k == 1:
+        return (int(order[0]),)
+    nodes = view.gpu_node[order]
+    best: tuple[float, int, np.ndarray] | None = None
+    for node in np.unique(nodes):
+        on = order[nodes == node]
+        if len(on) >= k:
+            key = (float(util[on[:k]].sum()), -len(on))
+            if best is None or key > best[:2]:
+                best = (key[0], key[1], on[:k])
+    if best is not None:
+        return tuple(int(g) for g in best[2])
+    counts = np.bincount(nodes)
+    picked: list[int] = []
+    for node in np.argsort(-counts, kind="stable"):
+        picked.extend(int(g) for g in order[nodes == node])
+        if len(picked) >= k:
+            break
+    return tuple(picked[:k])

@@ -1,0 +1,172 @@
+"""Typed inputs and decisions of the policy core.
+
+A driver (the simulator, the scheduler extender, the node coordinator) builds a :class:`ClusterView`
+and a :class:`JobRequest`, calls a policy, and applies the frozen decision it gets back. Policies
+never write to the view and never perform I/O.
+
+Notations:
+    G: number of GPUs in the cluster (global GPU ids ``0..G-1``).
+    S: co-location slots per GPU (the largest co-location limit the driver supports).
+    J: number of job handles the driver knows (a handle is a row index into the job arrays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "ClusterView",
+    "JobRequest",
+    "Placement",
+    "Wait",
+    "FilterResult",
+    "TuningDecision",
+    "Measure",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterView:
+    """Read-only view of cluster state, valid for the duration of one policy call.
+
+    Attributes:
+        now_s: driver clock (seconds).
+        node_names: shape ``(n_nodes,)``.
+        gpu_node: node index of each GPU, shape ``(G,)``.
+        gpu_local_index: index of each GPU on its node, shape ``(G,)``.
+        gpu_mem_total_gib: memory of each GPU (GiB), shape ``(G,)``.
+        gpu_mem_used_gib: memory reserved by the jobs on each GPU (GiB), shape ``(G,)``.
+        slots: job handle in each co-location slot of each GPU, ``-1`` when empty, shape ``(G, S)``.
+        job_type: current job-type id of each handle (interference-model ids), shape ``(J,)``.
+        job_base_type: job-type id the job was submitted with, shape ``(J,)``.
+        job_num_gpus: GPUs each job holds or asks for, shape ``(J,)``.
+        job_work_left_s: remaining work of each job in seconds *at dedicated speed*, as of
+            ``job_updated_s``, shape ``(J,)`` (the simulator knows it from the trace; the live
+            services estimate it from reported progress). Use :meth:`remaining_s` for ``now_s``.
+        job_updated_s: when ``job_work_left_s`` was last brought up to date, shape ``(J,)``.
+        job_rate: current progress rate of each running job (1.0 = dedicated speed; 0 when not
+            running), shape ``(J,)``.
+    """
+
+    now_s: float
+    node_names: tuple[str, ...]
+    gpu_node: np.ndarray
+    gpu_local_index: np.ndarray
+    gpu_mem_total_gib: np.ndarray
+    gpu_mem_used_gib: np.ndarray
+    slots: np.ndarray
+    job_type: np.ndarray
+    job_base_type: np.ndarray
+    job_num_gpus: np.ndarray
+    job_work_left_s: np.ndarray
+    job_updated_s: np.ndarray
+    job_rate: np.ndarray
+
+    @property
+    def n_gpus(self) -> int:
+        """Number of GPUs ``G``."""
+        return int(self.gpu_node.shape[0])
+
+    def gpu_njobs(self) -> np.ndarray:
+        """Jobs on each GPU, shape ``(G,)``."""
+        return (self.slots >= 0).sum(axis=1)
+
+    def remaining_s(self, handles: np.ndarray) -> np.ndarray:
+        """Remaining work at dedicated speed (s) of ``handles`` at ``now_s``, same shape."""
+        left = self.job_work_left_s[handles] - self.job_rate[handles] * (self.now_s - self.job_updated_s[handles])
+        return np.maximum(left, 0.0)
+
+    def gpu_name(self, gpu: int) -> str:
+        """``"<node>/gpu<k>"`` for messages."""
+        return f"{self.node_names[self.gpu_node[gpu]]}/gpu{self.gpu_local_index[gpu]}"
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job asking to be placed.
+
+    Attributes:
+        handle: the job's row in the view's job arrays.
+        job_id: the driver's identifier (trace job id or pod UID).
+        type_id: interference-model id of its (model, batch size).
+        num_gpus: GPUs needed at once (gang).
+        mem_gib: memory it reserves on each GPU (GiB).
+        remaining_s: remaining work at dedicated speed (seconds).
+        gpus_ahead: GPUs asked for by the jobs queued ahead of it (0 at the head of the queue).
+    """
+
+    handle: int
+    job_id: str
+    type_id: int
+    num_gpus: int
+    mem_gib: float
+    remaining_s: float
+    gpus_ahead: int = 0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Decision: run the job on these GPUs now.
+
+    Attributes:
+        job_id: the job.
+        gpus: global GPU ids, ``len(gpus) == num_gpus``.
+        reason: a short human-readable justification.
+    """
+
+    job_id: str
+    gpus: tuple[int, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Decision: leave the job queued. ``reason`` says why (shown to users and in pod events)."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class FilterResult:
+    """Which nodes can take a job (kube-scheduler extender ``filter`` semantics).
+
+    Attributes:
+        feasible: node name -> GPU ids on it that can take one worker of the job.
+        failed: node name -> reason it cannot.
+    """
+
+    feasible: Mapping[str, tuple[int, ...]]
+    failed: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class TuningDecision:
+    """Outcome of a tuning session on one GPU.
+
+    Attributes:
+        gpu: the GPU tuned.
+        type_ids: job handle -> job-type id (i.e. batch size) to run from now on.
+        trials: number of configurations measured (each costs measurement time).
+        evict: handles of jobs to take off the GPU and re-queue (e.g. Gandiva's undo).
+        samples: observed ``(handle, partner_handle, type_id, partner_type_id, normalised_throughput)``
+            tuples, for drivers that persist what was learned.
+        reason: short explanation.
+    """
+
+    gpu: int
+    type_ids: Mapping[int, int] = field(default_factory=dict)
+    trials: int = 0
+    evict: tuple[int, ...] = ()
+    samples: tuple[tuple[int, int, int, int, float], ...] = ()
+    reason: str = ""
+
+
+#: A measurement executor: runs the given configuration (handle -> type id) of the jobs on one GPU
+#: for one trial and returns each job's observed normalised throughput (handle -> float). The
+#: simulator injects a noisy model; the live coordinator injects one that sets batch sizes and
+#: reads the throughput the jobs report.
+Measure = Callable[[Mapping[int, int]], Mapping[int, float]]

@@ -1,0 +1,145 @@
+"""``iadeep``: interference-aware placement with a co-location limit and tuning of co-located jobs.
+
+Placement (IADeep's first challenge: mitigating interference vs. making progress):
+
+* a free GPU is always taken first (no interference);
+* otherwise each GPU holding one job is a candidate partner. With the predicted normalised
+  throughputs ``a`` (new job) and ``b`` (partner), remaining dedicated work ``R_n`` and ``R_p``,
+  the two jobs' finish times are computed for *co-locate now* (both progress at ``a``/``b`` until
+  one ends, then the survivor runs alone) and for *wait* (the new job starts alone after the
+  expected wait ``W``, the partner keeps its GPU). The job is co-located with the partner that
+  lowers the summed completion times the most, and only if that sum beats waiting; otherwise
+  it waits. ``W`` is the time until enough GPUs free up for it and the jobs queued ahead
+  (GPUs sorted by their occupants' remaining time).
+* predictions come from an :class:`~iadeep.interference.OnlineInterferenceLearner` that every
+  tuning session's measurements improve (or the measured table with ``predictor="oracle"``).
+
+Tuning: after a GPU's co-location set changes, :class:`~iadeep.policy._tuning.BatchSizeTuner` picks
+the batch sizes of all jobs on it; a job left alone returns to its submitted batch size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
+from iadeep.policy._base import Policy, choose_gpus
+from iadeep.policy._registry import register
+from iadeep.policy._tuning import BatchSizeTuner
+from iadeep.policy._types import ClusterView, JobRequest, Measure, Placement, TuningDecision, Wait
+
+__all__ = ["IADeep", "finish_times"]
+
+
+def finish_times(r_new: np.ndarray, r_partner: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Finish times (s from now) of two co-located jobs; the survivor runs alone afterwards.
+
+    Args:
+        r_new, r_partner: remaining work at dedicated speed (s), broadcastable arrays.
+        a, b: normalised throughputs of the new job and the partner while together (> 0).
+    """
+    t_new_alone = r_new / a
+    t_part_alone = r_partner / b
+    new_first = t_new_alone <= t_part_alone
+    t_new = np.where(new_first, t_new_alone, t_part_alone + (r_new - a * t_part_alone))
+    t_part = np.where(new_first, t_new_alone + (r_partner - b * t_new_alone), t_part_alone)
+    return t_new, t_part
+
+
+@register
+class IADeep(Policy):
+    """Interference-aware placement and tuning.
+
+    Args:
+        model: interference model (ground-truth fits and memory; predictions come from ``predictor``).
+        colocation_limit: jobs per GPU (2: only pairs are measured).
+        predictor: ``"learned"`` (online learner) or ``"oracle"`` (the measured table).
+        learner: an existing learner to use (e.g. one restored from the state store).
+        tuning_trials: configurations measured per tuning session.
+    """
+
+    name = "iadeep"
+    colocation_limit = 2
+
+    def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None, predictor: str = "learned",
+                 learner: OnlineInterferenceLearner | None = None, tuning_trials: int = 3):
+        super().__init__(model, colocation_limit=colocation_limit)
+        if predictor not in ("learned", "oracle"):
+            raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")
+        self.learner = learner if learner is not None else OnlineInterferenceLearner(model.types)
+        self.predictor = predictor
+        self.tuner = BatchSizeTuner(model, trials=tuning_trials)
+
+    def predicted(self) -> np.ndarray:
+        """Predicted pairwise normalised throughput, shape ``(n_types, n_types)``."""
+        return self.model.norm if self.predictor == "oracle" else self.learner.matrix()
+
+    def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
+        """1 for a free GPU; for a shared one half the predicted pair sum (in [0, 1])."""
+        util = np.ones(view.n_gpus)
+        slots = view.slots
+        occupied = slots >= 0
+        occ_types = np.where(occupied, view.job_type[np.maximum(slots, 0)], 0)
+        pred = self.predicted()
+        a = np.prod(np.where(occupied, pred[job.type_id, occ_types], 1.0), axis=1)
+        b = np.prod(np.where(occupied, pred[occ_types, job.type_id], 1.0), axis=1)
+        shared = occupied.any(axis=1)
+        util[shared] = 0.5 * (a[shared] + b[shared]) * 0.9  # a free GPU always ranks above sharing
+        return util
+
+    def expected_wait_s(self, job: JobRequest, view: ClusterView, n_free: int) -> float:
+        """Expected time until ``job`` could start alone (s): GPUs free up in order of remaining time."""
+        occupied = view.slots >= 0
+        busy = np.flatnonzero(occupied.any(axis=1))
+        if len(busy) == 0:
+            return 0.0
+        handles = np.where(occupied[busy], view.slots[busy], 0)
+        rate = np.maximum(view.job_rate[handles], 1e-6)
+        left = np.where(occupied[busy], view.remaining_s(handles) / rate, 0.0).max(axis=1)
+        need = max(job.num_gpus - n_free, 1) + job.gpus_ahead
+        return float(np.partition(left, min(need, len(left)) - 1)[min(need, len(left)) - 1])
+
+    def place(self, job: JobRequest, view: ClusterView) -> Placement | Wait:
+        """Free GPUs first; otherwise co-locate only where it beats waiting (module docstring)."""
+        mask, reason = self.eligible(job, view)
+        occupied = view.slots >= 0
+        njobs = occupied.sum(axis=1)
+        free = mask & (njobs == 0)
+        n_free = int(free.sum())
+        k = job.num_gpus
+        if n_free >= k:
+            return Placement(job.job_id, choose_gpus(k, free, np.ones(view.n_gpus), view), "free GPU")
+        shared = np.flatnonzero(mask & (njobs > 0))
+        if n_free + len(shared) < k:
+            return super().place(job, view)  # yields the Wait with the common reason
+        pred = self.predicted()
+        first = view.slots[shared, 0]
+        occ_t = view.job_type[first]
+        a = np.maximum(pred[job.type_id, occ_t], 1e-3)
+        b = np.maximum(pred[occ_t, job.type_id], 1e-3)
+        r_p = view.remaining_s(first)
+        wait = self.expected_wait_s(job, view, n_free)
+        t_new, t_part = finish_times(job.remaining_s, r_p, a, b)
+        # change of the two jobs' summed completion times versus waiting for a free GPU
+        delta = (t_new + t_part) - (wait + job.remaining_s + r_p / np.maximum(view.job_rate[first], 1e-6))
+        need = k - n_free
+        best = shared[np.argsort(delta, kind="stable")[:need]]
+        gain = float(-np.sort(delta)[:need].sum())
+        if gain <= 0:
+            return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU")
+        chosen = np.zeros(view.n_gpus, dtype=bool)
+        chosen[best] = True
+        chosen |= free
+        gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view)
+        return Placement(job.job_id, gpus, f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s")
+
+    def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
+        """Tune batch sizes of co-located jobs; learn from every measurement."""
+        handles = view.slots[gpu][view.slots[gpu] >= 0]
+        if len(handles) < 2:
+            return super().tune(gpu, view, measure)
+        decision = self.tuner.tune(gpu, view, self.predicted(), measure)
+        types = self.model.types
+        for _, _, t, p, y in decision.samples:
+            self.learner.observe(InterferenceSample(types[t], types[p], y))
+        return decision

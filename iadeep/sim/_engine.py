@@ -1,0 +1,360 @@
+"""Discrete-event simulator over nodes x GPUs x GPU memory, driving a policy from the core.
+
+Job progress is measured in *work*: seconds of run time on dedicated GPUs at the submitted batch
+size (the trace's duration). A running job's progress rate (work per second) is, on each of its GPUs,
+``normalised throughput x goodput gain`` (:mod:`iadeep.interference`, :mod:`iadeep.goodput`); a
+gang (multi-GPU job) advances at the rate of its slowest GPU (synchronous data parallelism).
+
+Events: arrival, completion, end of a tuning session. After each batch of simultaneous events the
+scheduler tries the queue head (FIFO), and with ``backfill`` the next ``backfill_depth`` jobs. Every
+GPU whose co-location set changed gets a tuning call; a session with ``n`` trials lasts
+``n x trial_s`` during which the jobs progress at the mean true rate of the measured
+configurations, then the chosen configuration applies (a session interrupted by another change is
+discarded). Measurements the policy sees are noisy; the simulator uses the true values.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from iadeep.interference import InterferenceModel
+from iadeep.jobtypes import JobType
+from iadeep.policy import ClusterView, JobRequest, Placement, Policy, TuningDecision
+from iadeep.sim._config import ClusterSpec, SimSettings
+from iadeep.sim._result import SimResult
+
+__all__ = ["Simulator", "simulate"]
+
+_ARRIVE, _FINISH, _TUNED = 0, 1, 2
+_PENDING, _QUEUED, _RUNNING, _DONE = 0, 1, 2, 3
+
+
+@dataclass
+class _Session:
+    version: int
+    config: dict[int, int]
+
+
+class Simulator:
+    """One simulation of a job table on a cluster under one policy.
+
+    Args:
+        jobs: the normalised job table (:mod:`iadeep.traces`): job_id, submit_time, duration,
+            num_gpus, model, batch_size.
+        policy: a policy instance (fresh per run: policies keep learned state).
+        model: the ground-truth interference model.
+        cluster: the cluster.
+        settings: simulation settings.
+
+    Raises:
+        ValueError: a job needs more GPUs than the cluster has, a job type the model lacks, or
+            more memory than one GPU has (the message names the job).
+    """
+
+    def __init__(self, jobs: pd.DataFrame, policy: Policy, model: InterferenceModel, cluster: ClusterSpec = ClusterSpec(),
+                 settings: SimSettings = SimSettings()):
+        self.policy, self.model, self.cluster, self.settings = policy, model, cluster, settings
+        self.rng = np.random.default_rng(settings.seed)
+        n = len(jobs)
+        self.job_ids = jobs["job_id"].astype(str).to_numpy()
+        self.submit = jobs["submit_time"].to_numpy(dtype=float)
+        self.duration = jobs["duration"].to_numpy(dtype=float)
+        self.num_gpus = jobs["num_gpus"].to_numpy(dtype=np.int64)
+        ids = {}
+        base = np.empty(n, dtype=np.int64)
+        for i, (m, b) in enumerate(zip(jobs["model"].to_numpy(), jobs["batch_size"].to_numpy())):
+            key = (m, int(b))
+            if key not in ids:
+                ids[key] = model.type_id(JobType(*key))
+            base[i] = ids[key]
+        self.base_type = base
+        G = cluster.total_gpus
+        too_big = np.flatnonzero(self.num_gpus > G)
+        if len(too_big):
+            h = too_big[0]
+            raise ValueError(f"job {self.job_ids[h]} needs {self.num_gpus[h]} GPUs; the cluster has {G} (use max_gpus to drop such jobs)")
+        too_much = np.flatnonzero(model.mem_gib[base] > cluster.gpu_mem_gib)
+        if len(too_much):
+            h = too_much[0]
+            raise ValueError(f"job {self.job_ids[h]} needs {model.mem_gib[base[h]]:.1f} GiB; GPUs have {cluster.gpu_mem_gib}")
+        S = policy.limit
+        self.slots = np.full((G, S), -1, dtype=np.int64)
+        self.gpu_rate = np.zeros((G, S))  # progress rate each occupant makes on this GPU
+        self.mem_used = np.zeros(G)
+        self.gpu_node = np.repeat(np.arange(cluster.nodes), cluster.gpus_per_node)
+        self.gpu_local = np.tile(np.arange(cluster.gpus_per_node), cluster.nodes)
+        self.mem_total = np.full(G, float(cluster.gpu_mem_gib))
+        self.type = base.copy()
+        self.rate = np.zeros(n)
+        self.work_left = self.duration.copy()
+        self.updated = np.zeros(n)
+        self.status = np.zeros(n, dtype=np.int8)
+        self.start = np.full(n, np.nan)
+        self.end = np.full(n, np.nan)
+        self.coloc = np.zeros(n, dtype=np.int64)
+        self.trials = np.zeros(n, dtype=np.int64)
+        self.evictions = np.zeros(n, dtype=np.int64)
+        self.version = np.zeros(n, dtype=np.int64)
+        self.gpus: list[tuple[int, ...]] = [()] * n
+        self.sessions: dict[int, _Session] = {}
+        self.gpu_version = np.zeros(G, dtype=np.int64)
+        self.gain = policy_gain(model)
+        self.queue: list[int] = []
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+        self.now = 0.0
+        self.n_running = 0
+        self.timeline: list[tuple[float, int, int, int]] = []
+        self.busy_gpu_seconds = 0.0
+        self.peak_mem_over = 0.0
+        self._ro = {name: _readonly(getattr(self, name)) for name in
+                    ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate")}
+        self._mem_of = model.mem_gib
+
+    # -- event plumbing ------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (t, self._seq, kind, a, b))
+
+    def view(self) -> ClusterView:
+        """The read-only :class:`ClusterView` the policy sees now."""
+        r = self._ro
+        return ClusterView(self.now, self.cluster.node_names(), r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
+                           r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"])
+
+    def _sync(self, h: int) -> None:
+        """Bring job ``h``'s remaining work up to ``now``."""
+        self.work_left[h] = max(self.work_left[h] - self.rate[h] * (self.now - self.updated[h]), 0.0)
+        self.updated[h] = self.now
+
+    def _set_rate(self, h: int) -> None:
+        self._sync(h)
+        rate = min(self.gpu_rate[g, self._slot(g, h)] for g in self.gpus[h])
+        self.rate[h] = rate
+        self.version[h] += 1
+        if rate > 0:
+            self._push(self.now + self.work_left[h] / rate, _FINISH, h, int(self.version[h]))
+
+    def _slot(self, g: int, h: int) -> int:
+        return int(np.flatnonzero(self.slots[g] == h)[0])
+
+    def _occupants(self, g: int) -> list[int]:
+        return [int(h) for h in self.slots[g] if h >= 0]
+
+    def _refresh_gpu(self, g: int, affected: set[int]) -> None:
+        """Recompute true rates on ``g`` from its occupants' current types."""
+        occ = self._occupants(g)
+        if not occ:
+            return
+        norm = self.model.normalised([int(self.type[h]) for h in occ])
+        for h, x in zip(occ, norm):
+            self.gpu_rate[g, self._slot(g, h)] = x * self.gain[self.type[h], self.base_type[h]]
+            affected.add(h)
+
+    # -- applying decisions --------------------------------------------------------------------
+    def _apply_placement(self, h: int, p: Placement) -> set[int]:
+        affected: set[int] = {h}
+        for g in p.gpus:
+            free = np.flatnonzero(self.slots[g] < 0)
+            if len(free) == 0:
+                raise RuntimeError(f"policy {self.policy.name} placed {self.job_ids[h]} on full GPU {g}")
+            for other in self._occupants(g):
+                self.coloc[other] += 1
+                self.coloc[h] += 1
+            self.slots[g, free[0]] = h
+            self.mem_used[g] += self._mem_of[self.type[h]]
+            if self.mem_used[g] > self.mem_total[g] + 1e-9:
+                raise RuntimeError(f"policy {self.policy.name} over-committed GPU {g} memory")
+            self.gpu_version[g] += 1
+        self.gpus[h] = tuple(p.gpus)
+        self.status[h] = _RUNNING
+        self.n_running += 1
+        self.updated[h] = self.now
+        if np.isnan(self.start[h]):
+            self.start[h] = self.now
+        for g in p.gpus:
+            self._refresh_gpu(g, affected)
+        return affected
+
+    def _release(self, h: int) -> list[int]:
+        """Take ``h`` off its GPUs; returns the GPUs it left."""
+        self._sync(h)
+        self.rate[h] = 0.0
+        self.version[h] += 1
+        left = list(self.gpus[h])
+        for g in left:
+            s = self._slot(g, h)
+            self.slots[g, s] = -1
+            self.gpu_rate[g, s] = 0.0
+            self.mem_used[g] = max(self.mem_used[g] - self._mem_of[self.type[h]], 0.0)
+            self.gpu_version[g] += 1
+            self.sessions.pop(g, None)
+        self.gpus[h] = ()
+        return left
+
+    def _measure_on(self, g: int, trial_rates: list[dict[int, float]]):
+        noise = self.settings.measurement_noise
+
+        def measure(config):
+            handles = list(config)
+            norm = self.model.normalised([int(config[x]) for x in handles])
+            trial_rates.append({x: n * self.gain[config[x], self.base_type[x]] for x, n in zip(handles, norm)})
+            return {x: float(n * self.rng.lognormal(0.0, noise)) for x, n in zip(handles, norm)}
+
+        return measure
+
+    def _tune(self, g: int, affected: set[int]) -> None:
+        trial_rates: list[dict[int, float]] = []
+        decision = self.policy.tune(g, self.view(), self._measure_on(g, trial_rates))
+        if decision is None:
+            return
+        if decision.evict:
+            for h in self._occupants(g):
+                self.trials[h] += decision.trials
+            for h in decision.evict:
+                self._evict(int(h), affected)
+            return
+        if decision.trials and trial_rates:
+            for h in self._occupants(g):
+                self.trials[h] += decision.trials
+            mean = {x: float(np.mean([tr[x] for tr in trial_rates if x in tr])) for x in trial_rates[0]}
+            for x, r in mean.items():
+                if x in self._occupants(g):
+                    self.gpu_rate[g, self._slot(g, x)] = r
+                    affected.add(x)
+            if decision.type_ids:
+                self.sessions[g] = _Session(int(self.gpu_version[g]), dict(decision.type_ids))
+                self._push(self.now + decision.trials * self.settings.trial_s, _TUNED, g, int(self.gpu_version[g]))
+        elif decision.type_ids:
+            self._apply_config(g, dict(decision.type_ids), affected)
+
+    def _apply_config(self, g: int, config: dict[int, int], affected: set[int]) -> None:
+        occ = self._occupants(g)
+        new_mem = sum(self._mem_of[config.get(h, self.type[h])] for h in occ)
+        if new_mem > self.mem_total[g] + 1e-9:
+            raise RuntimeError(f"policy {self.policy.name} chose a configuration over GPU {g}'s memory")
+        for h in occ:
+            if h in config:
+                self._sync(h)
+                self.type[h] = config[h]
+        self.mem_used[g] = new_mem
+        self._refresh_gpu(g, affected)
+
+    def _evict(self, h: int, affected: set[int]) -> None:
+        for g in self._release(h):
+            self._refresh_gpu(g, affected)
+        affected.discard(h)
+        self.type[h] = self.base_type[h]
+        self.work_left[h] += self.settings.restart_penalty_s
+        self.evictions[h] += 1
+        self.status[h] = _QUEUED
+        self.n_running -= 1
+        self.queue.insert(0, h)
+
+    # -- scheduling ----------------------------------------------------------------------------
+    def _request(self, h: int, gpus_ahead: int) -> JobRequest:
+        return JobRequest(h, str(self.job_ids[h]), int(self.type[h]), int(self.num_gpus[h]), float(self._mem_of[self.type[h]]),
+                          float(self.work_left[h]), gpus_ahead)
+
+    def _schedule(self) -> set[int]:
+        """Place what the policy allows; returns the GPUs whose co-location set changed."""
+        changed: set[int] = set()
+        affected: set[int] = set()
+        depth = self.settings.backfill_depth if self.settings.backfill else 0
+        i, ahead = 0, 0
+        while i < len(self.queue) and i <= depth:
+            h = self.queue[i]
+            decision = self.policy.place(self._request(h, ahead), self.view())
+            if isinstance(decision, Placement):
+                self.queue.pop(i)
+                affected |= self._apply_placement(h, decision)
+                changed.update(decision.gpus)
+                continue
+            ahead += int(self.num_gpus[h])
+            i += 1
+        for g in sorted(changed):
+            self._tune(g, affected)
+        for h in affected:
+            if self.status[h] == _RUNNING:
+                self._set_rate(h)
+        return changed
+
+    # -- main loop -----------------------------------------------------------------------------
+    def run(self, progress=None) -> SimResult:
+        """Run to completion.
+
+        Args:
+            progress: optional callable ``progress(done_jobs)`` called as jobs finish.
+        """
+        n = len(self.job_ids)
+        for h in np.argsort(self.submit, kind="stable"):
+            self._push(float(self.submit[h]), _ARRIVE, int(h))
+        done = 0
+        last_t = 0.0
+        while self.events:
+            t = self.events[0][0]
+            busy = int((self.slots >= 0).any(axis=1).sum())
+            self.busy_gpu_seconds += busy * (t - last_t)
+            last_t = t
+            self.now = t
+            affected: set[int] = set()
+            freed: set[int] = set()
+            while self.events and self.events[0][0] == t:
+                _, _, kind, a, b = heapq.heappop(self.events)
+                if kind == _ARRIVE:
+                    self.status[a] = _QUEUED
+                    self.queue.append(a)
+                elif kind == _FINISH:
+                    if b != self.version[a] or self.status[a] != _RUNNING:
+                        continue
+                    self._sync(a)
+                    freed.update(self._release(a))
+                    self.status[a] = _DONE
+                    self.n_running -= 1
+                    self.end[a] = t
+                    done += 1
+                    if progress is not None:
+                        progress(done)
+                elif kind == _TUNED:
+                    session = self.sessions.get(a)
+                    if session is None or session.version != b or self.gpu_version[a] != b:
+                        continue
+                    del self.sessions[a]
+                    self._apply_config(a, session.config, affected)
+            for g in sorted(freed):
+                self._refresh_gpu(g, affected)
+            for g in sorted(freed):
+                if self._occupants(g):
+                    self._tune(g, affected)
+            for h in affected:
+                if self.status[h] == _RUNNING:
+                    self._set_rate(h)
+            self._schedule()
+            if self.settings.record_timeline:
+                self.timeline.append((t, len(self.queue), int((self.slots >= 0).any(axis=1).sum()), self.n_running))
+        if done != n:
+            raise RuntimeError(f"simulation ended with {n - done} unfinished jobs (policy {self.policy.name} deadlocked)")
+        return SimResult.build(self)
+
+
+def policy_gain(model: InterferenceModel) -> np.ndarray:
+    """Goodput gain ``gain[type, base]`` of running at ``type`` instead of the submitted ``base``, shape ``(n_types, n_types)``."""
+    from iadeep.policy._tuning import BatchSizeTuner
+
+    return BatchSizeTuner(model).gain
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    v = arr.view()
+    v.flags.writeable = False
+    return v
+
+
+def simulate(jobs: pd.DataFrame, policy: Policy, model: InterferenceModel, cluster: ClusterSpec = ClusterSpec(),
+             settings: SimSettings = SimSettings(), progress=None) -> SimResult:
+    """Convenience wrapper: ``Simulator(...).run(progress)``."""
+    return Simulator(jobs, policy, model, cluster, settings).run(progress)

@@ -1,0 +1,89 @@
+"""Results of one simulation: per-job records, the queue/utilisation timeline and summary metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from iadeep.sim._engine import Simulator
+
+__all__ = ["SimResult", "summarise"]
+
+#: Columns of :attr:`SimResult.jobs`.
+JOB_COLUMNS = ("job_id", "submit_s", "start_s", "end_s", "jct_s", "queueing_s", "duration_s", "slowdown", "num_gpus",
+               "model", "batch_size", "final_batch_size", "colocations", "tuning_trials", "evictions")
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What one run produced.
+
+    Attributes:
+        policy: policy name.
+        jobs: one row per job (columns :data:`JOB_COLUMNS`); times in seconds; JCT from submission.
+        timeline: columns ``t_s, queue_len, busy_gpus, running_jobs`` after each event batch.
+        total_gpus: cluster size.
+        busy_gpu_seconds: integral of GPUs holding at least one job over time (GPU x s).
+    """
+
+    policy: str
+    jobs: pd.DataFrame
+    timeline: pd.DataFrame
+    total_gpus: int
+    busy_gpu_seconds: float
+
+    @classmethod
+    def build(cls, sim: "Simulator") -> "SimResult":
+        """Collect a finished :class:`~iadeep.sim.Simulator`'s state."""
+        types = sim.model.types
+        jct = sim.end - sim.submit
+        jobs = pd.DataFrame({
+            "job_id": sim.job_ids,
+            "submit_s": sim.submit,
+            "start_s": sim.start,
+            "end_s": sim.end,
+            "jct_s": jct,
+            "queueing_s": sim.start - sim.submit,
+            "duration_s": sim.duration,
+            "slowdown": jct / sim.duration,
+            "num_gpus": sim.num_gpus,
+            "model": [types[t].model for t in sim.base_type],
+            "batch_size": [types[t].batch_size for t in sim.base_type],
+            "final_batch_size": [types[t].batch_size for t in sim.type],
+            "colocations": sim.coloc,
+            "tuning_trials": sim.trials,
+            "evictions": sim.evictions,
+        })
+        timeline = pd.DataFrame(sim.timeline, columns=["t_s", "queue_len", "busy_gpus", "running_jobs"])
+        return cls(sim.policy.name, jobs, timeline, sim.cluster.total_gpus, sim.busy_gpu_seconds)
+
+    def summary(self) -> dict[str, float]:
+        """Summary metrics; see :func:`summarise`."""
+        return summarise(self.jobs, self.total_gpus, self.busy_gpu_seconds)
+
+
+def summarise(jobs: pd.DataFrame, total_gpus: int, busy_gpu_seconds: float) -> dict[str, float]:
+    """Per-policy summary.
+
+    Returns:
+        ``avg_jct_s``, ``p50_jct_s``, ``p95_jct_s``, ``p99_jct_s`` (JCT = end - submit, s),
+        ``avg_queueing_s`` (first start - submit), ``makespan_s`` (last end - first submit),
+        ``gpu_utilisation`` (busy GPU-seconds / (GPUs x makespan), a GPU is busy while it holds a
+        job), ``mean_slowdown`` (mean of JCT / dedicated duration).
+    """
+    jct = jobs["jct_s"].to_numpy()
+    makespan = float(jobs["end_s"].max() - jobs["submit_s"].min()) if len(jobs) else 0.0
+    return {
+        "avg_jct_s": float(np.mean(jct)),
+        "p50_jct_s": float(np.percentile(jct, 50)),
+        "p95_jct_s": float(np.percentile(jct, 95)),
+        "p99_jct_s": float(np.percentile(jct, 99)),
+        "avg_queueing_s": float(jobs["queueing_s"].mean()),
+        "makespan_s": makespan,
+        "gpu_utilisation": float(busy_gpu_seconds / (total_gpus * makespan)) if makespan > 0 else 0.0,
+        "mean_slowdown": float(jobs["slowdown"].mean()),
+    }
