@@ -1,0 +1,158 @@
+"""Helpers for the dataset-registry tests: a scriptable HTTP server and small manifests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+from iadeep.datasets import DownloadPolicy
+
+# Captured before the autouse fixture clears it, for the test on the real mirror.
+ORIGINAL_MIRROR = os.environ.get("IADEEP_DATASET_MIRROR", "")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# No waits between retries, three tries: failure tests stay fast.
+FAST = DownloadPolicy(attempts=3, initial_wait_s=0, max_wait_s=0, timeout_s=5)
+
+
+@dataclass
+class Route:
+    """How the server answers one path.
+
+    Attributes:
+        body: The full content.
+        status: Answer with this status (and no body) when not 200.
+        ranges: Honour ``Range: bytes=N-`` with 206 (else always answer 200 with everything).
+        fail_times: Answer 500 this many times first.
+        truncate_at: Announce the full Content-Length but close after this many body bytes...
+        truncate_times: ...for this many responses.
+    """
+
+    body: bytes = b""
+    status: int = 200
+    ranges: bool = True
+    fail_times: int = 0
+    truncate_at: int | None = None
+    truncate_times: int = 1_000_000
+
+
+@dataclass
+class FakeServer:
+    base_url: str
+    routes: dict[str, Route] = field(default_factory=dict)
+    requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, path: str, body: bytes = b"", **kwargs: object) -> str:
+        """Serve ``path`` (starting with '/'); return its URL."""
+        self.routes[path] = Route(body=body, **kwargs)  # type: ignore[arg-type]
+        return self.base_url + path
+
+    def hits(self, path: str) -> list[dict[str, str]]:
+        """Headers of every request for ``path``, in order."""
+        return [headers for p, headers in self.requests if p == path]
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "FakeMirror/1"
+    fake: FakeServer  # set on the subclass made per server
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence stderr
+        pass
+
+    def _plain(self, status: int, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        fake = self.fake
+        with fake.lock:
+            fake.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+            route = fake.routes.get(self.path)
+            if route is None:
+                return self._plain(404)
+            if route.fail_times > 0:
+                route.fail_times -= 1
+                return self._plain(500)
+            if route.status != 200:
+                return self._plain(route.status)
+            truncate = route.truncate_at is not None and route.truncate_times > 0
+            if truncate:
+                route.truncate_times -= 1
+        body, start = route.body, 0
+        match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
+        if match and route.ranges:
+            start = int(match.group(1))
+            if start >= len(body):
+                return self._plain(416, {"Content-Range": f"bytes */{len(body)}"})
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        payload = body[start:]
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if truncate:
+            assert route.truncate_at is not None
+            payload = payload[: route.truncate_at]
+            self.close_connection = True
+        self.wfile.write(payload)
+        self.wfile.flush()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A file of a test manifest: its name, upstream URL, true content and whether to extract."""
+
+    name: str
+    url: str
+    content: bytes
+    extract: bool = False
+
+
+def write_manifest(path: Path, datasets: dict[str, list[Entry]]) -> Path:
+    """Write a registry TOML pinning each entry's content by size and sha256."""
+    lines = ["schema = 1", ""]
+    for name, entries in datasets.items():
+        lines += [
+            f'[datasets."{name}"]',
+            f'description = "Test dataset {name}."',
+            'licence = "CC0-1.0"',
+            'citation = "Nobody. A Test. 2024."',
+            'homepage = "https://example.invalid/"',
+            "",
+        ]
+        for e in entries:
+            lines += [
+                f'[[datasets."{name}".files]]',
+                f'name = "{e.name}"',
+                f'url = "{e.url}"',
+                f'sha256 = "{sha256(e.content)}"',
+                f"size_bytes = {len(e.content)}",
+                f"extract = {'true' if e.extract else 'false'}",
+                "",
+            ]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def payload(n: int, seed: int = 0) -> bytes:
+    """``n`` deterministic, non-repeating-looking bytes."""
+    out = bytearray()
+    block = seed.to_bytes(8, "little")
+    while len(out) < n:
+        block = hashlib.sha256(block).digest()
+        out += block
+    return bytes(out[:n])

@@ -1,0 +1,213 @@
+"""fetch / verify / dataset_dir against a real HTTP server on 127.0.0.1 and a local mirror folder."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from datasets_support import FAST, Entry, FakeServer, payload, sha256, write_manifest
+
+from iadeep.datasets import DatasetError, VerifyStatus, dataset_dir, fetch, list_datasets, verify
+
+DATA = payload(200_000, seed=1)
+PATH = "/up/data.bin"
+
+
+@pytest.fixture
+def manifest(tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """One dataset 'toy' with one file data.bin served (when routed) at PATH; set as the env manifest."""
+    entry = Entry("data.bin", server.base_url + PATH, DATA)
+    path = write_manifest(tmp_path / "registry.toml", {"toy": [entry]})
+    monkeypatch.setenv("IADEEP_DATASET_MANIFEST", str(path))
+    return path
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def test_good_download_then_cached(server: FakeServer, manifest: Path, isolated_env: Path) -> None:
+    server.add(PATH, DATA)
+    folder = fetch("toy", progress=False, policy=FAST)
+    assert folder == isolated_env / "datasets" / "toy" == dataset_dir("toy")
+    assert (folder / "data.bin").read_bytes() == DATA
+    assert not (folder / "data.bin.part").exists()
+    assert len(server.hits(PATH)) == 1
+
+    assert fetch("toy", progress=False, policy=FAST) == folder  # verified by stamp: no request
+    assert len(server.hits(PATH)) == 1
+    [result] = verify("toy")
+    assert result.ok and result.actual_sha256 == sha256(DATA) and result.actual_size == len(DATA)
+
+
+def test_corrupted_cache_file_is_detected_and_replaced(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA)
+    target = fetch("toy", progress=False, policy=FAST) / "data.bin"
+    target.write_bytes(b"x" * len(DATA))  # same size, new mtime: the stamp no longer applies
+    os.utime(target, ns=(1, 1))
+    [result] = verify("toy")
+    assert result.status is VerifyStatus.CHECKSUM_MISMATCH and sha256(DATA) in result.detail
+    assert len(server.hits(PATH)) == 1  # verify never downloads
+    fetch("toy", progress=False, policy=FAST)
+    assert target.read_bytes() == DATA
+    assert len(server.hits(PATH)) == 2
+
+
+def test_checksum_mismatch_names_both_and_leaves_nothing(server: FakeServer, manifest: Path) -> None:
+    bad = payload(len(DATA), seed=2)
+    server.add(PATH, bad)
+    with pytest.raises(DatasetError) as info:
+        fetch("toy", progress=False, policy=FAST)
+    message = str(info.value)
+    assert "checksum mismatch" in message and sha256(DATA) in message and sha256(bad) in message
+    assert "'toy'" in message and "data.bin" in message and server.base_url + PATH in message
+    assert _leftovers(dataset_dir("toy")) == []
+
+
+def test_http_404_names_status_and_url(server: FakeServer, manifest: Path) -> None:
+    with pytest.raises(DatasetError) as info:
+        fetch("toy", progress=False, policy=FAST)
+    assert "HTTP 404" in str(info.value) and server.base_url + PATH in str(info.value)
+    assert len(server.hits(PATH)) == 1  # a 4xx is not retried
+
+
+def test_truncated_every_time(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA, ranges=False, truncate_at=50_000)
+    with pytest.raises(DatasetError) as info:
+        fetch("toy", progress=False, policy=FAST)
+    assert f"truncated (expected {len(DATA)} bytes, got 50000)" in str(info.value)
+    assert len(server.hits(PATH)) == FAST.attempts
+    assert not (dataset_dir("toy") / "data.bin").exists()
+
+
+def test_short_but_complete_response_is_truncation(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA[:1000])
+    with pytest.raises(DatasetError, match=rf"truncated \(expected {len(DATA)} bytes, got 1000\)"):
+        fetch("toy", progress=False, policy=FAST)
+    assert _leftovers(dataset_dir("toy")) == []
+
+
+def test_larger_response_is_rejected(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA + b"extra")
+    with pytest.raises(DatasetError, match="larger than expected"):
+        fetch("toy", progress=False, policy=FAST)
+    assert _leftovers(dataset_dir("toy")) == []
+
+
+def test_interrupted_download_resumes_with_range(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA, truncate_at=70_000, truncate_times=1)
+    folder = fetch("toy", progress=False, policy=FAST)
+    assert (folder / "data.bin").read_bytes() == DATA
+    first, second = server.hits(PATH)
+    assert "range" not in first and second["range"] == "bytes=70000-"
+
+
+def test_resume_from_existing_part(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA)
+    part = dataset_dir("toy") / "data.bin.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(DATA[:12_345])
+    folder = fetch("toy", progress=False, policy=FAST)
+    assert [h.get("range") for h in server.hits(PATH)] == ["bytes=12345-"]
+    assert (folder / "data.bin").read_bytes() == DATA
+    assert verify("toy")[0].ok and not part.exists()
+
+
+def test_resume_restarts_when_server_ignores_range(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA, ranges=False)
+    part = dataset_dir("toy") / "data.bin.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"garbage" * 100)
+    folder = fetch("toy", progress=False, policy=FAST)
+    assert server.hits(PATH)[0]["range"] == "bytes=700-"
+    assert (folder / "data.bin").read_bytes() == DATA
+
+
+def test_complete_part_answered_416_is_accepted(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA)
+    part = dataset_dir("toy") / "data.bin.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(DATA)
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+
+
+def test_corrupt_part_is_discarded_then_next_fetch_succeeds(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA)
+    part = dataset_dir("toy") / "data.bin.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"\0" * 1000)
+    with pytest.raises(DatasetError, match="checksum mismatch"):
+        fetch("toy", progress=False, policy=FAST)
+    assert not part.exists()
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+
+
+def test_retry_on_500_then_ok(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA, fail_times=2)
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+    assert len(server.hits(PATH)) == 3
+
+
+def test_500_until_attempts_run_out(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA, fail_times=10)
+    with pytest.raises(DatasetError, match=r"HTTP 500 .*after 3 attempt"):
+        fetch("toy", progress=False, policy=FAST)
+    assert len(server.hits(PATH)) == 3
+
+
+def test_connection_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/x.bin"
+    manifest = write_manifest(tmp_path / "m.toml", {"toy": [Entry("x.bin", url, b"abc")]})
+    with pytest.raises(DatasetError, match="download failed after 3 attempt") as info:
+        fetch("toy", progress=False, policy=FAST, manifest=manifest)
+    assert url in str(info.value)
+
+
+def test_unknown_dataset_lists_known_names(manifest: Path) -> None:
+    for call in (lambda: fetch("nope", progress=False), lambda: dataset_dir("nope"), lambda: verify("nope")):
+        with pytest.raises(DatasetError, match=r"unknown dataset 'nope'; known datasets: toy"):
+            call()
+
+
+def test_verify_reports_missing_and_skips_uncached(manifest: Path) -> None:
+    assert verify() == []  # nothing cached: nothing to check
+    [result] = verify("toy")
+    assert result.status is VerifyStatus.MISSING and not result.ok
+
+
+def test_http_mirror_replaces_upstream(
+    server: FakeServer, manifest: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.add("/mirror/toy/data.bin", DATA)
+    monkeypatch.setenv("IADEEP_DATASET_MIRROR", server.base_url + "/mirror/")
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+    assert server.hits(PATH) == []
+
+
+def test_local_mirror_is_copied(tmp_path: Path, manifest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror = tmp_path / "mirror"
+    (mirror / "toy").mkdir(parents=True)
+    (mirror / "toy" / "data.bin").write_bytes(DATA)
+    monkeypatch.setenv("IADEEP_DATASET_MIRROR", str(mirror))
+    target = fetch("toy", progress=False) / "data.bin"
+    assert target.read_bytes() == DATA and not target.is_symlink()
+
+
+def test_missing_mirror_file(tmp_path: Path, manifest: Path) -> None:
+    mirror = tmp_path / "empty-mirror"
+    with pytest.raises(DatasetError) as info:
+        fetch("toy", progress=False, mirror=mirror)
+    assert "missing mirror file" in str(info.value) and str(mirror / "toy" / "data.bin") in str(info.value)
+
+
+def test_explicit_arguments_override_env(tmp_path: Path, server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA)
+    elsewhere = tmp_path / "other-cache"
+    folder = fetch("toy", progress=False, policy=FAST, cache_dir=elsewhere, mirror="")
+    assert folder == elsewhere / "datasets" / "toy"
+    assert [d.name for d in list_datasets(manifest=manifest)] == ["toy"]
