@@ -12,12 +12,9 @@ def _mount() -> None:
     from iadeep.datasets._cli import app as datasets_app
 
     app.add_typer(datasets_app, name="datasets", help="List, fetch and verify the registered datasets.")
-    try:
-        from iadeep.experiment_cli import app as experiment_app
-    except ImportError:  # pragma: no cover - during bring-up
-        pass
-    else:
-        app.add_typer(experiment_app, name="experiment", help="Trace-driven experiments.")
+    from iadeep.experiment._cli import app as experiment_app
+
+    app.add_typer(experiment_app, name="experiment", help="Trace-driven experiments: replay a trace against policies.")
 
 
 _mount()

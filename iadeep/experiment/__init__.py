@@ -1,0 +1,7 @@
+"""Trace-driven experiments: configuration and steps shared by the CLI and the Airflow DAG."""
+
+from iadeep.experiment._config import DEFAULT_POLICIES, TRACE_DATASETS, ExperimentConfig
+from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, load_workload, run_experiment, run_policy, write_report
+
+__all__ = ["DEFAULT_POLICIES", "ExperimentConfig", "TRACE_DATASETS", "build_workload", "cluster_of", "fetch_inputs",
+           "load_workload", "run_experiment", "run_policy", "write_report"]

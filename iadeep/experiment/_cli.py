@@ -1,0 +1,89 @@
+"""``iadeep experiment run``: replay a trace against policies and print the summary table."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from iadeep.experiment._config import DEFAULT_POLICIES, ExperimentConfig
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+_D = ExperimentConfig()
+
+
+@app.command("run")
+def run_cmd(
+    trace: Annotated[str, typer.Option(help="Trace format: philly, ms-itp, openb, philly-json.")] = _D.trace,
+    trace_file: Annotated[Optional[str], typer.Option(help="Use this trace file/folder instead of the registry's.")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="Number of jobs (after filters); 0 = all.")] = _D.jobs,
+    start_job: Annotated[int, typer.Option(help="Skip this many jobs first.")] = _D.start_job,
+    window_start_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted at or after this (s from trace start).")] = None,
+    window_end_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted before this (s from trace start).")] = None,
+    virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
+    max_gpus: Annotated[Optional[int], typer.Option(help="Drop jobs needing more GPUs.")] = _D.max_gpus,
+    arrival_scale: Annotated[float, typer.Option(help="Multiply inter-arrival gaps.")] = _D.arrival_scale,
+    iadeep_arrival_rule: Annotated[bool, typer.Option(help="IADeep's rule: gap / 1000 x arrival-scale.")] = False,
+    target_load: Annotated[Optional[float], typer.Option(help="Rescale arrivals to this mean offered load; 0 = keep trace timing.")] = _D.target_load,
+    mix: Annotated[str, typer.Option(help="Workload mix: iadeep or gavel.")] = _D.mix,
+    policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
+    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = _D.nodes,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = _D.gpus_per_node,
+    gpu_mem_gib: Annotated[float, typer.Option(help="Memory per GPU (GiB).")] = _D.gpu_mem_gib,
+    gpu_type: Annotated[str, typer.Option(help="Throughput measurements of this GPU type: v100, p100, k80.")] = _D.gpu_type,
+    seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
+    backfill: Annotated[bool, typer.Option(help="Let jobs behind a waiting queue head start.")] = False,
+    predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle.")] = _D.predictor,
+    out: Annotated[str, typer.Option(help="Output folder.")] = _D.out,
+) -> None:
+    """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
+    from iadeep.datasets import DatasetError
+    from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy, write_report
+    from iadeep.traces import TraceFormatError
+
+    console = Console()
+    try:
+        cfg = ExperimentConfig(
+            trace=trace, trace_file=trace_file, jobs=jobs or None, start_job=start_job, window_start_s=window_start_s,
+            window_end_s=window_end_s, virtual_cluster=virtual_cluster, max_gpus=max_gpus, arrival_scale=arrival_scale,
+            iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load or None, mix=mix,
+            policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
+            gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, seed=seed, backfill=backfill, predictor=predictor, out=out)
+        paths = fetch_inputs(cfg)
+        workload, meta = build_workload(cfg, paths["trace"])
+    except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print(f"[bold]{meta['jobs']}[/bold] jobs from {cfg.trace} ({meta['multi_gpu_jobs']} multi-GPU) on "
+                  f"{cfg.nodes}x{cfg.gpus_per_node} GPUs; offered load mean [bold]{meta['offered_load_mean']:.2f}[/bold], "
+                  f"peak (10% window) [bold]{meta['offered_load_peak']:.2f}[/bold]")
+    with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as bar:
+        for name in cfg.policies:
+            task = bar.add_task(name, total=len(workload))
+            try:
+                run_policy(cfg, name, workload, paths["throughputs"], lambda done, t=task: bar.update(t, completed=done))
+            except KeyError as exc:
+                console.print(f"[red]error:[/red] {exc.args[0]}")
+                raise typer.Exit(2) from None
+    summary = write_report(cfg)
+    console.print(summary_table(summary))
+    console.print(f"results in [bold]{cfg.out_dir}[/bold]: summary.json, report.md, jct_cdf.png, normalised.png, queue_length.png")
+
+
+def summary_table(summary: dict) -> Table:
+    """A rich table of the per-policy metrics (hours)."""
+    table = Table(title="Per-policy summary (times in hours)")
+    for col in ("policy", "avg JCT", "vs iadeep", "p50 JCT", "p99 JCT", "avg queueing", "makespan", "GPU util", "mean slowdown"):
+        table.add_column(col, justify="right" if col != "policy" else "left")
+    pol = summary["policies"]
+    ref = pol.get("iadeep")
+    for name, s in pol.items():
+        rel = f"{s['avg_jct_s'] / ref['avg_jct_s']:.2f}x" if ref else "-"
+        table.add_row(name, f"{s['avg_jct_s'] / 3600:.2f}", rel, f"{s['p50_jct_s'] / 3600:.2f}", f"{s['p99_jct_s'] / 3600:.2f}",
+                      f"{s['avg_queueing_s'] / 3600:.2f}", f"{s['makespan_s'] / 3600:.2f}", f"{s['gpu_utilisation']:.2f}",
+                      f"{s['mean_slowdown']:.2f}")
+    return table

@@ -1,0 +1,106 @@
+"""Experiment configuration, shared by the CLI (``iadeep experiment run``) and the Airflow DAG."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ExperimentConfig", "TRACE_DATASETS", "DEFAULT_POLICIES"]
+
+#: trace format -> (dataset registry entry, path inside the dataset folder); ``philly-json`` has no
+#: public mirror in the registry (the original 1 GB tarball): pass ``trace_file``.
+TRACE_DATASETS: dict[str, tuple[str, str] | None] = {
+    "philly": ("philly", "philly.csv"),
+    "ms-itp": ("ms-itp", "raw-traces"),
+    "openb": ("openb", "openb_pod_list_default.csv"),
+    "philly-json": None,
+}
+
+DEFAULT_POLICIES = ("iadeep", "exclusive", "antman", "gandiva")
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Everything one experiment needs; defaults are the project's main job.
+
+    The main job: 400 consecutive Philly jobs (1 to 8 GPUs) from job 20,000 on, arrivals rescaled to
+    a mean offered load of 1.0 on the paper's 5 x 4 x 24 GiB cluster (the bursty trace then peaks
+    well above 1, where sharing matters), IADeep's five-model mix, all four policies.
+
+    Attributes:
+        trace: trace format name (a key of :data:`TRACE_DATASETS`).
+        trace_file: explicit trace file or folder (else fetched through the dataset registry).
+        jobs: number of jobs (after filters).
+        start_job: skip this many jobs first.
+        window_start_s / window_end_s: submission-time window (s from trace start).
+        virtual_cluster: Philly virtual cluster or ITP cluster to keep.
+        max_gpus: drop jobs needing more GPUs.
+        arrival_scale: multiply inter-arrival gaps.
+        iadeep_arrival_rule: IADeep artifact's rule (gap / 1000 x arrival_scale).
+        target_load: rescale gaps to this mean offered load (None: keep the trace's timing).
+        mix: workload mix name ("iadeep" or "gavel").
+        policies: policy names to compare.
+        nodes / gpus_per_node / gpu_mem_gib: the cluster.
+        gpu_type: Gavel GPU type of the throughput measurements ("v100", "p100", "k80").
+        seed: seeds the mix and measurement noise.
+        backfill: allow queued jobs behind a waiting head to start.
+        trial_s / measurement_noise: tuning trial length (s) and relative noise.
+        predictor: iadeep's interference predictor ("learned" or "oracle").
+        out: output folder.
+    """
+
+    trace: str = "philly"
+    trace_file: str | None = None
+    jobs: int | None = 400
+    start_job: int = 20_000
+    window_start_s: float | None = None
+    window_end_s: float | None = None
+    virtual_cluster: str | None = None
+    max_gpus: int | None = 8
+    arrival_scale: float = 1.0
+    iadeep_arrival_rule: bool = False
+    target_load: float | None = 1.0
+    mix: str = "iadeep"
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    nodes: int = 5
+    gpus_per_node: int = 4
+    gpu_mem_gib: float = 24.0
+    gpu_type: str = "v100"
+    seed: int = 0
+    backfill: bool = False
+    trial_s: float = 20.0
+    measurement_noise: float = 0.05
+    predictor: str = "learned"
+    out: str = "runs/latest"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.trace not in TRACE_DATASETS:
+            raise ValueError(f"unknown trace {self.trace!r}; known: {', '.join(TRACE_DATASETS)}")
+        if TRACE_DATASETS[self.trace] is None and not self.trace_file:
+            raise ValueError(f"trace {self.trace!r} is not in the dataset registry: pass trace_file")
+        if not self.policies:
+            raise ValueError("at least one policy is needed")
+
+    @property
+    def out_dir(self) -> Path:
+        """Output folder as a path."""
+        return Path(self.out)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (for Airflow params and summary.json)."""
+        d = asdict(self)
+        d["policies"] = list(self.policies)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ExperimentConfig":
+        """Inverse of :meth:`to_dict`; unknown keys raise ``TypeError`` naming them."""
+        d = dict(d)
+        if "policies" in d and d["policies"] is not None:
+            d["policies"] = tuple(d["policies"])
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown experiment option(s): {', '.join(sorted(unknown))}")
+        return cls(**d)

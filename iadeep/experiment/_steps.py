@@ -1,0 +1,165 @@
+"""The experiment's steps as plain functions over files in the output folder.
+
+The CLI runs them in sequence (:func:`run_experiment`); the Airflow DAG runs each as a task (one
+mapped task per policy) and passes only the output folder between them. Files written:
+
+- ``workload.csv`` / ``workload.json``: the job table and its metadata (trace name, sha256,
+  jobs, offered load mean and peak, dropped rows);
+- ``jobs-<policy>.csv``, ``timeline-<policy>.csv``, ``metrics-<policy>.json`` per policy;
+- ``summary.json``, ``report.md``, ``jct_cdf.png``, ``normalised.png``, ``queue_length.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from iadeep.experiment._config import TRACE_DATASETS, ExperimentConfig
+from iadeep.interference import InterferenceModel
+from iadeep.policy import make_policy
+from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_markdown, write_summary_json
+from iadeep.sim import ClusterSpec, SimResult, SimSettings, simulate
+
+__all__ = ["fetch_inputs", "build_workload", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
+
+THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
+
+
+def cluster_of(cfg: ExperimentConfig) -> ClusterSpec:
+    """The :class:`ClusterSpec` an experiment simulates."""
+    return ClusterSpec(cfg.nodes, cfg.gpus_per_node, cfg.gpu_mem_gib)
+
+
+def fetch_inputs(cfg: ExperimentConfig, progress: bool = True) -> dict[str, str]:
+    """Fetch (or locate) the trace and the throughput measurements.
+
+    Returns:
+        ``{"trace": path, "throughputs": path}``.
+
+    Raises:
+        iadeep.datasets.DatasetError: a download or checksum failed.
+    """
+    from iadeep.datasets import fetch
+
+    if cfg.trace_file:
+        trace = Path(cfg.trace_file)
+        if not trace.exists():
+            raise FileNotFoundError(f"trace file {trace} does not exist")
+    else:
+        dataset, inner = TRACE_DATASETS[cfg.trace]  # type: ignore[misc]
+        trace = fetch(dataset, progress=progress) / inner
+    thr = fetch(THROUGHPUTS[0], progress=progress) / THROUGHPUTS[1]
+    return {"trace": str(trace), "throughputs": str(thr)}
+
+
+def build_workload(cfg: ExperimentConfig, trace_path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Load the trace with the experiment's options, write ``workload.csv``/``.json``.
+
+    Returns:
+        ``(job_table, metadata)``; metadata has name, sha256, jobs, offered_load_mean/peak, dropped.
+    """
+    from iadeep.traces import TraceOptions, load_trace, offered_load
+
+    cluster = cluster_of(cfg)
+    opts = TraceOptions(
+        window_start_s=cfg.window_start_s or 0.0,
+        window_end_s=cfg.window_end_s if cfg.window_end_s is not None else math.inf, virtual_cluster=cfg.virtual_cluster,
+        n_jobs=cfg.jobs, start_job=cfg.start_job, max_gpus=cfg.max_gpus, arrival_scale=cfg.arrival_scale,
+        iadeep_arrival_rule=cfg.iadeep_arrival_rule, target_load=cfg.target_load, cluster_gpus=cluster.total_gpus,
+        mix=cfg.mix, seed=cfg.seed,
+    )
+    df = load_trace(cfg.trace, trace_path, opts)
+    load = offered_load(df, cluster.total_gpus)
+    meta = {
+        "name": cfg.trace,
+        "source": str(trace_path),
+        "sha256": df.attrs.get("sha256"),
+        "jobs": int(len(df)),
+        "multi_gpu_jobs": int((df["num_gpus"] > 1).sum()),
+        "offered_load_mean": float(load.mean_load),
+        "offered_load_peak": float(load.peak_load),
+        "span_s": float(load.span_s),
+        "dropped": {k: int(v) for k, v in dict(df.attrs.get("dropped", {})).items()},
+        "skipped_rows": int(df.attrs.get("skipped_rows", 0)),
+    }
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "workload.csv", index=False)
+    (out / "workload.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return df, meta
+
+
+def load_workload(out: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Read what :func:`build_workload` wrote."""
+    df = pd.read_csv(out / "workload.csv", dtype={"job_id": str})
+    return df, json.loads((out / "workload.json").read_text())
+
+
+def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, throughputs: str | Path,
+               progress: Callable[[int], None] | None = None) -> SimResult:
+    """Simulate one policy and write its per-job CSV, timeline and metrics."""
+    model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
+    options: dict[str, Any] = {"predictor": cfg.predictor} if name == "iadeep" else {}
+    policy = make_policy(name, model, **options)
+    settings = SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill)
+    t0 = time.perf_counter()
+    result = simulate(workload, policy, model, cluster_of(cfg), settings, progress)
+    wall = time.perf_counter() - t0
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    result.jobs.to_csv(out / f"jobs-{name}.csv", index=False)
+    result.timeline.to_csv(out / f"timeline-{name}.csv", index=False)
+    metrics = {**result.summary(), "busy_gpu_seconds": result.busy_gpu_seconds, "total_gpus": result.total_gpus, "wall_s": wall}
+    (out / f"metrics-{name}.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return result
+
+
+def _load_result(out: Path, name: str) -> SimResult:
+    metrics = json.loads((out / f"metrics-{name}.json").read_text())
+    return SimResult(name, pd.read_csv(out / f"jobs-{name}.csv", dtype={"job_id": str}), pd.read_csv(out / f"timeline-{name}.csv"),
+                     int(metrics["total_gpus"]), float(metrics["busy_gpu_seconds"]))
+
+
+def write_report(cfg: ExperimentConfig, names: list[str] | None = None) -> dict[str, Any]:
+    """Write ``summary.json``, ``report.md`` and the plots from the per-policy files.
+
+    Raises:
+        FileNotFoundError: a policy's results are missing from the output folder.
+    """
+    out = cfg.out_dir
+    names = list(names or cfg.policies)
+    results = {n: _load_result(out, n) for n in names}
+    _, meta = load_workload(out)
+    summaries = {n: r.summary() for n, r in results.items()}
+    cluster = {"nodes": cfg.nodes, "gpus_per_node": cfg.gpus_per_node, "gpu_mem_gib": cfg.gpu_mem_gib, "gpu_type": cfg.gpu_type}
+    summary = write_summary_json(out / "summary.json", meta, cluster, cfg.seed, summaries, extra={"config": cfg.to_dict()})
+    plots = {
+        "JCT CDF": plot_jct_cdf(results, out / "jct_cdf.png").name,
+        "normalised to iadeep": plot_normalised_bars(summaries, out / "normalised.png").name,
+        "queue length": plot_queue_length(results, out / "queue_length.png").name,
+    }
+    write_markdown(out / "report.md", summary, plots)
+    return summary
+
+
+def run_experiment(cfg: ExperimentConfig, on_policy: Callable[[str, int], Callable[[int], None]] | None = None,
+                   progress: bool = True) -> dict[str, Any]:
+    """All steps in sequence; returns the ``summary.json`` content.
+
+    Args:
+        on_policy: called as ``on_policy(name, n_jobs)`` before each simulation; returns the
+            per-job progress callback (the CLI uses it for a progress bar).
+        progress: show download progress bars.
+    """
+    paths = fetch_inputs(cfg, progress=progress)
+    workload, _ = build_workload(cfg, paths["trace"])
+    for name in cfg.policies:
+        cb = on_policy(name, len(workload)) if on_policy else None
+        run_policy(cfg, name, workload, paths["throughputs"], cb)
+    return write_report(cfg)

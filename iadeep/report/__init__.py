@@ -1,0 +1,7 @@
+"""Experiment reports: summary.json, markdown, plots."""
+
+from iadeep.report._plots import plot_jct_cdf, plot_normalised_bars, plot_queue_length
+from iadeep.report._summary import SUMMARY_KEYS, git_commit, markdown_table, write_markdown, write_summary_json
+
+__all__ = ["SUMMARY_KEYS", "git_commit", "markdown_table", "plot_jct_cdf", "plot_normalised_bars", "plot_queue_length",
+           "write_markdown", "write_summary_json"]
