@@ -24,7 +24,7 @@ DEFAULT_POLICIES = ("iadeep", "exclusive", "antman", "gandiva")
 class ExperimentConfig:
     """Everything one experiment needs; defaults are the project's main job.
 
-    The main job: 400 consecutive Philly jobs (1 to 8 GPUs) from job 20,000 on, arrivals rescaled to
+    The main job: 400 consecutive Philly jobs (1 to 8 GPUs) from job 40,000 on, arrivals rescaled to
     a mean offered load of 1.0 on the paper's 5 x 4 x 24 GiB cluster (the bursty trace then peaks
     well above 1, where sharing matters), IADeep's five-model mix, all four policies.
 
@@ -53,7 +53,7 @@ class ExperimentConfig:
     trace: str = "philly"
     trace_file: str | None = None
     jobs: int | None = 400
-    start_job: int = 20_000
+    start_job: int = 40_000
     window_start_s: float | None = None
     window_end_s: float | None = None
     virtual_cluster: str | None = None

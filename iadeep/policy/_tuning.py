@@ -102,6 +102,7 @@ class BatchSizeTuner:
             {h: t for h, t in zip(handles, best_cfg)},
             trials=len(to_measure),
             samples=tuple(samples),
+            progress=best_val,
             reason=f"best of {len(to_measure)} measured configurations: progress {best_val:.2f}",
         )
 

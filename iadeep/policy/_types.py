@@ -96,6 +96,7 @@ class JobRequest:
         mem_gib: memory it reserves on each GPU (GiB).
         remaining_s: remaining work at dedicated speed (seconds).
         gpus_ahead: GPUs asked for by the jobs queued ahead of it (0 at the head of the queue).
+        jobs_behind: jobs queued behind it (under FIFO they cannot start while it waits).
     """
 
     handle: int
@@ -105,6 +106,7 @@ class JobRequest:
     mem_gib: float
     remaining_s: float
     gpus_ahead: int = 0
+    jobs_behind: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ class TuningDecision:
         evict: handles of jobs to take off the GPU and re-queue (e.g. Gandiva's undo).
         samples: observed ``(handle, partner_handle, type_id, partner_type_id, normalised_throughput)``
             tuples, for drivers that persist what was learned.
+        progress: summed progress rate of the chosen configuration as measured (NaN if not measured).
         reason: short explanation.
     """
 
@@ -162,6 +165,7 @@ class TuningDecision:
     trials: int = 0
     evict: tuple[int, ...] = ()
     samples: tuple[tuple[int, int, int, int, float], ...] = ()
+    progress: float = float("nan")
     reason: str = ""
 
 

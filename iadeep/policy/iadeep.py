@@ -10,15 +10,24 @@ Placement (IADeep's first challenge: mitigating interference vs. making progress
   expected wait ``W``, the partner keeps its GPU). The job is co-located with the partner that
   lowers the summed completion times the most, and only if that sum beats waiting; otherwise
   it waits. ``W`` is the time until enough GPUs free up for it and the jobs queued ahead
-  (GPUs sorted by their occupants' remaining time).
+  (GPUs sorted by their occupants' remaining time). Waiting is also charged ``W`` for each job
+  queued behind that could have used one of the other shareable GPUs: under FIFO they cannot
+  start while the head waits (the starvation trap of a fixed "good partner" threshold).
 * predictions come from an :class:`~iadeep.interference.OnlineInterferenceLearner` that every
   tuning session's measurements improve (or the measured table with ``predictor="oracle"``).
+
+A pair whose predicted normalised throughputs sum below 1 (sharing progresses less than taking
+turns) is never formed, and a tuning session whose best measured configuration still sums below 1
+undoes the co-location: the newest job goes back to the head of the queue (as Gandiva's undo, but
+judged on goodput after tuning).
 
 Tuning: after a GPU's co-location set changes, :class:`~iadeep.policy._tuning.BatchSizeTuner` picks
 the batch sizes of all jobs on it; a job left alone returns to its submitted batch size.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -123,6 +132,12 @@ class IADeep(Policy):
         # change of the two jobs' summed completion times versus waiting for a free GPU
         delta = (t_new + t_part) - (wait + job.remaining_s + r_p / np.maximum(view.job_rate[first], 1e-6))
         need = k - n_free
+        # Waiting also holds back the queue: each job behind that could have taken one of the
+        # other shareable GPUs now starts at least ``wait`` later.
+        blocked = min(job.jobs_behind, max(len(shared) - need, 0))
+        delta = delta - blocked * wait / need
+        # never pair where sharing is predicted to progress less than taking turns on the GPU
+        delta = np.where(a + b < 1.0, np.inf, delta)
         best = shared[np.argsort(delta, kind="stable")[:need]]
         gain = float(-np.sort(delta)[:need].sum())
         if gain <= 0:
@@ -142,4 +157,9 @@ class IADeep(Policy):
         types = self.model.types
         for _, _, t, p, y in decision.samples:
             self.learner.observe(InterferenceSample(types[t], types[p], y))
+        if decision.progress < 1.0:
+            # even the best configuration progresses less than taking turns would: undo
+            newest = int(handles[-1])
+            return replace(decision, type_ids={}, evict=(newest,),
+                           reason=f"co-location undone: best measured progress {decision.progress:.2f} < 1")
         return decision

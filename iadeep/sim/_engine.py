@@ -256,9 +256,9 @@ class Simulator:
         self.queue.insert(0, h)
 
     # -- scheduling ----------------------------------------------------------------------------
-    def _request(self, h: int, gpus_ahead: int) -> JobRequest:
+    def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
         return JobRequest(h, str(self.job_ids[h]), int(self.type[h]), int(self.num_gpus[h]), float(self._mem_of[self.type[h]]),
-                          float(self.work_left[h]), gpus_ahead)
+                          float(self.work_left[h]), gpus_ahead, jobs_behind)
 
     def _schedule(self) -> set[int]:
         """Place what the policy allows; returns the GPUs whose co-location set changed."""
@@ -268,7 +268,7 @@ class Simulator:
         i, ahead = 0, 0
         while i < len(self.queue) and i <= depth:
             h = self.queue[i]
-            decision = self.policy.place(self._request(h, ahead), self.view())
+            decision = self.policy.place(self._request(h, ahead, len(self.queue) - i - 1), self.view())
             if isinstance(decision, Placement):
                 self.queue.pop(i)
                 affected |= self._apply_placement(h, decision)
