@@ -5,7 +5,9 @@ The objective of a configuration (one batch size per job) is the sum of the jobs
 efficiency, relative to each job's own dedicated run. The tuner ranks every feasible configuration
 by *predicted* objective, measures the ``trials`` best (each trial is one run of the configuration
 through the injected measurement executor, costing measurement time), and keeps the best
-*measured* one. The submitted configuration is always among the measured ones, so tuning never
+*measured* one. A job's progress rate is capped at 1: no configuration makes a job progress faster
+than its dedicated run at the submitted batch size (the trace's duration is the fastest it runs),
+so tuning can only win back what interference took. The submitted configuration is always among the measured ones, so tuning never
 picks something it measured to be worse.
 
 Only single-GPU jobs are tuned: a gang's batch size would change on all its GPUs at once.
@@ -56,7 +58,7 @@ class BatchSizeTuner:
 
     def objective(self, types: Sequence[int], bases: Sequence[int], norm: Sequence[float]) -> float:
         """Sum of progress rates for normalised throughputs ``norm`` of jobs at ``types``."""
-        return float(sum(n * self.gain[t, b] for t, b, n in zip(types, bases, norm)))
+        return float(sum(min(n * self.gain[t, b], 1.0) for t, b, n in zip(types, bases, norm)))
 
     def tune(self, gpu: int, view: ClusterView, predicted: np.ndarray, measure: Measure) -> TuningDecision:
         """Run one tuning session.

@@ -2,7 +2,8 @@
 
 Job progress is measured in *work*: seconds of run time on dedicated GPUs at the submitted batch
 size (the trace's duration). A running job's progress rate (work per second) is, on each of its GPUs,
-``normalised throughput x goodput gain`` (:mod:`iadeep.interference`, :mod:`iadeep.goodput`); a
+``min(normalised throughput x goodput gain, 1)`` (:mod:`iadeep.interference`,
+:mod:`iadeep.goodput`; the cap: nothing runs faster than its dedicated run as submitted); a
 gang (multi-GPU job) advances at the rate of its slowest GPU (synchronous data parallelism).
 
 Events: arrival, completion, end of a tuning session. After each batch of simultaneous events the
@@ -152,7 +153,7 @@ class Simulator:
             return
         norm = self.model.normalised([int(self.type[h]) for h in occ])
         for h, x in zip(occ, norm):
-            self.gpu_rate[g, self._slot(g, h)] = x * self.gain[self.type[h], self.base_type[h]]
+            self.gpu_rate[g, self._slot(g, h)] = min(x * self.gain[self.type[h], self.base_type[h]], 1.0)
             affected.add(h)
 
     # -- applying decisions --------------------------------------------------------------------
@@ -202,7 +203,7 @@ class Simulator:
         def measure(config):
             handles = list(config)
             norm = self.model.normalised([int(config[x]) for x in handles])
-            trial_rates.append({x: n * self.gain[config[x], self.base_type[x]] for x, n in zip(handles, norm)})
+            trial_rates.append({x: min(n * self.gain[config[x], self.base_type[x]], 1.0) for x, n in zip(handles, norm)})
             return {x: float(n * self.rng.lognormal(0.0, noise)) for x, n in zip(handles, norm)}
 
         return measure

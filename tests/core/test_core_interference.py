@@ -1,0 +1,55 @@
+"""The interference model on the real Gavel measurements."""
+
+import numpy as np
+import pytest
+
+from iadeep.interference import (
+    InterferenceSample,
+    OnlineInterferenceLearner,
+    agreement_with_measurements,
+    evaluate_holdout,
+)
+from iadeep.jobtypes import JobType
+
+
+def test_gavel_v100_facts(model):
+    """26 single-GPU job types, 40 ordered pairs that do not fit, mean pair sum about 1.31 (WORKLOAD-NOTES)."""
+    assert len(model.types) == 26
+    assert int((~model.fits).sum()) == 40
+    sums = (model.norm + model.norm.T)[model.fits]
+    assert sums.mean() == pytest.approx(1.31, abs=0.01)
+    assert 0.3 < sums.min() < 0.4 and sums.max() == pytest.approx(2.0, abs=0.01)
+
+
+def test_normalised_rules(model):
+    r50 = model.type_id(JobType("ResNet-50", 64))
+    lm = model.type_id(JobType("LM", 20))
+    assert model.normalised([r50]).tolist() == [1.0]
+    pair = model.normalised([r50, lm])
+    assert pair[0] == pytest.approx(model.norm[r50, lm]) and pair[1] == pytest.approx(model.norm[lm, r50])
+    triple = model.normalised([r50, lm, lm])
+    assert triple[0] == pytest.approx(model.norm[r50, lm] ** 2)  # multiplicative rule
+    big = model.type_id(JobType("ResNet-50", 128))
+    assert not model.set_fits([big, big])
+    assert model.normalised([big, big]).tolist() == [0.0, 0.0]
+
+
+def test_memory_estimate_agrees_with_measured_oom(model):
+    """The memory model reproduces most of Gavel's measured fits/out-of-memory pairs on a 16 GiB V100."""
+    co = model.norm * model.isolated_steps_per_s[:, None]
+    assert agreement_with_measurements(model.types, co, 16.0) > 0.9
+
+
+def test_learner_beats_constant_on_held_out_pairs(model):
+    report = evaluate_holdout(model.types, model.norm, model.fits, train_fraction=0.5, seed=1)
+    assert report.n_test_pairs > 100
+    assert report.mae < 0.75 * report.baseline_mae
+
+
+def test_learner_converges_on_observed_pair(model):
+    learner = OnlineInterferenceLearner(model.types)
+    a, b = JobType("ResNet-18", 32), JobType("Transformer", 64)
+    before = abs(learner.predict(a, b) - 0.95)
+    learner.observe_many([InterferenceSample(a, b, 0.95)] * 10)
+    assert abs(learner.predict(a, b) - 0.95) < min(before, 0.05)
+    assert np.all((learner.matrix() >= 0) & (learner.matrix() <= 1))
