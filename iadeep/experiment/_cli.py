@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -44,7 +45,7 @@ def run_cmd(
     from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy, write_report
     from iadeep.traces import TraceFormatError
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 130)
     try:
         cfg = ExperimentConfig(
             trace=trace, trace_file=trace_file, jobs=jobs or None, start_job=start_job, window_start_s=window_start_s,

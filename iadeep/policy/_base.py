@@ -67,6 +67,8 @@ class Policy(ABC):
         slots = view.slots
         occupied = slots >= 0
         njobs = occupied.sum(axis=1)
+        if int((njobs < self.limit).sum()) < job.num_gpus:  # fast path: not enough open slots at all
+            return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
         occ_types = np.where(occupied, view.job_type[np.maximum(slots, 0)], 0)
         pair_ok = np.all(~occupied | self.model.fits[job.type_id, occ_types], axis=1)
         mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9

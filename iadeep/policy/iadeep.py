@@ -32,7 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
-from iadeep.policy._base import Policy, choose_gpus
+from iadeep.policy._base import Policy, _wait_reason, choose_gpus
 from iadeep.policy._registry import register
 from iadeep.policy._tuning import BatchSizeTuner
 from iadeep.policy._types import ClusterView, JobRequest, Measure, Placement, TuningDecision, Wait
@@ -120,7 +120,7 @@ class IADeep(Policy):
             return Placement(job.job_id, choose_gpus(k, free, np.ones(view.n_gpus), view), "free GPU")
         shared = np.flatnonzero(mask & (njobs > 0))
         if n_free + len(shared) < k:
-            return super().place(job, view)  # yields the Wait with the common reason
+            return Wait(job.job_id, _wait_reason(job, mask, reason))
         pred = self.predicted()
         first = view.slots[shared, 0]
         occ_t = view.job_type[first]

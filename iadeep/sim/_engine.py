@@ -115,6 +115,7 @@ class Simulator:
         self._ro = {name: _readonly(getattr(self, name)) for name in
                     ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate")}
         self._mem_of = model.mem_gib
+        self._node_names = cluster.node_names()
 
     # -- event plumbing ------------------------------------------------------------------------
     def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
@@ -124,7 +125,7 @@ class Simulator:
     def view(self) -> ClusterView:
         """The read-only :class:`ClusterView` the policy sees now."""
         r = self._ro
-        return ClusterView(self.now, self.cluster.node_names(), r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
+        return ClusterView(self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
                            r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"])
 
     def _sync(self, h: int) -> None:
@@ -141,10 +142,10 @@ class Simulator:
             self._push(self.now + self.work_left[h] / rate, _FINISH, h, int(self.version[h]))
 
     def _slot(self, g: int, h: int) -> int:
-        return int(np.flatnonzero(self.slots[g] == h)[0])
+        return self.slots[g].tolist().index(h)
 
     def _occupants(self, g: int) -> list[int]:
-        return [int(h) for h in self.slots[g] if h >= 0]
+        return [h for h in self.slots[g].tolist() if h >= 0]
 
     def _refresh_gpu(self, g: int, affected: set[int]) -> None:
         """Recompute true rates on ``g`` from its occupants' current types."""
