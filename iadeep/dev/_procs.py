@@ -1,0 +1,128 @@
+"""Child processes of the control plane: each in its own process group, logging to a file.
+
+Every component runs as the leader of a new session, so stopping it signals the whole group.
+With ``die_with_parent`` the kernel sends SIGTERM to the child when the process that started it
+exits, even on SIGKILL or a crash (Linux ``PR_SET_PDEATHSIG``), so nothing outlives a test run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except OSError:
+        pass
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 25) -> str:
+        return log_tail(self.log, lines)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.popen.poll() is None:
+            signal_group(self.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                signal_group(self.pid, signal.SIGKILL)
+                self.popen.wait(5)
+        # Reap the rest of the group (a component's own children, if it ever had any).
+        signal_group(self.pid, signal.SIGKILL)
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    return True
+
+
+def spawn(
+    name: str,
+    argv: list[str],
+    log_dir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    die_with_parent: bool = True,
+) -> Proc:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{name}.log"
+    with log.open("ab") as out:
+        out.write(f"$ {' '.join(argv)}\n".encode())
+        out.flush()
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_pdeathsig if die_with_parent and sys.platform == "linux" else None,  # noqa: PLW1509
+        )
+    return Proc(name=name, argv=argv, log=log, popen=popen)
+
+
+def stop_detached(pid: int, expected_exe: str, timeout: float = 10.0) -> bool:
+    """Stop a process group started by an earlier ``cluster up``; checks the pid still runs
+    ``expected_exe`` first (pids get reused). Returns True when something was signalled."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        cmdline = ""
+    if cmdline and cmdline != expected_exe:
+        return False
+    if not signal_group(pid, signal.SIGTERM):
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            break
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+    signal_group(pid, signal.SIGKILL)
+    return True

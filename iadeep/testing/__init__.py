@@ -1,0 +1,1 @@
+"""Test helpers and pytest fixtures shipped with iadeep (import them from a conftest)."""

@@ -1,0 +1,89 @@
+"""pytest fixtures for a real, session-wide Kubernetes control plane (see :mod:`iadeep.dev`).
+
+Use from a conftest::
+
+    from iadeep.testing.controlplane import (  # noqa: F401
+        control_plane, control_plane_options, k8s_client, k8s_namespace,
+    )
+
+and override ``control_plane_options`` (session scope) there to change the nodes or pass a
+KubeSchedulerConfiguration. When the binaries are missing (``make controlplane`` not run) the
+tests are skipped, except in CI (``CI`` or ``IADEEP_REQUIRE_CONTROLPLANE`` set), where that is
+an error. The working directory (certificates, etcd data, one log per component) is under
+pytest's basetemp, so the logs of a failed run stay there (pytest keeps the last three).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from iadeep.dev._binaries import find_binaries
+from iadeep.dev._cluster import ControlPlane
+from iadeep.dev._errors import ControlPlaneError
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+
+def _required() -> bool:
+    return any(os.environ.get(v, "").lower() not in ("", "0", "false") for v in ("IADEEP_REQUIRE_CONTROLPLANE", "CI"))
+
+
+@pytest.fixture(scope="session")
+def control_plane_options() -> dict[str, Any]:
+    """Keyword arguments for :class:`~iadeep.dev.ControlPlane`; override in a conftest."""
+    return {"nodes": 3, "gpus_per_node": 4, "gpu_mem_gib": 32}
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    control_plane_options: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """A started :class:`~iadeep.dev.ControlPlane`, shared by the whole session."""
+    pytest.importorskip("kubernetes")
+    try:
+        binaries = find_binaries()
+    except ControlPlaneError as exc:
+        if _required():
+            pytest.fail(f"{exc} (required here because CI/IADEEP_REQUIRE_CONTROLPLANE is set)", pytrace=False)
+        pytest.skip(str(exc))
+    options = dict(control_plane_options)
+    options.setdefault("workdir", tmp_path_factory.mktemp("controlplane"))
+    options.setdefault("binaries", binaries)
+    cp = ControlPlane(**options)
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def k8s_client(control_plane: ControlPlane) -> Iterator[ApiClient]:
+    """A ``kubernetes.client.ApiClient`` with admin rights on :func:`control_plane`."""
+    api = control_plane.api_client()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def k8s_namespace(control_plane: ControlPlane, k8s_client: ApiClient) -> Iterator[str]:
+    """A fresh namespace for one test (its default service account exists); deleted afterwards."""
+    from kubernetes import client
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    control_plane.create_namespace(name)
+    try:
+        yield name
+    finally:
+        try:
+            client.CoreV1Api(k8s_client).delete_namespace(name, propagation_policy="Background")
+        except Exception:  # noqa: BLE001 - best effort; the cluster goes away with the session
+            pass

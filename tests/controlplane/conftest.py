@@ -1,0 +1,9 @@
+"""Fixtures for tests against the real control plane (kube-apiserver, kube-scheduler,
+kube-controller-manager built by ``make controlplane``; kwok nodes)."""
+
+from iadeep.testing.controlplane import (  # noqa: F401 - pytest finds fixtures by name
+    control_plane,
+    control_plane_options,
+    k8s_client,
+    k8s_namespace,
+)
