@@ -1,0 +1,42 @@
+"""The main job end to end (small): summary.json schema, files, plots, CLI output and errors."""
+
+import json
+
+from typer.testing import CliRunner
+
+from iadeep.cli import app
+from iadeep.experiment import ExperimentConfig, run_experiment
+
+KEYS = {"avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queueing_s", "makespan_s", "gpu_utilisation", "mean_slowdown"}
+
+
+def test_run_experiment_writes_summary_and_plots(tmp_path, data_env, monkeypatch):
+    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+    cfg = ExperimentConfig(jobs=80, out=str(tmp_path / "run"))
+    summary = run_experiment(cfg, progress=False)
+    doc = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert doc == json.loads(json.dumps(summary))
+    assert doc["trace"]["name"] == "philly" and doc["trace"]["jobs"] == 80
+    assert doc["trace"]["sha256"] == "ebffb3dd1589bdf4e7bcd74496201c5ded1d557d498ee14f560463f37ec353da"
+    assert doc["cluster"]["nodes"] == 5 and doc["seed"] == 0
+    assert set(doc["policies"]) == {"iadeep", "exclusive", "antman", "gandiva"}
+    for metrics in doc["policies"].values():
+        assert set(metrics) == KEYS
+        assert metrics["p50_jct_s"] <= metrics["p95_jct_s"] <= metrics["p99_jct_s"]
+    for name in ("jct_cdf.png", "normalised.png", "queue_length.png", "report.md", "jobs-iadeep.csv"):
+        assert (tmp_path / "run" / name).stat().st_size > 0
+    assert (tmp_path / "run" / "jct_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_prints_summary_and_rejects_bad_input(tmp_path, data_env, monkeypatch):
+    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+    runner = CliRunner()
+    res = runner.invoke(app, ["experiment", "run", "--jobs", "40", "--policies", "iadeep,exclusive", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "offered load mean" in res.output and "iadeep" in res.output and "exclusive" in res.output
+    bad = runner.invoke(app, ["experiment", "run", "--trace", "nope", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "unknown trace 'nope'" in bad.output
+    bad = runner.invoke(app, ["experiment", "run", "--jobs", "20", "--policies", "iadeep,nope", "--out", str(tmp_path / "y")])
+    assert bad.exit_code == 2 and "unknown policy 'nope'" in bad.output
