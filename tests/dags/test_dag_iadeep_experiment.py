@@ -1,0 +1,162 @@
+"""The ``iadeep_experiment`` DAG: it parses, mirrors the CLI's options, and runs on the real Philly trace."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.airflow
+
+DAG_ID = "iadeep_experiment"
+TASKS = {"fetch_datasets", "build_workload", "simulate", "report"}
+ALL_POLICIES = ["iadeep", "exclusive", "antman", "gandiva"]
+SUMMARY_KEYS = {"avg_jct_s", "p99_jct_s", "makespan_s", "mean_slowdown"}
+
+
+@pytest.fixture(scope="module")
+def dag(dagbag):
+    return dagbag.dags[DAG_ID]
+
+
+def test_dagbag_imports_without_errors(dagbag) -> None:
+    assert dagbag.import_errors == {}
+    assert DAG_ID in dagbag.dags
+
+
+def test_dag_shape(dag) -> None:
+    assert {t.task_id for t in dag.tasks} == TASKS
+    assert dag.schedule is None and not dag.timetable.can_be_scheduled
+    assert dag.catchup is False
+    assert {"iadeep", "experiment"} <= set(dag.tags)
+    assert dag.doc_md and "airflow dags test iadeep_experiment" in dag.doc_md
+    fetch, build, sim, report = (dag.get_task(t) for t in ("fetch_datasets", "build_workload", "simulate", "report"))
+    assert build.upstream_task_ids == {"fetch_datasets"}
+    assert sim.upstream_task_ids == {"fetch_datasets", "build_workload"}
+    assert report.upstream_task_ids == {"fetch_datasets", "simulate"}
+    assert not fetch.upstream_task_ids
+
+
+def test_simulate_is_mapped_over_the_policy_list(dag) -> None:
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
+
+    sim = dag.get_task("simulate")
+    assert isinstance(sim, MappedOperator)
+    mapped = sim.op_kwargs_expand_input.value  # TaskFlow: the kwargs given to .expand()
+    assert set(mapped) == {"policy"}
+    assert mapped["policy"].operator.task_id == "build_workload"
+    assert not isinstance(dag.get_task("report"), MappedOperator)
+
+
+def test_params_mirror_experiment_config_defaults(dag) -> None:
+    from iadeep.experiment import TRACE_DATASETS, ExperimentConfig
+
+    defaults = ExperimentConfig().to_dict()
+    params = dag.params.dump()
+    assert set(params) <= set(defaults), set(params) - set(defaults)
+    for name, value in params.items():
+        assert value == defaults[name], name
+    for name in params:
+        assert dag.params.get_param(name).description, f"param {name} is undocumented"
+    assert dag.params.get_param("trace").schema["enum"] == list(TRACE_DATASETS)
+
+
+def test_params_cover_every_cli_option(dag) -> None:
+    from iadeep.experiment._cli import run_cmd
+
+    cli_options = set(inspect.signature(run_cmd).parameters)
+    assert cli_options <= set(dag.params.dump()), cli_options - set(dag.params.dump())
+
+
+@pytest.mark.parametrize("conf", [{"jobs": -1}, {"policies": []}, {"trace": "nope"}, {"gpu_type": "a100"},
+                                  {"predictor": "psychic"}, {"nodes": 0}])
+def test_params_reject_invalid_values(dag, conf: dict) -> None:
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    params = copy.deepcopy(dag.params)
+    with pytest.raises(ParamValidationError):
+        params.update(conf)
+        params.validate()
+
+
+def test_config_from_params_resolves_out_and_cli_conventions(dag_module, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch, dag) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(dag_module.ENV_RUNS_DIR, raising=False)
+    params = dag.params.dump()
+    cfg = dag_module.config_from_params({**params, "jobs": 0, "target_load": 0})
+    assert cfg["out"] == str(tmp_path / "runs" / "latest")
+    assert cfg["jobs"] is None and cfg["target_load"] is None
+    assert cfg["policies"] == ALL_POLICIES
+
+    monkeypatch.setenv(dag_module.ENV_RUNS_DIR, str(tmp_path / "base"))
+    assert dag_module.config_from_params({**params, "out": "exp1"})["out"] == str(tmp_path / "base" / "exp1")
+    assert dag_module.config_from_params({**params, "out": "/abs/exp"})["out"] == "/abs/exp"
+
+
+@pytest.mark.parametrize(("conf", "error", "match"), [
+    ({"jbos": 10}, TypeError, "jbos"),
+    ({"policies": ["iadeep", "fifo-magic"]}, ValueError, "fifo-magic"),
+    ({"mix": "nope"}, ValueError, "nope"),
+    ({"trace": "philly-json"}, ValueError, "trace_file"),
+])
+def test_config_from_params_rejects_bad_conf(dag_module, dag, conf: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        dag_module.config_from_params({**dag.params.dump(), **conf})
+
+
+def _task_instances(run_id: str) -> list:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter(TaskInstance.dag_id == DAG_ID, TaskInstance.run_id == run_id).all()
+        return [(ti.task_id, ti.map_index, ti.rendered_map_index, str(ti.state)) for ti in tis]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_dag_run_on_real_philly_matches_run_experiment(dag, airflow_db, real_data, tmp_path: Path) -> None:
+    from iadeep.experiment import ExperimentConfig, run_experiment
+
+    out = tmp_path / "dag-run"
+    conf = {"jobs": 60, "policies": ALL_POLICIES, "seed": 3, "out": str(out)}
+    run = dag.test(run_conf=conf)
+    assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
+
+    tis = _task_instances(run.run_id)
+    assert all(state.endswith("success") for *_, state in tis), tis
+    mapped = sorted((m, r) for t, m, r, _ in tis if t == "simulate")
+    assert mapped == list(enumerate(ALL_POLICIES))
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["policies"]) == ALL_POLICIES
+    for name, metrics in summary["policies"].items():
+        assert SUMMARY_KEYS <= set(metrics), name
+        assert (out / f"jobs-{name}.csv").is_file() and (out / f"metrics-{name}.json").is_file()
+    assert summary["trace"]["jobs"] == 60 and summary["trace"]["name"] == "philly"
+    assert summary["config"]["out"] == str(out)
+    for name in ("report.md", "jct_cdf.png", "normalised.png", "queue_length.png", "workload.csv"):
+        assert (out / name).is_file(), name
+
+    cli_out = tmp_path / "direct"
+    direct = run_experiment(ExperimentConfig.from_dict({**conf, "out": str(cli_out)}), progress=False)
+    assert summary["policies"] == direct["policies"]  # same seed -> identical numbers
+    assert summary["trace"] == direct["trace"]
+    assert {**summary["config"], "out": None} == {**direct["config"], "out": None}
+    assert (out / "workload.csv").read_bytes() == (cli_out / "workload.csv").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_dag_run_with_a_typo_in_conf_fails_before_fetching(dag, airflow_db, tmp_path: Path) -> None:
+    out = tmp_path / "typo"
+    run = dag.test(run_conf={"jbos": 60, "out": str(out)})
+    assert str(run.state) in ("failed", "DagRunState.FAILED"), run.state
+    states = {t: state for t, _, _, state in _task_instances(run.run_id)}
+    assert states["fetch_datasets"].endswith("failed"), states
+    assert not any(s.endswith("success") for s in states.values()), states
+    assert not out.exists()
