@@ -39,3 +39,8 @@ lock:
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# kube-apiserver, kube-scheduler, kube-controller-manager, kwok and etcd from Go modules (tools/controlplane),
+# into ~/.cache/iadeep/controlplane/<pins>; skipped when already built for the same pins.
+controlplane:
+	bash tools/controlplane/build.sh

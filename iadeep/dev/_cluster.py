@@ -111,8 +111,9 @@ class ControlPlane:
             default, deleted on stop unless ``keep_workdir``.
         extra_args: extra command-line flags per component, e.g.
             ``{"kube-apiserver": ["--v=2"]}``.
-        die_with_parent: components get SIGTERM when this Python process exits (keep True except
-            for ``iadeep dev cluster up`` without ``--foreground``).
+        die_with_parent: the kernel kills the components when the thread that started them
+            exits (Linux ``PR_SET_PDEATHSIG``): call :meth:`start` from the main thread or one
+            that outlives the cluster. False only for ``iadeep dev cluster up`` (detached).
         ready_timeout: seconds to wait for every component and node to be ready.
     """
 

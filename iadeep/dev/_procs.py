@@ -1,8 +1,10 @@
 """Child processes of the control plane: each in its own process group, logging to a file.
 
 Every component runs as the leader of a new session, so stopping it signals the whole group.
-With ``die_with_parent`` the kernel sends SIGTERM to the child when the process that started it
+With ``die_with_parent`` the kernel sends SIGKILL to the child when the process that started it
 exits, even on SIGKILL or a crash (Linux ``PR_SET_PDEATHSIG``), so nothing outlives a test run.
+(SIGKILL, not SIGTERM: once etcd is gone kube-apiserver's graceful shutdown can hang; an orderly
+stop goes through :meth:`Proc.stop` first anyway.)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ _PR_SET_PDEATHSIG = 1
 def _pdeathsig() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except OSError:
         pass
 

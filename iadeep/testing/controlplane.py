@@ -3,7 +3,7 @@
 Use from a conftest::
 
     from iadeep.testing.controlplane import (  # noqa: F401
-        control_plane, control_plane_options, k8s_client, k8s_namespace,
+        control_plane, control_plane_options, controlplane_binaries, k8s_client, k8s_namespace,
     )
 
 and override ``control_plane_options`` (session scope) there to change the nodes or pass a
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from iadeep.dev._binaries import find_binaries
+from iadeep.dev._binaries import Binaries, find_binaries
 from iadeep.dev._cluster import ControlPlane
 from iadeep.dev._errors import ControlPlaneError
 
@@ -35,6 +35,18 @@ def _required() -> bool:
 
 
 @pytest.fixture(scope="session")
+def controlplane_binaries() -> Binaries:
+    """The located binaries; skips (fails under CI) when ``make controlplane`` has not run."""
+    pytest.importorskip("kubernetes")
+    try:
+        return find_binaries()
+    except ControlPlaneError as exc:
+        if _required():
+            pytest.fail(f"{exc} (required here because CI/IADEEP_REQUIRE_CONTROLPLANE is set)", pytrace=False)
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
 def control_plane_options() -> dict[str, Any]:
     """Keyword arguments for :class:`~iadeep.dev.ControlPlane`; override in a conftest."""
     return {"nodes": 3, "gpus_per_node": 4, "gpu_mem_gib": 32}
@@ -42,19 +54,14 @@ def control_plane_options() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def control_plane(
-    control_plane_options: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+    controlplane_binaries: Binaries,
+    control_plane_options: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ControlPlane]:
     """A started :class:`~iadeep.dev.ControlPlane`, shared by the whole session."""
-    pytest.importorskip("kubernetes")
-    try:
-        binaries = find_binaries()
-    except ControlPlaneError as exc:
-        if _required():
-            pytest.fail(f"{exc} (required here because CI/IADEEP_REQUIRE_CONTROLPLANE is set)", pytrace=False)
-        pytest.skip(str(exc))
     options = dict(control_plane_options)
     options.setdefault("workdir", tmp_path_factory.mktemp("controlplane"))
-    options.setdefault("binaries", binaries)
+    options.setdefault("binaries", controlplane_binaries)
     cp = ControlPlane(**options)
     cp.start()
     try:

@@ -16,7 +16,7 @@
 #        build.sh --print-dir print the binary directory for the current pins and exit
 #        build.sh --force     rebuild even when the binaries are present
 # Env:   IADEEP_CONTROLPLANE_DIR  binary directory (overrides the cache path above)
-#        GOFLAGS                  passed through (default -p=2: keep the 2-core machines usable)
+#        GOFLAGS                  passed through (-p=2 is added unless it names -p)
 #        IADEEP_BUILD_NICE        niceness of the go processes (default 19)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -63,7 +63,8 @@ k8s_version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 kwok_version="$(go list -m -f '{{.Version}}' sigs.k8s.io/kwok)"
 etcd_version="$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)"
 k8s_minor="$(echo "$k8s_version" | cut -d. -f2)"
-export GOFLAGS="${GOFLAGS:--p=2}"
+# -p=2: two compile jobs at most, so the 2-core machines stay usable (unless GOFLAGS names -p).
+[[ " ${GOFLAGS:-} " == *" -p="* ]] || export GOFLAGS="${GOFLAGS:+$GOFLAGS }-p=2"
 nice_n="${IADEEP_BUILD_NICE:-19}"
 
 vpkg=k8s.io/component-base/version
@@ -77,7 +78,7 @@ for b in "${BINARIES[@]}"; do
   tb=$(now_ms)
   case $b in kwok | etcd) ldf="$plain_ldflags" ;; *) ldf="$k8s_ldflags" ;; esac
   # CGO off: static binaries, and no C toolchain needed.
-  CGO_ENABLED=0 nice -n "$nice_n" go build -trimpath -ldflags "$ldf" -o "$OUT/$b.tmp" "${PKG[$b]}"
+  CGO_ENABLED=0 nice -n "$nice_n" go build -trimpath -buildvcs=false -ldflags "$ldf" -o "$OUT/$b.tmp" "${PKG[$b]}"
   mv -f "$OUT/$b.tmp" "$OUT/$b"
   printf 'controlplane: built %-24s in %8ss\n' "$b" "$(secs_since "$tb")"
 done
