@@ -60,10 +60,19 @@ def control_plane(
 ) -> Iterator[ControlPlane]:
     """A started :class:`~iadeep.dev.ControlPlane`, shared by the whole session."""
     options = dict(control_plane_options)
-    options.setdefault("workdir", tmp_path_factory.mktemp("controlplane"))
     options.setdefault("binaries", controlplane_binaries)
-    cp = ControlPlane(**options)
-    cp.start()
+    for attempt in (1, 2):
+        kwargs = dict(options)
+        kwargs.setdefault("workdir", tmp_path_factory.mktemp("controlplane"))
+        cp = ControlPlane(**kwargs)
+        try:
+            cp.start()
+            break
+        except ControlPlaneError as exc:
+            # Ports are picked free, then bound by the component: on a busy machine another
+            # process can take one in between. Worth exactly one more try.
+            if attempt == 2 or "address already in use" not in str(exc):
+                raise
     try:
         yield cp
     finally:
