@@ -120,11 +120,18 @@ def stop_detached(pid: int, expected_exe: str, timeout: float = 10.0) -> bool:
     if not signal_group(pid, signal.SIGTERM):
         return False
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not Path(f"/proc/{pid}").exists():
-            break
+    while time.monotonic() < deadline and _running(pid):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         time.sleep(0.1)
     signal_group(pid, signal.SIGKILL)
     return True
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (whose reaping is its parent's business)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
