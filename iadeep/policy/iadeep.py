@@ -127,26 +127,34 @@ class IADeep(Policy):
         a = np.maximum(pred[job.type_id, occ_t], 1e-3)
         b = np.maximum(pred[occ_t, job.type_id], 1e-3)
         r_p = view.remaining_s(first)
-        wait = self.expected_wait_s(job, view, n_free)
         t_new, t_part = finish_times(job.remaining_s, r_p, a, b)
-        # change of the two jobs' summed completion times versus waiting for a free GPU
-        delta = (t_new + t_part) - (wait + job.remaining_s + r_p / np.maximum(view.job_rate[first], 1e-6))
-        need = k - n_free
-        # Waiting also holds back the queue: each job behind that could have taken one of the
-        # other shareable GPUs now starts at least ``wait`` later.
-        blocked = min(job.jobs_behind, max(len(shared) - need, 0))
-        delta = delta - blocked * wait / need
+        # change of the two jobs' summed completion times versus both running alone now; waiting
+        # ``W`` for a free GPU would add ``W`` to it (the new job starts later)
+        base = (t_new + t_part) - (job.remaining_s + r_p / np.maximum(view.job_rate[first], 1e-6))
         # never pair where sharing is predicted to progress less than taking turns on the GPU
-        delta = np.where(a + b < 1.0, np.inf, delta)
-        best = shared[np.argsort(delta, kind="stable")[:need]]
-        gain = float(-np.sort(delta)[:need].sum())
-        if gain <= 0:
-            return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU")
+        base = np.where(a + b < 1.0, np.inf, base)
+        need = k - n_free
+        order = np.argsort(base, kind="stable")[:need]
+        cost = float(base[order].sum())
+        if cost == np.inf:
+            return Wait(job.job_id, "every shareable GPU is predicted to progress less than taking turns")
+        if cost < 0:  # sharing beats even an immediate free GPU: no need to estimate the wait
+            reason = f"co-located: predicted saving {-cost:.0f} job-seconds"
+        else:
+            # Waiting also holds back the queue: each job behind that could have taken one of the
+            # other shareable GPUs starts at least ``W`` later.
+            blocked = min(job.jobs_behind, max(len(shared) - need, 0))
+            wait = self.expected_wait_s(job, view, n_free)
+            gain = (need + blocked) * wait - cost
+            if gain <= 0:
+                return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU")
+            reason = f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s"
+        best = shared[order]
         chosen = np.zeros(view.n_gpus, dtype=bool)
         chosen[best] = True
         chosen |= free
         gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view)
-        return Placement(job.job_id, gpus, f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s")
+        return Placement(job.job_id, gpus, reason)
 
     def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
         """Tune batch sizes of co-located jobs; learn from every measurement."""
