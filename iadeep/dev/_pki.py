@@ -71,28 +71,7 @@ class _Ca:
         now = _dt.datetime.now(_dt.UTC)
         self.name = _name("iadeep-dev-ca")
         self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(self.name)
-            .issuer_name(self.name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
+            _builder(self.name, self.name, self.key.public_key(), now, ca=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
             .sign(self.key, hashes.SHA256())
         )
@@ -110,28 +89,7 @@ class _Ca:
         now = _dt.datetime.now(_dt.UTC)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(cn, orgs))
-            .issuer_name(self.name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
+            _builder(_name(cn, orgs), self.name, key.public_key(), now, ca=False)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False
@@ -142,6 +100,34 @@ class _Ca:
             names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         return builder.sign(self.key, hashes.SHA256()), key
+
+
+def _builder(subject: x509.Name, issuer: x509.Name, public_key, now: _dt.datetime, *, ca: bool) -> x509.CertificateBuilder:
+    """A certificate valid from 5 minutes ago for ``_VALIDITY``, with CA or leaf basic constraints and key usage."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
 
 
 # Identities the control plane's own components use. The CN/O pairs are the ones the
