@@ -19,7 +19,13 @@ They only decide how strongly larger batches are discounted; they are not fitted
 
 from __future__ import annotations
 
-__all__ = ["GRADIENT_NOISE_SCALE", "statistical_efficiency", "progress_rate"]
+from collections.abc import Sequence
+
+import numpy as np
+
+from iadeep.jobtypes import JobType
+
+__all__ = ["GRADIENT_NOISE_SCALE", "statistical_efficiency", "gain_matrix", "progress"]
 
 #: Gradient noise scale ``phi`` (samples) per Gavel model family; see the module docstring.
 GRADIENT_NOISE_SCALE: dict[str, float] = {
@@ -43,18 +49,34 @@ def statistical_efficiency(model: str, batch_size: int, base_batch_size: int) ->
     return (phi + base_batch_size) / (phi + batch_size)
 
 
-def progress_rate(model: str, steps_per_s: float, batch_size: int, base_steps_per_s: float, base_batch_size: int) -> float:
-    """Training progress rate relative to running alone at the original configuration.
+def gain_matrix(types: Sequence[JobType], isolated_steps_per_s: np.ndarray) -> np.ndarray:
+    """Goodput of running at type ``t`` relative to the job's submitted type ``b`` (both alone).
 
-    ``rate = (steps/s x b x E(b)) / (base steps/s x b0)``: 1.0 means the job progresses as fast as
-    on a dedicated GPU at the batch size it was submitted with.
+    ``gain[t, b] = (steps/s(t) x batch(t) x E(batch(t))) / (steps/s(b) x batch(b))`` for types of the
+    same model family, 0 across families (a job never changes model).
 
     Args:
-        model: model family.
-        steps_per_s: current steps/s (co-located or not).
-        batch_size: current batch size (samples per step).
-        base_steps_per_s: isolated steps/s at ``base_batch_size``.
-        base_batch_size: the batch size the job was submitted with.
+        types: job types, shape ``(n_types,)``.
+        isolated_steps_per_s: isolated steps/s of each type, shape ``(n_types,)``.
+
+    Returns:
+        shape ``(n_types, n_types)``.
     """
-    samples = steps_per_s * batch_size * statistical_efficiency(model, batch_size, base_batch_size)
-    return samples / (base_steps_per_s * base_batch_size)
+    n = len(types)
+    gain = np.zeros((n, n))
+    for a, ta in enumerate(types):
+        for b, tb in enumerate(types):
+            if ta.model == tb.model:
+                eff = statistical_efficiency(ta.model, ta.batch_size, tb.batch_size)
+                gain[a, b] = isolated_steps_per_s[a] * ta.batch_size * eff / (isolated_steps_per_s[b] * tb.batch_size)
+    gain.setflags(write=False)
+    return gain
+
+
+def progress(normalised_throughput: float, gain: float) -> float:
+    """Progress rate (1.0 = dedicated run as submitted) of a job at ``normalised_throughput`` and ``gain``.
+
+    Capped at 1: the trace's duration is the fastest a job runs, so tuning can only win back what
+    interference took, never outrun the dedicated run.
+    """
+    return min(normalised_throughput * gain, 1.0)

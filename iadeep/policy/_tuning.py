@@ -1,7 +1,7 @@
 """Batch-size tuning of the jobs co-located on one GPU (IADeep's tuner, Sec. 4 of the paper).
 
 The objective of a configuration (one batch size per job) is the sum of the jobs' progress rates
-(:func:`iadeep.goodput.progress_rate`): normalised throughput x samples per step x statistical
+(:func:`iadeep.goodput.progress`): normalised throughput x samples per step x statistical
 efficiency, relative to each job's own dedicated run. The tuner ranks every feasible configuration
 by *predicted* objective, measures the ``trials`` best (each trial is one run of the configuration
 through the injected measurement executor, costing measurement time), and keeps the best
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from iadeep.goodput import statistical_efficiency
+from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel
 from iadeep.policy._types import ClusterView, Measure, TuningDecision
 
@@ -44,21 +44,11 @@ class BatchSizeTuner:
         for tid, t in enumerate(model.types):
             by_model.setdefault(t.model, []).append(tid)
         self._options = {m: tuple(ids) for m, ids in by_model.items()}
-        iso = model.isolated_steps_per_s
-        bs = np.array([t.batch_size for t in model.types], dtype=float)
-        n = len(model.types)
-        # gain[t, base] = samples/s x efficiency of type t relative to the job's base type (alone)
-        gain = np.zeros((n, n))
-        for a, ta in enumerate(model.types):
-            for b, tb in enumerate(model.types):
-                if ta.model == tb.model:
-                    eff = statistical_efficiency(ta.model, ta.batch_size, tb.batch_size)
-                    gain[a, b] = iso[a] * bs[a] * eff / (iso[b] * bs[b])
-        self.gain = gain
+        self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
 
     def objective(self, types: Sequence[int], bases: Sequence[int], norm: Sequence[float]) -> float:
         """Sum of progress rates for normalised throughputs ``norm`` of jobs at ``types``."""
-        return float(sum(min(n * self.gain[t, b], 1.0) for t, b, n in zip(types, bases, norm)))
+        return float(sum(progress(n, self.gain[t, b]) for t, b, n in zip(types, bases, norm)))
 
     def tune(self, gpu: int, view: ClusterView, predicted: np.ndarray, measure: Measure) -> TuningDecision:
         """Run one tuning session.

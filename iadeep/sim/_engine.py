@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
-from iadeep.policy import ClusterView, JobRequest, Placement, Policy, TuningDecision
+from iadeep.policy import ClusterView, JobRequest, Placement, Policy
 from iadeep.sim._config import ClusterSpec, SimSettings
 from iadeep.sim._result import SimResult
 
@@ -103,7 +104,7 @@ class Simulator:
         self.gpus: list[tuple[int, ...]] = [()] * n
         self.sessions: dict[int, _Session] = {}
         self.gpu_version = np.zeros(G, dtype=np.int64)
-        self.gain = policy_gain(model)
+        self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
         self.queue: list[int] = []
         self.events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -154,7 +155,7 @@ class Simulator:
             return
         norm = self.model.normalised([int(self.type[h]) for h in occ])
         for h, x in zip(occ, norm):
-            self.gpu_rate[g, self._slot(g, h)] = min(x * self.gain[self.type[h], self.base_type[h]], 1.0)
+            self.gpu_rate[g, self._slot(g, h)] = progress(x, self.gain[self.type[h], self.base_type[h]])
             affected.add(h)
 
     # -- applying decisions --------------------------------------------------------------------
@@ -204,7 +205,7 @@ class Simulator:
         def measure(config):
             handles = list(config)
             norm = self.model.normalised([int(config[x]) for x in handles])
-            trial_rates.append({x: min(n * self.gain[config[x], self.base_type[x]], 1.0) for x, n in zip(handles, norm)})
+            trial_rates.append({x: progress(n, self.gain[config[x], self.base_type[x]]) for x, n in zip(handles, norm)})
             return {x: float(n * self.rng.lognormal(0.0, noise)) for x, n in zip(handles, norm)}
 
         return measure
@@ -341,13 +342,6 @@ class Simulator:
         if done != n:
             raise RuntimeError(f"simulation ended with {n - done} unfinished jobs (policy {self.policy.name} deadlocked)")
         return SimResult.build(self)
-
-
-def policy_gain(model: InterferenceModel) -> np.ndarray:
-    """Goodput gain ``gain[type, base]`` of running at ``type`` instead of the submitted ``base``, shape ``(n_types, n_types)``."""
-    from iadeep.policy._tuning import BatchSizeTuner
-
-    return BatchSizeTuner(model).gain
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
