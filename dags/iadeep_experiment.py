@@ -104,20 +104,11 @@ def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
         ValueError: an invalid value (unknown trace, policy or mix, ...).
     """
     from iadeep.experiment import ExperimentConfig
-    from iadeep.policy import POLICIES
-    from iadeep.traces import MIXES
 
     d = dict(params)
-    # same conventions as the CLI: 0 means "all jobs" / "keep the trace's timing"
-    d["jobs"] = d.get("jobs") or None
-    d["target_load"] = d.get("target_load") or None
     d["out"] = resolve_out(str(d.get("out") or ExperimentConfig.out))
+    # ExperimentConfig applies the CLI's conventions (0 = all jobs / trace timing) and checks names
     cfg = ExperimentConfig.from_dict(d)
-    unknown = [p for p in cfg.policies if p not in POLICIES]
-    if unknown:
-        raise ValueError(f"unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(POLICIES)}")
-    if cfg.mix not in MIXES:
-        raise ValueError(f"unknown mix {cfg.mix!r}; known: {', '.join(MIXES)}")
     return cfg.to_dict()
 
 

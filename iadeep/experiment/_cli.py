@@ -48,9 +48,9 @@ def run_cmd(
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
         cfg = ExperimentConfig(
-            trace=trace, trace_file=trace_file, jobs=jobs or None, start_job=start_job, window_start_s=window_start_s,
+            trace=trace, trace_file=trace_file, jobs=jobs, start_job=start_job, window_start_s=window_start_s,
             window_end_s=window_end_s, virtual_cluster=virtual_cluster, max_gpus=max_gpus, arrival_scale=arrival_scale,
-            iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load or None, mix=mix,
+            iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load, mix=mix,
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, seed=seed, backfill=backfill, predictor=predictor, out=out)
         paths = fetch_inputs(cfg)
@@ -65,11 +65,7 @@ def run_cmd(
                   console=console, transient=False) as bar:
         for name in cfg.policies:
             task = bar.add_task(name, total=len(workload))
-            try:
-                run_policy(cfg, name, workload, paths["throughputs"], lambda done, t=task: bar.update(t, completed=done))
-            except KeyError as exc:
-                console.print(f"[red]error:[/red] {exc.args[0]}")
-                raise typer.Exit(2) from None
+            run_policy(cfg, name, workload, paths["throughputs"], lambda done, t=task: bar.update(t, completed=done))
     summary = write_report(cfg)
     console.print(summary_table(summary))
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: summary.json, report.md, jct_cdf.png, normalised.png, queue_length.png")

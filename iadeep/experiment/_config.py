@@ -76,12 +76,32 @@ class ExperimentConfig:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        """Normalise ``jobs=0`` / ``target_load=0`` to ``None`` (all jobs / trace timing) and check names.
+
+        Raises:
+            ValueError: unknown trace, policy, mix, GPU type or predictor (the message lists the
+                known ones), or a registry-less trace without ``trace_file``.
+        """
+        from iadeep.interference import GPU_TYPES
+        from iadeep.policy import POLICIES
+        from iadeep.traces import MIXES
+
+        for name in ("jobs", "target_load"):
+            if not getattr(self, name):
+                object.__setattr__(self, name, None)
         if self.trace not in TRACE_DATASETS:
             raise ValueError(f"unknown trace {self.trace!r}; known: {', '.join(TRACE_DATASETS)}")
         if TRACE_DATASETS[self.trace] is None and not self.trace_file:
             raise ValueError(f"trace {self.trace!r} is not in the dataset registry: pass trace_file")
         if not self.policies:
             raise ValueError("at least one policy is needed")
+        unknown = [p for p in self.policies if p not in POLICIES]
+        if unknown:
+            raise ValueError(f"unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(POLICIES)}")
+        for field_name, value, known in (("mix", self.mix, tuple(MIXES)), ("gpu_type", self.gpu_type, GPU_TYPES),
+                                         ("predictor", self.predictor, ("learned", "oracle"))):
+            if value not in known:
+                raise ValueError(f"unknown {field_name} {value!r}; known: {', '.join(known)}")
 
     @property
     def out_dir(self) -> Path:
