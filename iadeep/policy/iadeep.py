@@ -10,14 +10,16 @@ Placement (IADeep's first challenge: mitigating interference vs. making progress
   expected wait ``W``, the partner keeps its GPU). The job is co-located with the partner that
   lowers the summed completion times the most, and only if that sum beats waiting; otherwise
   it waits. ``W`` is the time until enough GPUs free up for it and the jobs queued ahead
-  (GPUs sorted by their occupants' remaining time). Waiting is also charged ``W`` for each job
+  (GPUs sorted by their occupants' remaining time). A gang partner's delay counts once per GPU
+  it holds (all of them stay busy longer). Waiting is also charged ``W`` for each job
   queued behind that could have used one of the other shareable GPUs: under FIFO they cannot
   start while the head waits (the starvation trap of a fixed "good partner" threshold).
 * predictions come from an :class:`~iadeep.interference.OnlineInterferenceLearner` that every
   tuning session's measurements improve (or the measured table with ``predictor="oracle"``).
 
 A pair whose predicted normalised throughputs sum below 1 (sharing progresses less than taking
-turns) is never formed, and a tuning session whose best measured configuration still sums below 1
+turns) is formed only when the two jobs themselves gain over waiting (the queue-pressure term does
+not count for it), and a tuning session whose best measured configuration still sums below 1
 undoes the co-location: the newest job goes back to the head of the queue (as Gandiva's undo, but
 judged on goodput after tuning).
 
@@ -65,19 +67,26 @@ class IADeep(Policy):
         predictor: ``"learned"`` (online learner) or ``"oracle"`` (the measured table).
         learner: an existing learner to use (e.g. one restored from the state store).
         tuning_trials: configurations measured per tuning session.
+        bad_pairs_when_waiting: allow a pair predicted below taking turns (a + b < 1) when the two
+            jobs' own completion times still beat waiting (never for queue pressure alone).
+        undo_below: re-queue the newest job when a tuning session's best measured progress sum is
+            below this (None: never undo).
     """
 
     name = "iadeep"
     colocation_limit = 2
 
     def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None, predictor: str = "learned",
-                 learner: OnlineInterferenceLearner | None = None, tuning_trials: int = 3):
+                 learner: OnlineInterferenceLearner | None = None, tuning_trials: int = 3,
+                 bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")
         self.learner = learner if learner is not None else OnlineInterferenceLearner(model.types)
         self.predictor = predictor
         self.tuner = BatchSizeTuner(model, trials=tuning_trials)
+        self.bad_pairs_when_waiting = bad_pairs_when_waiting
+        self.undo_below = undo_below
 
     def predicted(self) -> np.ndarray:
         """Predicted pairwise normalised throughput, shape ``(n_types, n_types)``."""
@@ -130,14 +139,16 @@ class IADeep(Policy):
         t_new, t_part = finish_times(job.remaining_s, r_p, a, b)
         # change of the two jobs' summed completion times versus both running alone now; waiting
         # ``W`` for a free GPU would add ``W`` to it (the new job starts later)
-        base = (t_new + t_part) - (job.remaining_s + r_p / np.maximum(view.job_rate[first], 1e-6))
-        # never pair where sharing is predicted to progress less than taking turns on the GPU
-        base = np.where(a + b < 1.0, np.inf, base)
+        # a gang partner holds all its GPUs while it is slowed: weight its delay by its GPU count
+        k_p = view.job_num_gpus[first]
+        base = (t_new - job.remaining_s) + k_p * (t_part - r_p / np.maximum(view.job_rate[first], 1e-6))
+        # A pair predicted to progress less than taking turns on the GPU (a + b < 1) is formed only
+        # for the two jobs' own sake; the queue-pressure term below applies to good pairs alone.
+        good = a + b >= 1.0
         need = k - n_free
-        order = np.argsort(base, kind="stable")[:need]
-        cost = float(base[order].sum())
-        if cost == np.inf:
-            return Wait(job.job_id, "every shareable GPU is predicted to progress less than taking turns")
+        good_base = np.where(good, base, np.inf)
+        order = np.argsort(good_base, kind="stable")[:need]
+        cost = float(good_base[order].sum())
         if cost < 0:  # sharing beats even an immediate free GPU: no need to estimate the wait
             reason = f"co-located: predicted saving {-cost:.0f} job-seconds"
         else:
@@ -145,7 +156,9 @@ class IADeep(Policy):
             # other shareable GPUs starts at least ``W`` later.
             blocked = min(job.jobs_behind, max(len(shared) - need, 0))
             wait = self.expected_wait_s(job, view, n_free)
-            gain = (need + blocked) * wait - cost
+            delta = base - wait * np.where(good, 1.0 + blocked / need, 1.0 if self.bad_pairs_when_waiting else 0.0)
+            order = np.argsort(delta, kind="stable")[:need]
+            gain = -float(delta[order].sum())
             if gain <= 0:
                 return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU")
             reason = f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s"
@@ -165,7 +178,7 @@ class IADeep(Policy):
         types = self.model.types
         for _, _, t, p, y in decision.samples:
             self.learner.observe(InterferenceSample(types[t], types[p], y))
-        if decision.progress < 1.0:
+        if self.undo_below is not None and decision.progress < self.undo_below:
             # even the best configuration progresses less than taking turns would: undo
             newest = int(handles[-1])
             return replace(decision, type_ids={}, evict=(newest,),
