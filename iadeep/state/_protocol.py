@@ -1,0 +1,100 @@
+"""The state-store protocol: what drivers may ask of the shared state.
+
+Implementations: :class:`iadeep.state.EtcdStateStore` (the only code that talks to etcd) and
+:class:`iadeep.state.MemoryStateStore` (same semantics, in process, for tests of drivers and for
+the simulator-side tools).
+
+Consistency: every method is linearisable with respect to the others; :meth:`reserve` and
+:meth:`release` are atomic (one etcd transaction comparing the mod revisions of the GPU records
+they change), so two reservations can never take the same GPU memory. Methods are thread-safe.
+
+Errors: :class:`StoreUnavailable` when the backend cannot be reached after retries;
+:class:`AllocationConflict` when a reservation does not fit (memory, co-location limit, missing
+inventory, or the pod already holds a reservation); :class:`RecordError` for malformed records.
+Nothing is written when a method raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
+
+from iadeep.state._records import (
+    Assignment,
+    GpuState,
+    InterferenceSampleRecord,
+    JobRecord,
+    Measurement,
+    NodeInventory,
+    TuningRequest,
+)
+
+__all__ = ["StateStore", "StoreUnavailable", "AllocationConflict"]
+
+
+class StoreUnavailable(RuntimeError):
+    """The state store could not be reached (after retries); the message names the endpoint."""
+
+
+class AllocationConflict(RuntimeError):
+    """A reservation does not fit; the message says which GPU and why."""
+
+
+class StateStore(Protocol):
+    """Shared state of the live system (see the module docstring for guarantees)."""
+
+    def healthy(self) -> bool:
+        """True when the backend answers (used by ``/readyz``)."""
+
+    # inventory (device plugin)
+    def put_inventory(self, inventory: NodeInventory, *, lease_ttl_s: int | None = None) -> None:
+        """Publish a node's GPUs; with ``lease_ttl_s`` the record disappears unless kept alive."""
+
+    def inventories(self) -> dict[str, NodeInventory]:
+        """All published nodes, by name."""
+
+    # jobs and allocation (extender)
+    def put_job(self, job: JobRecord) -> None:
+        """Create or replace a job record."""
+
+    def jobs(self) -> dict[str, JobRecord]:
+        """All job records by pod UID."""
+
+    def gpu_states(self) -> dict[tuple[str, int], GpuState]:
+        """Memory used and pods per ``(node, gpu)``; GPUs without assignments may be absent."""
+
+    def reserve(self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float) -> list[Assignment]:
+        """Atomically reserve ``job.mem_gib`` on each of ``gpus`` of ``node`` and store the job.
+
+        Also sets a :class:`TuningRequest` for each GPU whose co-location set changed.
+
+        Raises:
+            AllocationConflict: memory or co-location limit exceeded, unknown node/GPU, or the pod
+                already has a reservation.
+        """
+
+    def release(self, pod_uid: str, *, now_s: float) -> list[Assignment]:
+        """Atomically drop a pod's reservations (no-op when none); returns what was released."""
+
+    def assignments(self, node: str | None = None) -> list[Assignment]:
+        """Reservations, optionally of one node."""
+
+    # measurements, tuning, learning (coordinator, tuner)
+    def add_measurement(self, m: Measurement) -> None:
+        """Append a throughput report."""
+
+    def measurements(self, pod_uid: str) -> list[Measurement]:
+        """A pod's reports, oldest first."""
+
+    def tuning_requests(self) -> list[TuningRequest]:
+        """Pending tuning requests."""
+
+    def add_samples(self, samples: Sequence[InterferenceSampleRecord]) -> None:
+        """Append learned interference samples (they survive restarts)."""
+
+    def samples(self) -> list[InterferenceSampleRecord]:
+        """All learned samples, oldest first."""
+
+    def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:
+        """Yield change events (``{"type": "put"|"delete", "key": ...}``) under ``<prefix>/<what>``
+        until ``timeout_s`` passes without one."""

@@ -1,0 +1,189 @@
+"""Typed records kept in the state store (etcd), serialised as JSON.
+
+Key schema (all under one configurable prefix, default ``/iadeep``; ``<p>`` below):
+
+==============================================  ==============================================
+key                                             value
+==============================================  ==============================================
+``<p>/nodes/<node>``                            :class:`NodeInventory` (published by the device
+                                                plugin; attached to the plugin's lease)
+``<p>/jobs/<pod_uid>``                          :class:`JobRecord`
+``<p>/assignments/<node>/<gpu>/<pod_uid>``      :class:`Assignment` (one per pod per GPU)
+``<p>/gpus/<node>/<gpu>``                       :class:`GpuState` (memory used, co-located pods;
+                                                the record that allocation transactions compare
+                                                on, by mod revision)
+``<p>/measurements/<pod_uid>/<seq>``            :class:`Measurement` (throughput a job reported)
+``<p>/tuning/<node>/<gpu>``                     :class:`TuningRequest` (set when a GPU's
+                                                co-location set changes; the coordinator's cue)
+``<p>/samples/<seq>``                           :class:`InterferenceSampleRecord` (learned)
+``<p>/locks/<name>``                            etcd lock keys
+==============================================  ==============================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+__all__ = [
+    "GpuInfo",
+    "NodeInventory",
+    "JobRecord",
+    "Assignment",
+    "GpuState",
+    "Measurement",
+    "TuningRequest",
+    "InterferenceSampleRecord",
+    "RecordError",
+    "to_json",
+    "from_json",
+]
+
+R = TypeVar("R")
+
+
+class RecordError(ValueError):
+    """A stored or submitted record is malformed; the message names the record type and field."""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as the device plugin sees it.
+
+    Attributes:
+        index: the GPU's index on its node (0-based).
+        mem_gib: total memory (GiB).
+        uuid: the device's UUID (``GPU-...`` from NVML), empty when unknown.
+    """
+
+    index: int
+    mem_gib: float
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    """GPUs of one node, published by that node's device plugin."""
+
+    node: str
+    gpus: tuple[GpuInfo, ...]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "NodeInventory":
+        return cls(str(d["node"]), tuple(GpuInfo(**g) for g in d["gpus"]))
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A GPU job (one pod) known to the system.
+
+    Attributes:
+        pod_uid / namespace / name: the pod.
+        model: Gavel model family (e.g. "ResNet-50"); batch_size: submitted batch size.
+        num_gpus: GPUs the pod needs; mem_gib: memory per GPU (GiB).
+        remaining_s: remaining work at dedicated speed (s), as estimated from reported progress.
+        submitted_at: submission time (Unix seconds).
+    """
+
+    pod_uid: str
+    namespace: str
+    name: str
+    model: str
+    batch_size: int
+    num_gpus: int
+    mem_gib: float
+    remaining_s: float = 0.0
+    submitted_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A pod's reservation on one GPU."""
+
+    pod_uid: str
+    node: str
+    gpu: int
+    mem_gib: float
+    assumed_at: float
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """Aggregate of the assignments on one GPU (kept consistent by transactions)."""
+
+    node: str
+    gpu: int
+    mem_used_gib: float = 0.0
+    pods: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "GpuState":
+        return cls(str(d["node"]), int(d["gpu"]), float(d["mem_used_gib"]), tuple(d["pods"]))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Throughput a job reported (steps/s) at a batch size, at a time (Unix seconds)."""
+
+    pod_uid: str
+    steps_per_s: float
+    batch_size: int
+    at: float
+
+
+@dataclass(frozen=True)
+class TuningRequest:
+    """A GPU whose co-location set changed and needs a tuning session."""
+
+    node: str
+    gpu: int
+    pods: tuple[str, ...]
+    requested_at: float
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TuningRequest":
+        return cls(str(d["node"]), int(d["gpu"]), tuple(d["pods"]), float(d["requested_at"]))
+
+
+@dataclass(frozen=True)
+class InterferenceSampleRecord:
+    """A learned interference sample: ``job`` ran at ``normalised_throughput`` sharing with ``partner``.
+
+    Job types are given as model family and batch size.
+    """
+
+    job_model: str
+    job_batch_size: int
+    partner_model: str
+    partner_batch_size: int
+    normalised_throughput: float
+    at: float = field(default=0.0)
+
+
+def to_json(record: Any) -> str:
+    """Serialise a record dataclass to compact JSON."""
+    return json.dumps(asdict(record), separators=(",", ":"), sort_keys=True)
+
+
+def from_json(cls: type[R], text: str | bytes) -> R:
+    """Parse JSON into ``cls``.
+
+    Raises:
+        RecordError: invalid JSON or missing/unknown fields (names ``cls`` and the field).
+    """
+    try:
+        d = json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise RecordError(f"{cls.__name__}: invalid JSON: {exc}") from None
+    if not isinstance(d, dict):
+        raise RecordError(f"{cls.__name__}: expected a JSON object")
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = set(d) - names
+    if unknown:
+        raise RecordError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        factory = getattr(cls, "from_dict", None)
+        return factory(d) if factory else cls(**d)  # type: ignore[call-arg]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"{cls.__name__}: {exc}") from None
