@@ -1,0 +1,282 @@
+"""Applying a placement: reserve in the store, annotate the pod, create the Binding.
+
+Order (so the device plugin never sees a bound pod without its GPU annotations, and nothing is
+left half-made):
+
+1. :meth:`StateStore.reserve` — one etcd transaction takes the GPU memory and stores the job;
+2. merge-patch the pod's annotations (:func:`bind_annotations`; the patch carries the pod's UID,
+   so a pod re-created under the same name is never annotated by mistake);
+3. create the ``pods/binding`` subresource (with the UID precondition).
+
+If 2 or 3 fails, the reservation is released (retried with backoff; if the store stays
+unreachable the pod's UID is queued and released by the next sweep) and the annotations are
+removed, best effort. A Binding refused because the pod is already on the same node counts as
+success (kube-scheduler retried a bind that had in fact gone through).
+
+The Kubernetes side is behind the :class:`PodApi` protocol; :class:`KubernetesPodApi` implements
+it with the official client (responses are read raw: the client's model deserialisation is the
+slowest part of a call, and ``create_namespaced_binding`` cannot deserialise its own answer).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from iadeep.extender._pods import (
+    ANNOTATION_ASSUME_TIME,
+    ANNOTATION_BIND_PHASE,
+    ANNOTATION_GPU_INDEX,
+    ANNOTATION_GPU_MEM,
+    ANNOTATION_GPU_UUID,
+    ANNOTATION_NODE,
+    ANNOTATION_REASON,
+    BIND_ANNOTATIONS,
+    BIND_PHASE_ALLOCATING,
+)
+from iadeep.extender._settings import KubeSettings
+from iadeep.extender._wire import Pod
+from iadeep.state import Assignment, StateStore, StoreUnavailable
+
+__all__ = [
+    "BindFailed",
+    "KubeError",
+    "KubernetesPodApi",
+    "PodApi",
+    "PodStatus",
+    "annotate_and_bind",
+    "bind_annotations",
+    "clear_annotations",
+    "release_reservation",
+]
+
+log = logging.getLogger("iadeep.extender")
+
+
+class KubeError(RuntimeError):
+    """A Kubernetes API call failed.
+
+    Attributes:
+        status: HTTP status (0 when the API server could not be reached).
+    """
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class PodStatus:
+    """What the sweep needs to know of a pod: its phase and node (empty when unbound)."""
+
+    uid: str
+    namespace: str
+    name: str
+    phase: str
+    node: str
+
+
+class PodApi(Protocol):
+    """The Kubernetes calls of the extender (all raise :class:`KubeError`)."""
+
+    def read_pod(self, namespace: str, name: str) -> Pod:
+        """The pod as the wire model."""
+
+    def annotate(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]) -> None:
+        """Merge-patch annotations (``None`` removes a key) of the pod with this UID."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's Binding to ``node``."""
+
+    def pods(self) -> list[PodStatus]:
+        """Every pod of the cluster (for the sweep of stale reservations)."""
+
+    def event(self, namespace: str, name: str, uid: str, reason: str, message: str, *, warning: bool = False) -> None:
+        """Record an Event on the pod (best effort)."""
+
+
+def bind_annotations(assignments: Sequence[Assignment], *, node: str, uuids: Mapping[int, str], reason: str,
+                     now_s: float) -> dict[str, str]:
+    """The annotations written on a pod at bind (keys documented in :mod:`iadeep.extender._pods`).
+
+    Args:
+        assignments: the reservation, one per GPU, in gang order.
+        node: the node.
+        uuids: GPU index -> UUID from the node inventory (missing: empty).
+        reason: the policy's justification.
+        now_s: the assume time (Unix seconds).
+    """
+    gpus = [a.gpu for a in assignments]
+    mem = assignments[0].mem_gib if assignments else 0.0
+    return {
+        ANNOTATION_GPU_INDEX: ",".join(str(g) for g in gpus),
+        ANNOTATION_GPU_UUID: ",".join(uuids.get(g, "") for g in gpus),
+        ANNOTATION_GPU_MEM: f"{mem:g}",
+        ANNOTATION_ASSUME_TIME: str(int(now_s * 1e9)),
+        ANNOTATION_BIND_PHASE: BIND_PHASE_ALLOCATING,
+        ANNOTATION_NODE: node,
+        ANNOTATION_REASON: reason[:256],
+    }
+
+
+def clear_annotations() -> dict[str, None]:
+    """A merge patch removing every bind annotation."""
+    return {k: None for k in BIND_ANNOTATIONS}
+
+
+def _status_message(exc: Any) -> tuple[int, str]:
+    status = int(getattr(exc, "status", 0) or 0)
+    body = getattr(exc, "body", None)
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (ValueError, TypeError, AttributeError):
+        message = None
+    return status, str(message or getattr(exc, "reason", None) or exc)
+
+
+class KubernetesPodApi:
+    """:class:`PodApi` over the official ``kubernetes`` client.
+
+    Args:
+        settings: in-cluster or kubeconfig, and the per-call timeout.
+        api_client: an existing ``kubernetes.client.ApiClient`` (tests); built from ``settings`` otherwise.
+    """
+
+    COMPONENT = "iadeep-extender"
+
+    def __init__(self, settings: KubeSettings, api_client: Any | None = None):
+        from kubernetes import client, config
+
+        if api_client is None:
+            if settings.in_cluster:
+                config.load_incluster_config()
+                api_client = client.ApiClient()
+            else:
+                api_client = config.new_client_from_config(
+                    config_file=str(settings.kubeconfig) if settings.kubeconfig else None, context=settings.context)
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.timeout_s = settings.request_timeout_s
+        self._client = client
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+        except ApiException as exc:
+            status, message = _status_message(exc)
+            raise KubeError(f"{what}: {status} {message}", status) from None
+        except (HTTPError, OSError) as exc:
+            raise KubeError(f"{what}: Kubernetes API unreachable: {exc}") from None
+
+    def read_pod(self, namespace: str, name: str) -> Pod:
+        resp = self._call(f"read pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace)
+        return Pod.model_validate_json(resp.data)
+
+    def annotate(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]) -> None:
+        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+        self._call(f"annotate pod {namespace}/{name}", self.core.patch_namespaced_pod, name, namespace, body,
+                   _content_type="application/merge-patch+json")
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        c = self._client
+        body = c.V1Binding(metadata=c.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+                           target=c.V1ObjectReference(api_version="v1", kind="Node", name=node))
+        self._call(f"bind pod {namespace}/{name} to {node}", self.core.create_namespaced_binding, namespace, body)
+
+    def pods(self) -> list[PodStatus]:
+        resp = self._call("list pods", self.core.list_pod_for_all_namespaces, resource_version="0")
+        items = json.loads(resp.data).get("items") or []
+        out = []
+        for p in items:
+            meta, spec, status = p.get("metadata", {}), p.get("spec", {}), p.get("status", {})
+            out.append(PodStatus(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""),
+                                 status.get("phase", ""), spec.get("nodeName") or ""))
+        return out
+
+    def event(self, namespace: str, name: str, uid: str, reason: str, message: str, *, warning: bool = False) -> None:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace, "uid": uid},
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": self.COMPONENT},
+            "reportingComponent": self.COMPONENT,
+            "reportingInstance": self.COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._call(f"event on {namespace}/{name}", self.core.create_namespaced_event, namespace, body)
+        except KubeError as exc:
+            log.warning("could not record event: %s", exc)
+
+    def close(self) -> None:
+        try:
+            self.api_client.close()
+        except Exception:  # noqa: BLE001 - closing a pool at shutdown
+            pass
+
+
+class BindFailed(RuntimeError):
+    """Annotating or binding the pod failed; its reservation was released (or queued for release)."""
+
+
+def release_reservation(store: StateStore, pod_uid: str, *, now_s: float, attempts: int = 3,
+                        backoff_s: float = 0.1) -> bool:
+    """Release ``pod_uid``'s reservation, retrying when the store is unreachable; True when done."""
+    for attempt in range(attempts):
+        try:
+            store.release(pod_uid, now_s=now_s)
+            return True
+        except StoreUnavailable as exc:
+            log.warning("release of %s failed (attempt %d/%d): %s", pod_uid, attempt + 1, attempts, exc)
+            time.sleep(backoff_s * 2**attempt)
+    return False
+
+
+def annotate_and_bind(store: StateStore, api: PodApi, *, namespace: str, name: str, uid: str, node: str,
+                      annotations: Mapping[str, str], now_s: float) -> None:
+    """Steps 2 and 3 of the module docstring for a pod whose reservation is already made.
+
+    Raises:
+        BindFailed: the pod could not be annotated or bound; the reservation has been released
+            (``released`` attribute False when the store was unreachable: the sweep retries).
+    """
+    try:
+        api.annotate(namespace, name, uid, annotations)
+        try:
+            api.bind(namespace, name, uid, node)
+        except KubeError as exc:
+            if exc.status == 409 and _bound_to(api, namespace, name, uid) == node:
+                return  # an earlier attempt of this very bind went through
+            raise
+    except KubeError as exc:
+        released = release_reservation(store, uid, now_s=now_s)
+        try:
+            api.annotate(namespace, name, uid, clear_annotations())
+        except KubeError:
+            pass  # the pod may be gone; nothing of ours remains on it then
+        err = BindFailed(f"{exc}; reservation {'released' if released else 'queued for release'}")
+        err.released = released  # type: ignore[attr-defined]
+        raise err from None
+
+
+def _bound_to(api: PodApi, namespace: str, name: str, uid: str) -> str | None:
+    try:
+        pod = api.read_pod(namespace, name)
+    except KubeError:
+        return None
+    return pod.spec.nodeName if pod.metadata.uid == uid else None

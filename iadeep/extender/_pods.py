@@ -1,0 +1,192 @@
+"""Which pods are ours and what they ask for; the annotation keys the extender reads and writes.
+
+A pod is a GPU job of ours when its containers request the GPU-memory extended resource
+(:attr:`ExtenderSettings.gpu_mem_resource`, default ``iadeep.io/gpu-mem``, one unit = 1 GiB).
+The pod's demand is computed as kube-scheduler computes resource requests: the sum over its
+containers, or the largest init container if that is larger; for an extended resource limits and
+requests are equal, the limit is read first.
+
+* ``iadeep.io/gpu-mem`` (resource): GPU memory of the whole pod, GiB; spread evenly over its GPUs.
+* ``iadeep.io/gpu-count`` (resource, optional): GPUs the pod needs on its node (default 1).
+
+Annotations the user may set on the pod (all optional):
+
+==============================  ===============================================================
+``iadeep.io/model``             Gavel model family, e.g. ``ResNet-50`` (default: settings)
+``iadeep.io/batch-size``        per-GPU batch size (default: settings; an unmeasured size is
+                                mapped to the nearest measured one)
+``iadeep.io/duration-s``        expected run time alone on a GPU, seconds (default: settings);
+                                the ``iadeep`` policy weighs co-location against waiting with it
+==============================  ===============================================================
+
+Annotations the extender writes at bind (read by the device plugin, see :mod:`._bind`) are listed
+in :data:`BIND_ANNOTATIONS`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from iadeep.extender._wire import Container, Pod
+from iadeep.state import JobRecord
+
+__all__ = [
+    "ANNOTATION_MODEL",
+    "ANNOTATION_BATCH_SIZE",
+    "ANNOTATION_DURATION",
+    "ANNOTATION_GPU_INDEX",
+    "ANNOTATION_GPU_UUID",
+    "ANNOTATION_GPU_MEM",
+    "ANNOTATION_ASSUME_TIME",
+    "ANNOTATION_BIND_PHASE",
+    "ANNOTATION_NODE",
+    "ANNOTATION_REASON",
+    "BIND_ANNOTATIONS",
+    "BIND_PHASE_ALLOCATING",
+    "PodDemand",
+    "PodSpecError",
+    "pod_demand",
+]
+
+ANNOTATION_MODEL = "iadeep.io/model"
+ANNOTATION_BATCH_SIZE = "iadeep.io/batch-size"
+ANNOTATION_DURATION = "iadeep.io/duration-s"
+
+ANNOTATION_GPU_INDEX = "iadeep.io/gpu-index"
+"""GPU index(es) on the node reserved for the pod, comma-separated in gang order (e.g. ``"0,3"``)."""
+ANNOTATION_GPU_UUID = "iadeep.io/gpu-uuid"
+"""The same GPUs' UUIDs as published in the node inventory, comma-separated (empty when unknown)."""
+ANNOTATION_GPU_MEM = "iadeep.io/gpu-mem-gib"
+"""GPU memory reserved on each of those GPUs, GiB (decimal)."""
+ANNOTATION_ASSUME_TIME = "iadeep.io/assume-time"
+"""When the reservation was made: Unix time in nanoseconds (integer), as gpushare does."""
+ANNOTATION_BIND_PHASE = "iadeep.io/bind-phase"
+"""``allocating`` when the extender bound the pod; the device plugin sets ``allocated`` once its
+``Allocate`` has served the pod (it picks, among pods on its node in ``allocating`` with the
+requested memory, the one with the oldest assume time)."""
+ANNOTATION_NODE = "iadeep.io/node"
+"""The node the reservation is on (lets the device plugin reject a pod bound elsewhere)."""
+ANNOTATION_REASON = "iadeep.io/placement-reason"
+"""The policy's justification of the GPU choice, for humans."""
+
+BIND_PHASE_ALLOCATING = "allocating"
+BIND_ANNOTATIONS = (ANNOTATION_GPU_INDEX, ANNOTATION_GPU_UUID, ANNOTATION_GPU_MEM, ANNOTATION_ASSUME_TIME,
+                    ANNOTATION_BIND_PHASE, ANNOTATION_NODE, ANNOTATION_REASON)
+
+
+#: More GPUs than any node has; larger counts are rejected before any arithmetic on them.
+MAX_GPUS_PER_POD = 64
+
+
+class PodSpecError(ValueError):
+    """The pod asks for our resource in a way we cannot serve; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """What one pod of ours asks for.
+
+    Attributes:
+        namespace / name / uid: the pod.
+        mem_gib: GPU memory per GPU (GiB).
+        num_gpus: GPUs needed on one node.
+        model / batch_size: the job type as annotated (or the defaults).
+        duration_s: expected run time at dedicated speed (s).
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    mem_gib: float
+    num_gpus: int
+    model: str
+    batch_size: int
+    duration_s: float
+
+    def job_record(self, now_s: float) -> JobRecord:
+        """The :class:`~iadeep.state.JobRecord` stored with the reservation."""
+        return JobRecord(self.uid, self.namespace, self.name, self.model, self.batch_size, self.num_gpus,
+                         self.mem_gib, remaining_s=self.duration_s, submitted_at=now_s)
+
+
+def _quantity(value: object, what: str) -> Decimal:
+    from kubernetes.utils import parse_quantity  # Kubernetes' own suffix rules (Ki, M, m, e3, ...)
+
+    try:
+        q = Decimal(repr(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else parse_quantity(str(value).strip())
+    except (InvalidOperation, ValueError, TypeError, ArithmeticError):
+        raise PodSpecError(f"{what}: {value!r} is not a quantity") from None
+    if not q.is_finite():
+        raise PodSpecError(f"{what}: {value!r} is not a finite quantity")
+    return q
+
+
+def _resource(containers: list[Container] | None, resource: str, role: str) -> list[Decimal]:
+    out = []
+    for c in containers or []:
+        res = c.resources
+        if res is None:
+            out.append(Decimal(0))
+            continue
+        value = (res.limits or {}).get(resource, (res.requests or {}).get(resource))
+        out.append(Decimal(0) if value is None else _quantity(value, f"{role} {c.name or '?'} {resource}"))
+    return out
+
+
+def _effective(pod: Pod, resource: str) -> Decimal:
+    main = sum(_resource(pod.spec.containers, resource, "container"), Decimal(0))
+    init = _resource(pod.spec.initContainers, resource, "init container")
+    return max([main, *init])
+
+
+def _int_annotation(pod: Pod, key: str, default: int) -> int:
+    raw = pod.annotations.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise PodSpecError(f"annotation {key}={raw!r} is not an integer") from None
+    if value < 1:
+        raise PodSpecError(f"annotation {key}={raw!r} must be >= 1")
+    return value
+
+
+def pod_demand(pod: Pod, *, gpu_mem_resource: str, gpu_count_resource: str, default_model: str,
+               default_batch_size: int, default_duration_s: float) -> PodDemand | None:
+    """The pod's GPU demand, or ``None`` when it does not ask for ``gpu_mem_resource``.
+
+    Raises:
+        PodSpecError: a malformed quantity or annotation, or a demand that cannot be served (zero
+            GPUs, memory not a positive number); the message names the field.
+    """
+    mem = _effective(pod, gpu_mem_resource)
+    if mem == 0:
+        return None
+    if mem < 0:
+        raise PodSpecError(f"{gpu_mem_resource} must be positive, got {mem}")
+    count = _effective(pod, gpu_count_resource)
+    if count == 0:
+        count = Decimal(1)
+    if not 1 <= count <= MAX_GPUS_PER_POD or count != count.to_integral_value():
+        raise PodSpecError(f"{gpu_count_resource} must be an integer in 1..{MAX_GPUS_PER_POD}, got {count}")
+    num_gpus = int(count)
+    per_gpu = float(mem) / num_gpus
+    if not math.isfinite(per_gpu) or per_gpu <= 0:
+        raise PodSpecError(f"{gpu_mem_resource}={mem} is not a usable amount of GPU memory")
+    ann = pod.annotations
+    model = (ann.get(ANNOTATION_MODEL) or "").strip() or default_model
+    batch = _int_annotation(pod, ANNOTATION_BATCH_SIZE, default_batch_size)
+    raw_duration = ann.get(ANNOTATION_DURATION)
+    duration = default_duration_s
+    if raw_duration:
+        try:
+            duration = float(raw_duration)
+        except ValueError:
+            raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} is not a number") from None
+        if not math.isfinite(duration) or duration < 0:
+            raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} must be a finite number >= 0")
+    return PodDemand(pod.namespace, pod.metadata.name, pod.uid, per_gpu, num_gpus, model, batch, duration)

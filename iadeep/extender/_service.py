@@ -1,0 +1,446 @@
+"""The extender's verbs over decoded messages: decode -> policy core -> encode.
+
+:class:`ExtenderService` owns the policy instance (not thread-safe: calls are serialised by a
+lock), the :class:`~iadeep.extender._cache.StateCache` and the injected :class:`PodApi`. It makes
+no placement decision itself: ``filter`` is :meth:`Policy.filter`, ``prioritize`` is
+:meth:`Policy.score` and ``bind`` applies :meth:`Policy.place` on a view restricted to the node
+kube-scheduler picked. Every failure ends up in the wire format's ``Error`` field.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from iadeep.extender._bind import (
+    BindFailed,
+    KubeError,
+    PodApi,
+    annotate_and_bind,
+    bind_annotations,
+    release_reservation,
+)
+from iadeep.extender._cache import StateCache
+from iadeep.extender._metrics import ExtenderMetrics
+from iadeep.extender._pods import PodDemand, PodSpecError, pod_demand
+from iadeep.extender._settings import ExtenderSettings
+from iadeep.extender._view import TypeResolver, ViewBase
+from iadeep.extender._wire import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    HostPriority,
+    HostPriorityList,
+    Pod,
+)
+from iadeep.interference import InterferenceModel, InterferenceSample
+from iadeep.policy import Placement, make_policy
+from iadeep.state import AllocationConflict, Assignment, InterferenceSampleRecord, StateStore, StoreUnavailable
+
+__all__ = ["ExtenderService"]
+
+log = logging.getLogger("iadeep.extender")
+
+_NO_INVENTORY = "node has no GPU inventory published by the iadeep device plugin"
+_DEMAND_CACHE = 10_000
+_FILTER_CACHE = 1_000
+
+
+class ExtenderService:
+    """Filter, prioritize and bind for kube-scheduler, plus inspection and upkeep.
+
+    Args:
+        settings: the service settings.
+        store: the state store.
+        pod_api: the Kubernetes calls (``None``: ``bind`` answers ``Error``; tests of filter only).
+        model: the interference model.
+        clock: Unix time (seconds), injectable.
+    """
+
+    def __init__(self, settings: ExtenderSettings, *, store: StateStore, pod_api: PodApi | None,
+                 model: InterferenceModel, clock: Callable[[], float] = time.time):
+        self.settings = settings
+        self.store = store
+        self.pod_api = pod_api
+        self.model = model
+        self.clock = clock
+        options = {"colocation_limit": settings.colocation_limit} if settings.colocation_limit else {}
+        self.policy = make_policy(settings.policy, model, **options)
+        self.types = TypeResolver(model, settings.defaults.model, settings.defaults.batch_size)
+        self.cache = StateCache(store, self.types, slots=self.policy.limit, max_age_s=settings.cache.max_age_s,
+                                clock=clock, on_samples=self._learn)
+        self.metrics = ExtenderMetrics(self._metrics_rows)
+        self.samples_learned = 0
+        self._policy_lock = threading.RLock()
+        self._node_locks: dict[str, threading.Lock] = {}
+        self._node_locks_guard = threading.Lock()
+        self._demands: OrderedDict[str, PodDemand] = OrderedDict()
+        # pod UID -> (the ViewBase, nodes judged, feasible nodes): prioritize follows filter
+        self._filtered: OrderedDict[str, tuple[weakref.ref[ViewBase], frozenset[str], dict[str, tuple[int, ...]]]] = OrderedDict()
+        self._memo_lock = threading.Lock()
+        self._pending_release: set[str] = set()
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Load the state (an unreachable store is reported, not raised) and start the upkeep threads."""
+        try:
+            self.cache.refresh()
+        except StoreUnavailable as exc:
+            log.warning("state store not reachable at start: %s", exc)
+        self.cache.start(self.settings.cache.refresh_interval_s)
+        interval = self.settings.cache.sweep_interval_s
+        if interval > 0 and self.pod_api is not None:
+            self._stop.clear()
+            self._sweeper = threading.Thread(target=self._sweep_loop, args=(interval,), name="iadeep-sweep", daemon=True)
+            self._sweeper.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.cache.stop()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=10)
+            self._sweeper = None
+
+    def ready(self) -> tuple[bool, str]:
+        """``(ok, message)``: the store answers and the snapshot is fresh."""
+        try:
+            healthy = self.store.healthy()
+        except Exception as exc:  # noqa: BLE001 - any failure of the probe means not ready
+            return False, f"state store probe failed: {exc}"
+        if not healthy:
+            return False, "state store unreachable"
+        try:
+            self.cache.current()
+        except StoreUnavailable as exc:
+            return False, str(exc)
+        return True, "ok"
+
+    # -- learning ----------------------------------------------------------------------------
+    def _learn(self, records: Sequence[InterferenceSampleRecord]) -> None:
+        learner = getattr(self.policy, "learner", None)
+        types = self.model.types
+        samples = []
+        for r in records:
+            try:
+                a = types[self.types.resolve(r.job_model, r.job_batch_size)]
+                b = types[self.types.resolve(r.partner_model, r.partner_batch_size)]
+            except PodSpecError:
+                log.warning("ignoring a learned sample of an unknown job type: %s", r)
+                continue
+            samples.append(InterferenceSample(a, b, float(r.normalised_throughput)))
+        with self._policy_lock:
+            if learner is not None:
+                learner.observe_many(samples)
+            self.samples_learned += len(samples)
+        self.metrics.samples.set(self.samples_learned)
+
+    def predicted(self) -> np.ndarray:
+        """Pairwise predicted normalised throughput the policy uses, shape ``(n_types, n_types)``
+        (the measured table for policies without a predictor)."""
+        with self._policy_lock:
+            fn = getattr(self.policy, "predicted", None)
+            return fn() if callable(fn) else self.model.norm
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _demand(self, pod: Pod) -> PodDemand | None:
+        s = self.settings
+        demand = pod_demand(pod, gpu_mem_resource=s.gpu_mem_resource, gpu_count_resource=s.gpu_count_resource,
+                            default_model=s.defaults.model, default_batch_size=s.defaults.batch_size,
+                            default_duration_s=s.defaults.duration_s)
+        if demand is not None:
+            with self._memo_lock:
+                self._demands[demand.uid] = demand
+                self._demands.move_to_end(demand.uid)
+                while len(self._demands) > _DEMAND_CACHE:
+                    self._demands.popitem(last=False)
+        return demand
+
+    def _node_lock(self, node: str) -> threading.Lock:
+        with self._node_locks_guard:
+            lock = self._node_locks.get(node)
+            if lock is None:
+                lock = self._node_locks[node] = threading.Lock()
+            return lock
+
+    @staticmethod
+    def _unresolvable(base: ViewBase, node: str, demand: PodDemand) -> str | None:
+        """Why ``node`` can never take the pod (no inventory, too few or too small GPUs), else None."""
+        gpus = base.gpus_of(node)
+        if base.node_index(node) is None:
+            return _NO_INVENTORY
+        if len(gpus) < demand.num_gpus:
+            return f"pod needs {demand.num_gpus} GPU(s), the node has {len(gpus)}"
+        big = int((base.gpu_mem_total_gib[gpus.start:gpus.stop] >= demand.mem_gib - 1e-9).sum())
+        if big < demand.num_gpus:
+            return f"pod needs {demand.mem_gib:g} GiB on each of {demand.num_gpus} GPU(s); {big} GPU(s) of the node are that large"
+        return None
+
+    def _feasible(self, demand: PodDemand, type_id: int, base: ViewBase, names: list[str]):
+        job = demand.job_record(self.clock())
+        view, request = base.with_job(job, type_id, now_s=self.clock())
+        with self._policy_lock:
+            result = self.policy.filter(request, view, names)
+        with self._memo_lock:
+            self._filtered[demand.uid] = (weakref.ref(base), frozenset(names), dict(result.feasible))
+            self._filtered.move_to_end(demand.uid)
+            while len(self._filtered) > _FILTER_CACHE:
+                self._filtered.popitem(last=False)
+        return view, request, result
+
+    # -- verbs -------------------------------------------------------------------------------
+    def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        """Which of the candidate nodes can take the pod (see :meth:`Policy.filter`)."""
+        names = args.candidate_names()
+        try:
+            demand = self._demand(args.pod)
+        except PodSpecError as exc:
+            return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {exc}" for n in names})
+        if demand is None:  # not a GPU pod of ours: every node passes
+            return ExtenderFilterResult.for_args(args, names, {})
+        try:
+            type_id = self.types.resolve(demand.model, demand.batch_size)
+        except PodSpecError as exc:
+            return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {exc}" for n in names})
+        try:
+            _, base = self.cache.current()
+        except StoreUnavailable as exc:
+            return ExtenderFilterResult.failure(f"iadeep: {exc}")
+        _, _, result = self._feasible(demand, type_id, base, names)
+        passed, failed, unresolvable = [], {}, {}
+        for n in names:
+            if n in result.feasible:
+                passed.append(n)
+                continue
+            never = self._unresolvable(base, n, demand)
+            if never is not None:
+                unresolvable[n] = f"iadeep: {never}"
+            else:
+                failed[n] = f"iadeep: {result.failed.get(n, 'not feasible')}"
+        m = self.metrics.filter_nodes
+        m.labels("passed").inc(len(passed))
+        m.labels("failed").inc(len(failed))
+        m.labels("unresolvable").inc(len(unresolvable))
+        return ExtenderFilterResult.for_args(args, passed, failed, unresolvable)
+
+    def prioritize(self, args: ExtenderArgs) -> HostPriorityList:
+        """Scores 0..10 of the candidate nodes (see :meth:`Policy.score`); 0 for nodes it cannot take.
+
+        Raises:
+            StoreUnavailable: the state is unknown (the route answers with an error status).
+        """
+        names = args.candidate_names()
+        try:
+            demand = self._demand(args.pod)
+            type_id = None if demand is None else self.types.resolve(demand.model, demand.batch_size)
+        except PodSpecError:
+            demand, type_id = None, None
+        if demand is None or type_id is None:
+            return HostPriorityList([HostPriority(Host=n, Score=0) for n in names])
+        _, base = self.cache.current()
+        with self._memo_lock:
+            memo = self._filtered.get(demand.uid)
+        job = demand.job_record(self.clock())
+        view, request = base.with_job(job, type_id, now_s=self.clock())
+        if memo is not None and memo[0]() is base and memo[1].issuperset(names):
+            wanted = set(names)
+            feasible = {n: g for n, g in memo[2].items() if n in wanted}
+        else:
+            with self._policy_lock:
+                feasible = dict(self.policy.filter(request, view, names).feasible)
+        with self._policy_lock:
+            scores = self.policy.score(request, view, feasible)
+        return HostPriorityList([HostPriority(Host=n, Score=int(min(max(scores.get(n, 0), 0), 10))) for n in names])
+
+    def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        """Choose the GPU(s) on ``args.node``, reserve, annotate, bind (see :mod:`._bind`)."""
+        if self.pod_api is None:
+            return ExtenderBindingResult(Error="iadeep: no Kubernetes API configured")
+        ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
+        with self._memo_lock:
+            demand = self._demands.get(uid)
+        try:
+            if demand is None:
+                pod = self.pod_api.read_pod(ns, name)
+                if pod.metadata.uid and pod.metadata.uid != uid:
+                    return self._bind_result("failed", f"pod {ns}/{name} has UID {pod.metadata.uid}, not {uid}")
+                demand = self._demand(pod)
+            if demand is None:
+                self.pod_api.bind(ns, name, uid, node)
+                return self._bind_result("not_ours")
+            type_id = self.types.resolve(demand.model, demand.batch_size)
+        except KubeError as exc:
+            return self._bind_result("failed", str(exc))
+        except PodSpecError as exc:
+            return self._bind_result("failed", str(exc))
+
+        with self._node_lock(node):
+            try:
+                placed = self._reserve(demand, type_id, node)
+            except StoreUnavailable as exc:
+                return self._bind_result("failed", f"state store unavailable: {exc}")
+            if isinstance(placed, str):
+                outcome = "wait" if placed.startswith("wait:") else "conflict"
+                return self._bind_result(outcome, f"{node}: {placed.removeprefix('wait: ')}")
+            assignments, reason, uuids, now = placed
+        annotations = bind_annotations(assignments, node=node, uuids=uuids, reason=reason, now_s=now)
+        try:
+            annotate_and_bind(self.store, self.pod_api, namespace=ns, name=name, uid=uid, node=node,
+                              annotations=annotations, now_s=self.clock())
+        except BindFailed as exc:
+            self.cache.forget(uid)
+            if not getattr(exc, "released", True):
+                with self._memo_lock:
+                    self._pending_release.add(uid)
+            self.pod_api.event(ns, name, uid, "IadeepBindFailed", str(exc), warning=True)
+            return self._bind_result("released", str(exc))
+        return self._bind_result("bound")
+
+    def _bind_result(self, outcome: str, error: str = "") -> ExtenderBindingResult:
+        self.metrics.binds.labels(outcome).inc()
+        return ExtenderBindingResult(Error=f"iadeep: {error}" if error else "")
+
+    def _reserve(self, demand: PodDemand, type_id: int, node: str):
+        """Place on ``node`` and reserve, re-placing after a conflict; returns
+        ``(assignments, reason, uuids, now_s)`` or a message (``"wait: ..."`` for a policy Wait)."""
+        last = ""
+        for attempt in range(self.settings.bind_attempts):
+            if attempt:
+                self.metrics.retries.inc()
+                self.cache.refresh(samples=False)
+            snap, base = self.cache.current()
+            existing: list[Assignment] = []
+            if any(demand.uid in st.pods for st in snap.node_gpu_states(node)):
+                existing = [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
+            nb = base.restrict(node)
+            if not nb.node_names:
+                return _NO_INVENTORY
+            uuids = {int(nb.gpu_local_index[g]): nb.gpu_uuid[g] for g in range(nb.n_gpus)}
+            if existing:  # a retried bind of a pod already reserved here: reuse the reservation
+                return existing, "reservation already held", uuids, existing[0].assumed_at
+            now = self.clock()
+            job = demand.job_record(now)
+            view, request = nb.with_job(job, type_id, now_s=now)
+            with self._policy_lock:
+                decision = self.policy.place(request, view)
+            if not isinstance(decision, Placement):
+                return f"wait: {decision.reason}"
+            gpus = [int(view.gpu_local_index[g]) for g in decision.gpus]
+            try:
+                assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now)
+            except AllocationConflict as exc:
+                held = [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
+                if held:
+                    return held, "reservation already held", uuids, held[0].assumed_at
+                last = str(exc)
+                continue
+            self.cache.apply(job, type_id, assignments)
+            return assignments, decision.reason, uuids, now
+        return f"could not reserve GPU memory after {self.settings.bind_attempts} attempt(s): {last}"
+
+    # -- upkeep ------------------------------------------------------------------------------
+    def sweep(self) -> list[str]:
+        """Release reservations of pods that are gone, finished, bound elsewhere, or left unbound
+        longer than ``sweep_grace_s``; returns the released pod UIDs.
+
+        Raises:
+            KubeError, StoreUnavailable: the pods or the reservations could not be listed.
+        """
+        if self.pod_api is None:
+            return []
+        assignments = self.store.assignments()
+        pods = {p.uid: p for p in self.pod_api.pods()}
+        now = self.clock()
+        grace = self.settings.cache.sweep_grace_s
+        stale: set[str] = set()
+        for a in assignments:
+            p = pods.get(a.pod_uid)
+            if p is None or p.phase in ("Succeeded", "Failed") or (p.node and p.node != a.node) \
+                    or (not p.node and now - a.assumed_at > grace):
+                stale.add(a.pod_uid)
+        with self._memo_lock:
+            stale |= self._pending_release
+        released = []
+        for uid in sorted(stale):
+            if release_reservation(self.store, uid, now_s=now, attempts=1):
+                released.append(uid)
+                self.cache.forget(uid)
+                with self._memo_lock:
+                    self._pending_release.discard(uid)
+        if released:
+            log.info("released %d stale reservation(s): %s", len(released), ", ".join(released[:10]))
+        return released
+
+    def _sweep_loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.sweep()
+            except (KubeError, StoreUnavailable) as exc:
+                log.warning("sweep failed: %s", exc)
+            except Exception:  # noqa: BLE001 - keep sweeping
+                log.exception("sweep failed")
+
+    # -- inspection --------------------------------------------------------------------------
+    def inspect(self, node: str | None = None) -> dict[str, Any]:
+        """Per node, per GPU: memory, the pods on it and their predicted normalised throughput.
+
+        Raises:
+            StoreUnavailable: no usable snapshot.
+        """
+        snap, base = self.cache.current()
+        pred = self.predicted()
+        nodes: dict[str, list[dict[str, Any]]] = {}
+        for name in ([node] if node is not None else base.node_names):
+            gpus = base.gpus_of(name)
+            if base.node_index(name) is None:
+                continue
+            rows = []
+            for g in gpus:
+                handles = [int(h) for h in base.slots[g] if h >= 0]
+                types = [int(base.job_type[h]) for h in handles]
+                jobs = []
+                for k, h in enumerate(handles):
+                    uid = base.pods[h]
+                    rec = snap.jobs.get(uid)
+                    others = types[:k] + types[k + 1:]
+                    throughput = float(np.prod([pred[types[k], t] for t in others])) if others else 1.0
+                    jobs.append({
+                        "pod_uid": uid,
+                        "pod": f"{rec.namespace}/{rec.name}" if rec else uid,
+                        "model": rec.model if rec else None,
+                        "batch_size": rec.batch_size if rec else None,
+                        "mem_gib": rec.mem_gib if rec else None,
+                        "predicted_normalised_throughput": round(throughput, 4),
+                    })
+                total, used = float(base.gpu_mem_total_gib[g]), float(base.gpu_mem_used_gib[g])
+                rows.append({"index": int(base.gpu_local_index[g]), "uuid": base.gpu_uuid[g], "mem_total_gib": total,
+                             "mem_used_gib": round(used, 6), "mem_free_gib": round(total - used, 6), "jobs": jobs})
+            nodes[name] = rows
+        return {
+            "policy": self.policy.name,
+            "colocation_limit": self.policy.limit,
+            "samples_learned": self.samples_learned,
+            "snapshot_age_s": self.cache.age_s(),
+            "nodes": nodes,
+        }
+
+    def _metrics_rows(self) -> dict[str, Any]:
+        try:
+            doc = self.inspect()
+        except StoreUnavailable:
+            return {"store_ok": False, "snapshot_age_s": self.cache.age_s()}
+        for gpus in doc["nodes"].values():
+            for g in gpus:
+                for j in g["jobs"]:
+                    j["mem_gib"] = j["mem_gib"] or 0.0
+        doc["store_ok"] = self.cache.last_error is None
+        return doc

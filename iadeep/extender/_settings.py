@@ -1,0 +1,125 @@
+"""Settings of the scheduler extender service.
+
+One root class, :class:`ExtenderSettings`, read from environment variables prefixed
+``IADEEP_EXTENDER_`` (nested groups joined by ``__``) or built in code and passed explicitly::
+
+    IADEEP_EXTENDER_HOST=0.0.0.0
+    IADEEP_EXTENDER_PORT=8888
+    IADEEP_EXTENDER_URL_PREFIX=/iadeep
+    IADEEP_EXTENDER_POLICY=iadeep
+    IADEEP_EXTENDER_COLOCATION_LIMIT=2
+    IADEEP_EXTENDER_GPU_MEM_RESOURCE=iadeep.io/gpu-mem
+    IADEEP_EXTENDER_KUBE__IN_CLUSTER=true
+    IADEEP_EXTENDER_CACHE__REFRESH_INTERVAL_S=1
+
+etcd is configured through the state store's own settings (:class:`iadeep.state.StateSettings`,
+variables ``IADEEP_ETCD_*``), nested here as ``etcd`` (``IADEEP_EXTENDER_ETCD__PREFIX`` also works).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from iadeep.state import StateSettings
+
+__all__ = ["ExtenderSettings", "KubeSettings", "CacheSettings", "JobDefaults"]
+
+
+class KubeSettings(BaseModel):
+    """How the extender reaches the Kubernetes API (for annotations, Bindings and the pod sweep).
+
+    Attributes:
+        in_cluster: use the pod's service-account token (the Deployment in ``k8s/extender``).
+        kubeconfig: kubeconfig file when not in cluster; ``None``: ``$KUBECONFIG`` or ``~/.kube/config``.
+        context: kubeconfig context; ``None``: its current context.
+        request_timeout_s: per API call; kube-scheduler's ``httpTimeout`` (30 s in our manifest) must
+            cover a bind's two calls, so 10 s each leaves room for the etcd transaction.
+    """
+
+    in_cluster: bool = False
+    kubeconfig: Path | None = None
+    context: str | None = None
+    request_timeout_s: float = Field(10.0, gt=0)
+
+
+class CacheSettings(BaseModel):
+    """The extender's copy of the shared state (filter and prioritize read it; bind re-checks in etcd).
+
+    Attributes:
+        refresh_interval_s: how often a background thread re-reads inventories, GPU states, jobs and
+            learned samples from etcd. 1 s: reservations made by this replica are applied at once,
+            so only other writers (device plugins, other replicas, the coordinator) wait for it.
+        max_age_s: a snapshot older than this is not used: filter answers ``Error`` and ``/readyz``
+            fails (etcd unreachable for that long). 5 s = several missed refreshes.
+        sweep_interval_s: how often reservations of deleted or finished pods are released (0: never).
+        sweep_grace_s: a reservation whose pod is still unbound is released only after this long
+            (a bind in flight takes at most kube-scheduler's ``httpTimeout``).
+    """
+
+    refresh_interval_s: float = Field(1.0, gt=0)
+    max_age_s: float = Field(5.0, gt=0)
+    sweep_interval_s: float = Field(30.0, ge=0)
+    sweep_grace_s: float = Field(120.0, ge=0)
+
+
+class JobDefaults(BaseModel):
+    """Job type and run time assumed for a pod without the ``iadeep.io/model``,
+    ``iadeep.io/batch-size`` or ``iadeep.io/duration-s`` annotations.
+
+    Attributes:
+        model: Gavel model family; ResNet-50 is the most common family in the Gavel workload mix.
+        batch_size: per-GPU batch size (mapped to the nearest measured one).
+        duration_s: expected run time alone on a GPU (s); 1 h is near the median of Philly's GPU jobs.
+    """
+
+    model: str = "ResNet-50"
+    batch_size: int = Field(64, ge=1)
+    duration_s: float = Field(3600.0, ge=0)
+
+
+class ExtenderSettings(BaseSettings):
+    """Everything the extender service needs; see the module docstring for the environment variables.
+
+    Attributes:
+        host / port: where uvicorn listens (``127.0.0.1:8888``; the Deployment sets ``0.0.0.0``).
+        url_prefix: path prefix of the ``filter``, ``prioritize`` and ``bind`` verbs; must match the
+            ``urlPrefix`` of the KubeSchedulerConfiguration (which adds the host and port).
+        policy: registered policy name (:func:`iadeep.policy.make_policy`).
+        colocation_limit: jobs per GPU; ``None`` keeps the policy's own limit (2 for ``iadeep``).
+        gpu_mem_resource: the extended resource that marks our pods, in GiB units.
+        gpu_count_resource: extended resource for the number of GPUs a pod needs (default 1).
+        throughputs_file: Gavel ``simulation_throughputs.json``; ``None``: fetched through the
+            dataset registry (``gavel-throughputs``).
+        gpu_type: which GPU type's measurements to use.
+        bind_attempts: placements tried per bind when the reservation meets a concurrent change.
+        log_level: uvicorn and ``iadeep`` log level.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="IADEEP_EXTENDER_", env_nested_delimiter="__", extra="ignore", validate_default=True
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(8888, ge=0, le=65535)
+    url_prefix: str = "/iadeep"
+    policy: str = "iadeep"
+    colocation_limit: int | None = Field(None, ge=1)
+    gpu_mem_resource: str = "iadeep.io/gpu-mem"
+    gpu_count_resource: str = "iadeep.io/gpu-count"
+    throughputs_file: Path | None = None
+    gpu_type: str = "v100"
+    bind_attempts: int = Field(3, ge=1)
+    log_level: str = "info"
+    defaults: JobDefaults = Field(default_factory=JobDefaults)
+    kube: KubeSettings = Field(default_factory=KubeSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    etcd: StateSettings = Field(default_factory=StateSettings)
+
+    @field_validator("url_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        v = v.strip()
+        return "" if v in ("", "/") else "/" + v.strip("/")
