@@ -43,7 +43,14 @@ from iadeep.extender._wire import (
 )
 from iadeep.interference import InterferenceModel, InterferenceSample
 from iadeep.policy import Placement, make_policy
-from iadeep.state import AllocationConflict, Assignment, InterferenceSampleRecord, StateStore, StoreUnavailable
+from iadeep.state import (
+    AllocationConflict,
+    Assignment,
+    InterferenceSampleRecord,
+    RecordError,
+    StateStore,
+    StoreUnavailable,
+)
 
 __all__ = ["ExtenderService"]
 
@@ -288,6 +295,8 @@ class ExtenderService:
                 placed = self._reserve(demand, type_id, node)
             except StoreUnavailable as exc:
                 return self._bind_result("failed", f"state store unavailable: {exc}")
+            except RecordError as exc:
+                return self._bind_result("failed", str(exc))
             if isinstance(placed, str):
                 outcome = "wait" if placed.startswith("wait:") else "conflict"
                 return self._bind_result(outcome, f"{node}: {placed.removeprefix('wait: ')}")

@@ -1,0 +1,121 @@
+"""Fixtures of the extender tests: a real etcd (one per session, a fresh key prefix per test), the
+real Gavel measurements, and the real control plane whose kube-scheduler runs the
+``iadeep-scheduler`` profile with our extender at a loopback port chosen for the session."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from extender_support import free_port
+
+from iadeep.extender import ExtenderService, ExtenderSettings
+from iadeep.interference import InterferenceModel
+from iadeep.state import EtcdStateStore, GpuInfo, LocalEtcd, NodeInventory, StateSettings
+from iadeep.testing.controlplane import (  # noqa: F401 - pytest finds fixtures by name
+    control_plane,
+    controlplane_binaries,
+    k8s_client,
+    k8s_namespace,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+MIRROR_DEFAULT = REPO.parent / "shared" / "data"
+SCHEDULER_CONFIG = REPO / "k8s" / "extender" / "kube-scheduler-config.control-plane.yaml"
+
+
+@pytest.fixture(scope="session")
+def throughputs_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Gavel's ``simulation_throughputs.json`` through the dataset registry (mirror from the env or ../shared/data)."""
+    from iadeep.datasets import fetch
+
+    mirror = os.environ.get("IADEEP_DATASET_MIRROR") or (str(MIRROR_DEFAULT) if MIRROR_DEFAULT.exists() else "")
+    if not mirror:
+        pytest.skip("no dataset mirror: set IADEEP_DATASET_MIRROR")
+    folder = fetch("gavel-throughputs", progress=False, mirror=mirror, cache_dir=tmp_path_factory.mktemp("cache"))
+    return folder / "simulation_throughputs.json"
+
+
+@pytest.fixture(scope="session")
+def model(throughputs_path: Path) -> InterferenceModel:
+    return InterferenceModel.from_file(throughputs_path)
+
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEtcd]:
+    """A real etcd server on loopback for the whole session."""
+    server = LocalEtcd(tmp_path_factory.mktemp("etcd"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def etcd_settings(etcd: LocalEtcd) -> StateSettings:
+    """Store settings with a key prefix of this test's own."""
+    return StateSettings(endpoints=[etcd.endpoint], prefix=f"/t-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def store(etcd_settings: StateSettings) -> Iterator[EtcdStateStore]:
+    s = EtcdStateStore(etcd_settings)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def publish(store: Any, names: list[str], *, gpus: int = 2, gpu_mem_gib: float = 16.0) -> None:
+    """Publish a GPU inventory per node, as the device plugin would."""
+    for n in names:
+        store.put_inventory(NodeInventory(n, tuple(GpuInfo(i, float(gpu_mem_gib), f"GPU-{n}-{i}") for i in range(gpus))))
+
+
+@pytest.fixture
+def settings(etcd_settings: StateSettings, throughputs_path: Path) -> ExtenderSettings:
+    """Extender settings for in-process tests: fast refresh, no sweep thread."""
+    return ExtenderSettings(etcd=etcd_settings, throughputs_file=throughputs_path,
+                            cache={"refresh_interval_s": 0.2, "max_age_s": 5.0, "sweep_interval_s": 0})
+
+
+@pytest.fixture
+def make_service(settings: ExtenderSettings, store: EtcdStateStore, model: InterferenceModel
+                 ) -> Callable[..., ExtenderService]:
+    """Build an :class:`ExtenderService` (on the test's store unless ``state_store`` is given);
+    other keyword arguments override settings."""
+
+    def make(pod_api: Any = None, state_store: Any = None, **overrides: Any) -> ExtenderService:
+        s = settings.model_copy(update=overrides)
+        return ExtenderService(s, store=state_store or store, pod_api=pod_api, model=model)
+
+    return make
+
+
+# -- the real control plane ----------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def extender_port() -> int:
+    """The loopback port kube-scheduler calls the extender on (each end-to-end test serves there)."""
+    return free_port()
+
+
+def scheduler_config(port: int) -> dict[str, Any]:
+    """The shipped control-plane KubeSchedulerConfiguration, pointed at ``127.0.0.1:port``."""
+    config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    for ext in config["extenders"]:
+        ext["urlPrefix"] = f"http://127.0.0.1:{port}/iadeep"
+        ext["httpTimeout"] = "10s"
+    return config
+
+
+@pytest.fixture(scope="session")
+def control_plane_options(extender_port: int) -> dict[str, Any]:
+    """No initial nodes (each test adds its own); kube-scheduler with our two-profile configuration."""
+    return {"nodes": 0, "gpus_per_node": 2, "gpu_mem_gib": 16, "scheduler_config": scheduler_config(extender_port)}

@@ -1,0 +1,160 @@
+"""Pure translation from a store snapshot to the policy's inputs, and from a pod to its demand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from extender_support import gpu_pod, wire
+
+from iadeep.extender import PodSpecError, Snapshot, TypeResolver, ViewBase, build_view, pod_demand
+from iadeep.extender._wire import Pod
+from iadeep.policy import Placement, make_policy
+from iadeep.state import Assignment, GpuInfo, GpuState, JobRecord, NodeInventory
+
+DEFAULTS = {"gpu_mem_resource": "iadeep.io/gpu-mem", "gpu_count_resource": "iadeep.io/gpu-count",
+            "default_model": "ResNet-50", "default_batch_size": 64, "default_duration_s": 3600.0}
+
+
+@pytest.fixture(scope="module")
+def types(model) -> TypeResolver:
+    return TypeResolver(model, "ResNet-50", 64)
+
+
+def _inv(name: str, n: int, mem: float = 16.0) -> NodeInventory:
+    return NodeInventory(name, tuple(GpuInfo(i, mem, f"GPU-{name}-{i}") for i in range(n)))
+
+
+def _job(uid: str, model: str = "ResNet-18", bs: int = 64, mem: float = 4.0, gpus: int = 1, left: float = 100.0) -> JobRecord:
+    return JobRecord(uid, "ns", uid, model, bs, gpus, mem, remaining_s=left)
+
+
+@pytest.fixture
+def snapshot() -> Snapshot:
+    inventories = {"b": _inv("b", 2), "a": _inv("a", 3, 32.0)}
+    states = {
+        ("a", 1): GpuState("a", 1, 8.0, ("p1", "p2")),
+        ("b", 0): GpuState("b", 0, 4.0, ("p1",)),  # a gang job across nodes
+        ("b", 1): GpuState("b", 1, 2.0, ("ghost",)),  # no job record
+        ("gone", 0): GpuState("gone", 0, 3.0, ("p3",)),  # node without inventory: ignored
+    }
+    jobs = {"p1": _job("p1", gpus=2, left=50.0), "p2": _job("p2", "Transformer", 32, left=70.0)}
+    return Snapshot(inventories, states, jobs, taken_at_s=1000.0)
+
+
+def test_build_view_translates_the_snapshot(snapshot, types, model):
+    asking = _job("new", "LM", 20, mem=5.0, left=30.0)
+    view, req = build_view(snapshot, asking, types, now_s=1010.0, slots=2)
+
+    assert view.node_names == ("a", "b")  # sorted
+    assert view.gpu_node.tolist() == [0, 0, 0, 1, 1]
+    assert view.gpu_local_index.tolist() == [0, 1, 2, 0, 1]
+    assert view.gpu_mem_total_gib.tolist() == [32, 32, 32, 16, 16]
+    assert view.gpu_mem_used_gib.tolist() == [0, 8, 0, 4, 2]
+    p1, p2, ghost = 0, 1, 2  # handles in order of first appearance
+    assert view.slots.tolist() == [[-1, -1], [p1, p2], [-1, -1], [p1, -1], [ghost, -1]]
+    rn18 = types.resolve("ResNet-18", 64)
+    assert view.job_type.tolist() == [rn18, types.resolve("Transformer", 32), types.default_type, types.resolve("LM", 20)]
+    assert view.job_num_gpus.tolist() == [2, 1, 1, 1]
+    assert view.job_work_left_s.tolist() == [50.0, 70.0, 0.0, 30.0]
+    assert view.job_rate.tolist() == [1, 1, 1, 0]  # the asking job does not run yet
+    assert view.remaining_s(np.array([0, 3])).tolist() == [40.0, 30.0]  # 10 s since the snapshot
+    for arr in (view.gpu_mem_used_gib, view.slots, view.job_type, view.job_rate):
+        assert not arr.flags.writeable
+    assert req.handle == 3 and req.job_id == "new" and req.type_id == types.resolve("LM", 20)
+    assert (req.num_gpus, req.mem_gib, req.remaining_s) == (1, 5.0, 30.0)
+
+
+def test_slots_widen_for_a_gpu_holding_more_than_the_limit(types):
+    snap = Snapshot({"n": _inv("n", 1)}, {("n", 0): GpuState("n", 0, 3.0, ("x", "y", "z"))}, {})
+    base = ViewBase.from_snapshot(snap, types, slots=2)
+    assert base.slots.shape == (1, 3)
+
+
+def test_reservation_is_applied_once(snapshot, types):
+    base = ViewBase.from_snapshot(snapshot, types, slots=2)
+    job = _job("new", mem=6.0)
+    tid = types.resolve(job.model, job.batch_size)
+    a = [Assignment("new", "a", 2, 6.0, 1.0)]
+    once = base.with_reservation(job, tid, a)
+    twice = once.with_reservation(job, tid, a)
+    for v in (once, twice):
+        assert v.gpu_mem_used_gib.tolist() == [0, 8, 6, 4, 2]
+        assert v.slots[2].tolist() == [3, -1]
+        assert v.pods[3] == "new"
+    assert base.gpu_mem_used_gib.tolist() == [0, 8, 0, 4, 2]  # the original is untouched
+    snap2 = snapshot.with_reservation(job, a).with_reservation(job, a)
+    assert snap2.gpu_states[("a", 2)] == GpuState("a", 2, 6.0, ("new",))
+    assert snap2.jobs["new"] == job and "new" not in snapshot.jobs
+    # a third pod on a full GPU widens the slots instead of dropping it
+    full = once.with_reservation(_job("x"), tid, [Assignment("x", "a", 1, 1.0, 1.0)])
+    assert full.slots.shape[1] == 3 and full.gpu_mem_used_gib[1] == 9
+
+
+def test_restrict_keeps_one_node(snapshot, types):
+    base = ViewBase.from_snapshot(snapshot, types, slots=2)
+    b = base.restrict("b")
+    assert b.node_names == ("b",) and b.n_gpus == 2
+    assert b.gpu_mem_used_gib.tolist() == [4, 2] and b.gpu_uuid == ("GPU-b-0", "GPU-b-1")
+    assert b.gpu_node.tolist() == [0, 0]
+    assert base.restrict("nowhere").node_names == () and base.restrict("nowhere").n_gpus == 0
+
+
+def test_policy_places_on_the_restricted_view(snapshot, types, model):
+    policy = make_policy("iadeep", model)
+    base = ViewBase.from_snapshot(snapshot, types, slots=policy.limit).restrict("a")
+    view, req = base.with_job(_job("new", mem=10.0), types.resolve("ResNet-18", 64), now_s=1000.0)
+    decision = policy.place(req, view)
+    assert isinstance(decision, Placement)
+    assert [int(view.gpu_local_index[g]) for g in decision.gpus] in ([0], [2])  # a free GPU of node a
+
+
+def test_type_resolver(types, model):
+    assert model.types[types.resolve("ResNet-50", 100)].batch_size == 128  # nearest measured
+    assert model.types[types.resolve("ResNet-50", 48)].batch_size == 32  # tie -> smaller
+    assert model.types[types.resolve("A3C", 7)].batch_size == 1  # fixed-batch family
+    with pytest.raises(PodSpecError, match="'GPT-9' is not in the interference model; known: A3C"):
+        types.resolve("GPT-9", 1)
+    assert types.resolve_or_default("GPT-9", 1) == types.default_type
+
+
+def _demand(pod):
+    return pod_demand(Pod.model_validate(wire(pod)), **DEFAULTS)
+
+
+def test_pod_demand_from_a_real_pod():
+    pod = gpu_pod("p", mem=24, gpus=2, uid="u-1", namespace="ns",
+                  annotations={"iadeep.io/model": "Transformer", "iadeep.io/batch-size": "32", "iadeep.io/duration-s": "90.5"})
+    d = _demand(pod)
+    assert (d.uid, d.namespace, d.name) == ("u-1", "ns", "p")
+    assert (d.mem_gib, d.num_gpus, d.model, d.batch_size, d.duration_s) == (12.0, 2, "Transformer", 32, 90.5)
+    rec = d.job_record(5.0)
+    assert (rec.pod_uid, rec.mem_gib, rec.num_gpus, rec.remaining_s, rec.submitted_at) == ("u-1", 12.0, 2, 90.5, 5.0)
+
+
+def test_pod_demand_defaults_and_not_ours():
+    d = _demand(gpu_pod("p", mem=8, uid="u"))
+    assert (d.model, d.batch_size, d.duration_s, d.num_gpus) == ("ResNet-50", 64, 3600.0, 1)
+    assert _demand(gpu_pod("cpu-only", mem=None, uid="u")) is None
+
+
+def test_pod_demand_sums_containers_and_takes_the_larger_init_container():
+    data = wire(gpu_pod("p", mem=4, uid="u"))
+    data["spec"]["containers"].append({"name": "side", "resources": {"requests": {"iadeep.io/gpu-mem": "2"}}})
+    assert pod_demand(Pod.model_validate(data), **DEFAULTS).mem_gib == 6
+    data["spec"]["initContainers"] = [{"name": "warm", "resources": {"limits": {"iadeep.io/gpu-mem": "10"}}}]
+    assert pod_demand(Pod.model_validate(data), **DEFAULTS).mem_gib == 10
+
+
+@pytest.mark.parametrize(("mem", "gpus", "annotations", "message"), [
+    ("lots", None, {}, "is not a quantity"),
+    ("-4", None, {}, "must be positive"),
+    ("8", "0.5", {}, "iadeep.io/gpu-count must be an integer in 1..64"),
+    ("8", "1e9", {}, "iadeep.io/gpu-count must be an integer in 1..64"),
+    ("8", None, {"iadeep.io/batch-size": "big"}, "annotation iadeep.io/batch-size='big' is not an integer"),
+    ("8", None, {"iadeep.io/batch-size": "0"}, "must be >= 1"),
+    ("8", None, {"iadeep.io/duration-s": "nan"}, "must be a finite number"),
+    ("1e999999", None, {}, "is not a usable amount"),
+])
+def test_pod_demand_rejects_what_cannot_be_served(mem, gpus, annotations, message):
+    with pytest.raises(PodSpecError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        _demand(gpu_pod("p", mem=mem, gpus=gpus, uid="u", annotations=annotations))
