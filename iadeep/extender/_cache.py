@@ -138,9 +138,17 @@ class StateCache:
                 self._base = self._base.with_reservation(job, type_id, assignments)
 
     def forget(self, pod_uid: str) -> None:
-        """A reservation of ``pod_uid`` was released: stop re-applying it (the next refresh drops it)."""
+        """A reservation of ``pod_uid`` was released: drop it from the copy and stop re-applying it."""
         with self._lock:
             self._recent = [r for r in self._recent if r[1].pod_uid != pod_uid]
+            snap = self._snapshot
+        if snap is None or not any(pod_uid in st.pods for st in snap.gpu_states.values()):
+            return
+        snap = snap.without_pod(pod_uid)
+        base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
+        with self._lock:
+            if self._snapshot is not None and self._snapshot.taken_at_s <= snap.taken_at_s:
+                self._snapshot, self._base = snap, base
 
     # -- background --------------------------------------------------------------------------
     def start(self, interval_s: float, *, samples_interval_s: float = 10.0) -> None:

@@ -69,6 +69,17 @@ class Snapshot:
         jobs[job.pod_uid] = job
         return Snapshot(self.inventories, states, jobs, self.taken_at_s)
 
+    def without_pod(self, pod_uid: str) -> Snapshot:
+        """A copy where ``pod_uid`` holds nothing (its memory is its job record's ``mem_gib`` per GPU)."""
+        job = self.jobs.get(pod_uid)
+        mem = job.mem_gib if job is not None else 0.0
+        states = dict(self.gpu_states)
+        for key, st in self.gpu_states.items():
+            if pod_uid in st.pods:
+                states[key] = GpuState(st.node, st.gpu, max(st.mem_used_gib - mem, 0.0),
+                                       tuple(p for p in st.pods if p != pod_uid))
+        return Snapshot(self.inventories, states, self.jobs, self.taken_at_s)
+
     def node_gpu_states(self, node: str) -> list[GpuState]:
         """The node's GPUs in inventory order (zero-use states for GPUs without a record)."""
         inv = self.inventories.get(node)

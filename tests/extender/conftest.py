@@ -92,7 +92,13 @@ def make_service(settings: ExtenderSettings, store: EtcdStateStore, model: Inter
     other keyword arguments override settings."""
 
     def make(pod_api: Any = None, state_store: Any = None, **overrides: Any) -> ExtenderService:
-        s = settings.model_copy(update=overrides)
+        data = settings.model_dump()
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(data.get(key), dict):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value.model_dump() if hasattr(value, "model_dump") else value
+        s = ExtenderSettings.model_validate(data)
         return ExtenderService(s, store=state_store or store, pod_api=pod_api, model=model)
 
     return make
