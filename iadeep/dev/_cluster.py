@@ -55,6 +55,41 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def etcd_argv(
+    binary: str | os.PathLike[str],
+    data_dir: str | os.PathLike[str],
+    *,
+    client_port: int,
+    peer_port: int,
+    name: str = "iadeep-dev",
+    fsync: bool = False,
+    client_scheme: str = "http",
+) -> list[str]:
+    """Command line of a single-member etcd on loopback (``http://127.0.0.1:<client_port>``).
+
+    Shared by :class:`ControlPlane` and the standalone etcd of :mod:`iadeep.state` (``iadeep etcd
+    start``). ``fsync=False`` adds ``--unsafe-no-fsync``: fine for throw-away data, which survives
+    a killed process anyway (only a machine crash loses it). ``client_scheme="https"`` needs the
+    caller to add etcd's ``--cert-file``/``--key-file`` (and ``--trusted-ca-file``) flags.
+    """
+    client = f"{client_scheme}://127.0.0.1:{client_port}"
+    peer = f"http://127.0.0.1:{peer_port}"
+    argv = [
+        str(binary),
+        f"--name={name}",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster={name}={peer}",
+        "--log-level=warn",
+    ]
+    if not fsync:
+        argv.append("--unsafe-no-fsync")
+    return argv
+
+
 def _kubeconfig(server: str, ca: Path, cert: Path, key: Path, *, embed: bool, user: str) -> dict[str, Any]:
     def b64(p: Path) -> str:
         return base64.b64encode(p.read_bytes()).decode()
@@ -381,22 +416,9 @@ class ControlPlane:
         )
 
     def _start_etcd(self, b: Binaries) -> None:
-        client = f"http://127.0.0.1:{self.ports['etcd']}"
-        peer = f"http://127.0.0.1:{self.ports['etcd-peer']}"
         self._spawn(
             "etcd",
-            [
-                str(b.etcd),
-                "--name=iadeep-dev",
-                f"--data-dir={self._dir / 'etcd'}",
-                f"--listen-client-urls={client}",
-                f"--advertise-client-urls={client}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=iadeep-dev={peer}",
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-            ],
+            etcd_argv(b.etcd, self._dir / "etcd", client_port=self.ports["etcd"], peer_port=self.ports["etcd-peer"]),
         )
 
     def _start_apiserver(self, b: Binaries) -> None:

@@ -3,6 +3,9 @@
 ``iadeep.state`` is the only package that talks to etcd.
 """
 
+from iadeep.state._etcd import EtcdStateStore
+from iadeep.state._local import LocalEtcd, LocalEtcdError, ensure_local_etcd, local_endpoint
+from iadeep.state._memory import MemoryStateStore
 from iadeep.state._protocol import AllocationConflict, StateStore, StoreUnavailable
 from iadeep.state._records import (
     Assignment,
@@ -17,10 +20,30 @@ from iadeep.state._records import (
     from_json,
     to_json,
 )
+from iadeep.state._settings import (
+    AuthSettings,
+    LocalEtcdSettings,
+    RetrySettings,
+    StateSettings,
+    TimeoutSettings,
+    TlsSettings,
+)
 
 __all__ = [
     "AllocationConflict",
     "Assignment",
+    "AuthSettings",
+    "EtcdStateStore",
+    "LocalEtcd",
+    "LocalEtcdError",
+    "LocalEtcdSettings",
+    "MemoryStateStore",
+    "RetrySettings",
+    "StateSettings",
+    "TimeoutSettings",
+    "TlsSettings",
+    "ensure_local_etcd",
+    "local_endpoint",
     "GpuInfo",
     "GpuState",
     "InterferenceSampleRecord",

@@ -1,0 +1,757 @@
+"""The etcd state store: the only code in iadeep that talks to etcd.
+
+:class:`EtcdStateStore` implements :class:`iadeep.state.StateStore` over etcd's v3 JSON gateway
+(``/v3/kv/txn`` and friends) with ``etcd3gw``'s client; see :mod:`iadeep.state._records` for the
+key schema and :mod:`iadeep.state._memory` for the allocation rules and the extra
+``<p>/reservations/<pod_uid>`` key.
+
+How the guarantees of the protocol are met:
+
+* **Atomic allocation.** :meth:`~EtcdStateStore.reserve` reads the node's inventory, the pod's
+  reservation record and the GPU records it touches in one read-only transaction (one revision),
+  decides with :func:`~iadeep.state._memory.plan_reserve`, then commits one transaction that
+  compares the mod revision of each record it read (``create_revision == 0`` for an absent one)
+  and puts the job, the assignments, the GPU states, the tuning requests and the reservation
+  record. When a compare fails, the transaction's failure branch returns the same reads at the
+  new revision, so the retry needs no extra round trip; it gives up with
+  :class:`AllocationConflict` when the reservation no longer fits, or after
+  ``retry.conflict_attempts`` lost races. :meth:`~EtcdStateStore.release` works the same way.
+* **Idempotent retries.** A request that fails on the wire is retried (tenacity, exponential
+  backoff with jitter, failover to the next endpoint) and the error becomes
+  :class:`StoreUnavailable` naming the endpoints when retries run out. A retried commit whose
+  first try did land is recognised by the nonce in the reservation record (reserve) or by the
+  record's disappearance (release); appended records get their keys before the first try.
+* **Thread safety.** Each thread gets its own HTTP session (``requests.Session`` is not
+  documented thread-safe); shared state (auth token, endpoint choice, counters) sits behind locks.
+* **Liveness.** ``put_inventory(..., lease_ttl_s=)`` attaches the record to an etcd lease;
+  :meth:`~EtcdStateStore.keepalive` renews it; when the agent stops, etcd deletes the record.
+* **Watches** stream ``/v3/watch`` from the revision of the ``watch()`` call (so nothing after
+  the call is missed), reconnect after a broken stream from the last revision seen, and end after
+  ``timeout_s`` without an event.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import random
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import requests
+import urllib3
+from etcd3gw import exceptions as etcd_exc
+from etcd3gw.client import Etcd3Client
+from requests.adapters import HTTPAdapter
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_random,
+)
+
+from iadeep.state._memory import (
+    Keys,
+    check_name,
+    new_seqs,
+    plan_release,
+    plan_reserve,
+    reservation_from_json,
+    reservation_json,
+)
+from iadeep.state._protocol import AllocationConflict, StoreUnavailable
+from iadeep.state._records import (
+    Assignment,
+    GpuState,
+    InterferenceSampleRecord,
+    JobRecord,
+    Measurement,
+    NodeInventory,
+    RecordError,
+    TuningRequest,
+    from_json,
+    to_json,
+)
+from iadeep.state._settings import StateSettings
+
+__all__ = ["EtcdStateStore"]
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+_API = "/v3/"
+_PAGE = 1000  # keys per range page
+_TXN_OPS = 100  # etcd's default --max-txn-ops is 128
+
+
+class _Transient(Exception):
+    """A failure worth retrying (connection, timeout, 5xx, expired token)."""
+
+    def __init__(self, endpoint: str, detail: str) -> None:
+        super().__init__(f"{endpoint}: {detail}")
+        self.endpoint = endpoint
+
+
+@dataclass(frozen=True)
+class _KV:
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+
+def _b64(text: str | bytes) -> str:
+    raw = text.encode() if isinstance(text, str) else text
+    return base64.b64encode(raw).decode()
+
+
+def _range_end(prefix: str) -> str:
+    raw = bytearray(prefix.encode())
+    raw[-1] += 1
+    return base64.b64encode(bytes(raw)).decode()
+
+
+def _kv(d: Mapping[str, Any]) -> _KV:
+    return _KV(
+        key=base64.b64decode(d["key"]).decode(),
+        value=base64.b64decode(d.get("value", "")),
+        create_revision=int(d.get("create_revision", 0)),
+        mod_revision=int(d.get("mod_revision", 0)),
+        lease=int(d.get("lease", 0)),
+    )
+
+
+def _range_op(key: str, *, prefix: bool = False) -> dict[str, Any]:
+    op: dict[str, Any] = {"key": _b64(key)}
+    if prefix:
+        op["range_end"] = _range_end(key)
+    return {"request_range": op}
+
+
+def _put_op(key: str, value: str, lease: int | None = None) -> dict[str, Any]:
+    op: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
+    if lease:
+        op["lease"] = lease
+    return {"request_put": op}
+
+
+def _delete_op(key: str) -> dict[str, Any]:
+    return {"request_delete_range": {"key": _b64(key)}}
+
+
+def _same_rev(key: str, kv: _KV | None) -> dict[str, Any]:
+    """Compare: ``key`` is unchanged since it was read as ``kv`` (absent when ``None``)."""
+    if kv is None:
+        return {"key": _b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": 0}
+    return {"key": _b64(key), "result": "EQUAL", "target": "MOD", "mod_revision": kv.mod_revision}
+
+
+def _first(response: Mapping[str, Any]) -> _KV | None:
+    kvs = response.get("response_range", {}).get("kvs", [])
+    return _kv(kvs[0]) if kvs else None
+
+
+def _parse(cls: type[R], kv: _KV) -> R:
+    return from_json(cls, kv.value)
+
+
+class EtcdStateStore:
+    """:class:`iadeep.state.StateStore` backed by etcd (thread-safe).
+
+    Args:
+        settings: endpoints, prefix, TLS, auth, timeouts and retries; ``None`` reads them from
+            the environment (``IADEEP_ETCD_*``). Without endpoints, the local etcd of
+            ``iadeep etcd start`` is used if it runs.
+        endpoints: shorthand overriding ``settings.endpoints``.
+
+    Raises:
+        StoreUnavailable: no endpoint configured and no local etcd running.
+
+    Example::
+
+        store = EtcdStateStore(endpoints=["http://127.0.0.1:2379"])
+        store.put_inventory(NodeInventory("n1", (GpuInfo(0, 32.0),)), lease_ttl_s=10)
+        store.reserve(job, "n1", [0], colocation_limit=2, now_s=time.time())
+    """
+
+    def __init__(self, settings: StateSettings | None = None, *, endpoints: Sequence[str] | None = None) -> None:
+        settings = settings if settings is not None else StateSettings()
+        if endpoints is not None:
+            settings = StateSettings.model_validate({**settings.model_dump(), "endpoints": list(endpoints)})
+        if not settings.endpoints:
+            from iadeep.state._local import require_endpoints
+
+            settings = StateSettings.model_validate({**settings.model_dump(), "endpoints": require_endpoints(settings)})
+        self.settings = settings
+        self.keys = Keys(settings.prefix)
+        self.endpoints: tuple[str, ...] = tuple(settings.endpoints)
+        self._preferred = 0
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        self._sessions: list[requests.Session] = []
+        self._token: str | None = None
+        self._token_gen = 0
+        self._leases: dict[str, int] = {}
+        self._stats = {"requests": 0, "retries": 0, "txn_conflicts": 0}
+        self._closed = False
+
+    # -- transport --------------------------------------------------------------------------
+
+    def _new_session(self) -> requests.Session:
+        s = requests.Session()
+        s.trust_env = False  # never through an HTTP proxy, never ~/.netrc
+        tls = self.settings.tls
+        s.verify = str(tls.ca_file) if tls.ca_file else True
+        if tls.cert_file and tls.key_file:
+            s.cert = (str(tls.cert_file), str(tls.key_file))
+        adapter = HTTPAdapter(pool_connections=len(self.endpoints), pool_maxsize=2, max_retries=0)
+        s.mount("http://", adapter)
+        s.mount("https://", adapter)
+        with self._lock:
+            if self._closed:
+                s.close()
+                raise StoreUnavailable(f"etcd store for {self._where()} is closed")
+            self._sessions.append(s)
+        return s
+
+    def _client(self, endpoint: str) -> Etcd3Client:
+        clients: dict[str, Etcd3Client] | None = getattr(self._tls, "clients", None)
+        if clients is None:
+            clients = self._tls.clients = {}
+        client = clients.get(endpoint)
+        if client is None:
+            u = urlsplit(endpoint)
+            t = self.settings.timeouts
+            client = Etcd3Client(
+                host=u.hostname or "",
+                port=u.port or 2379,
+                protocol=u.scheme,
+                timeout=(t.connect_s, t.request_s),  # type: ignore[arg-type] # requests takes a pair
+                api_path=_API,
+                session=self._new_session(),
+            )
+            client._iadeep_token_gen = -1  # type: ignore[attr-defined]
+            clients[endpoint] = client
+        if self.settings.auth.username is not None:
+            if self._token is None:
+                self._authenticate(endpoint, client, -1)
+            if client._iadeep_token_gen != self._token_gen:  # type: ignore[attr-defined]
+                with self._lock:
+                    client.session.headers["Authorization"] = self._token or ""
+                    client._iadeep_token_gen = self._token_gen  # type: ignore[attr-defined]
+        return client
+
+    def _authenticate(self, endpoint: str, client: Etcd3Client, failed_gen: int) -> None:
+        """Trade user and password for a token (once for all threads)."""
+        auth = self.settings.auth
+        with self._lock:
+            if self._token is not None and self._token_gen != failed_gen:
+                return  # another thread already renewed it
+            password = auth.password.get_secret_value() if auth.password else ""
+            try:
+                resp = client.session.post(
+                    client.get_url("/auth/authenticate"),
+                    json={"name": auth.username, "password": password},
+                    headers={"Authorization": None},  # type: ignore[dict-item] # drops the stale token
+                    timeout=client.timeout,
+                )
+            except requests.RequestException as exc:
+                raise _Transient(endpoint, f"authenticate: {type(exc).__name__}: {exc}") from None
+            if resp.status_code >= 500:
+                raise _Transient(endpoint, f"authenticate: HTTP {resp.status_code}: {resp.text.strip()}")
+            if resp.status_code != 200:
+                message = self._message(resp.text)
+                if "CommonName" in message:
+                    message += " (etcd's JSON gateway refuses password auth when --client-cert-auth is on: use one)"
+                raise StoreUnavailable(f"etcd at {endpoint} refused user {auth.username!r}: {message}")
+            self._token = str(resp.json()["token"])
+            self._token_gen += 1
+
+    @staticmethod
+    def _message(text: str | None) -> str:
+        """etcd's error message from a gateway answer, or the gist of a connection error."""
+        try:
+            return str(json.loads(text or "")["message"])
+        except (ValueError, KeyError, TypeError):
+            text = (text or "").strip()
+            errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+            if errno:
+                return errno.group(0)
+            return text if len(text) <= 300 else text[:297] + "..."
+
+    def _post_once(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        endpoint = self.endpoints[self._preferred % len(self.endpoints)]
+        with self._lock:
+            self._stats["requests"] += 1
+        try:
+            client = self._client(endpoint)
+            gen = client._iadeep_token_gen  # type: ignore[attr-defined]
+            return dict(client.post(client.get_url(path), json=payload))
+        except (etcd_exc.ConnectionFailedError, etcd_exc.ConnectionTimeoutError, etcd_exc.InternalServerError) as exc:
+            raise _Transient(endpoint, f"{type(exc).__name__}: {self._message(exc.detail_text)}") from None
+        except etcd_exc.Etcd3Exception as exc:
+            message = self._message(exc.detail_text)
+            if "invalid auth token" in message or "revision in header is old" in message:
+                self._authenticate(endpoint, client, gen)
+                raise _Transient(endpoint, message) from None
+            raise StoreUnavailable(f"etcd at {endpoint} rejected {path}: {message}") from None
+        except requests.RequestException as exc:  # broken responses etcd3gw does not map
+            raise _Transient(endpoint, f"{type(exc).__name__}: {exc}") from None
+        except ValueError as exc:  # not JSON
+            raise StoreUnavailable(f"etcd at {endpoint}: unreadable answer to {path}: {exc}") from None
+
+    def _where(self) -> str:
+        return ", ".join(self.endpoints)
+
+    def _before_retry(self, state: RetryCallState) -> None:
+        with self._lock:
+            self._stats["retries"] += 1
+            self._preferred += 1  # fail over to the next endpoint (a no-op with one)
+        exc = state.outcome.exception() if state.outcome else None
+        log.debug("etcd request failed (try %d), retrying: %s", state.attempt_number, exc)
+
+    def _post(self, path: str, payload: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+        """POST to the gateway with retries; returns the answer and the number of tries.
+
+        Raises:
+            StoreUnavailable: retries exhausted, or etcd refused the request.
+        """
+        if self._closed:
+            raise StoreUnavailable(f"etcd store for {self._where()} is closed")
+        r = self.settings.retry
+        retrying = Retrying(
+            stop=stop_after_attempt(r.attempts) | stop_after_delay(r.deadline_s),
+            wait=wait_exponential(multiplier=r.initial_backoff_s, max=r.max_backoff_s) + wait_random(0, r.initial_backoff_s),
+            retry=retry_if_exception_type(_Transient),
+            before_sleep=self._before_retry,
+            reraise=True,
+        )
+        t0 = time.monotonic()
+        tries = 0
+        try:
+            for attempt in retrying:
+                with attempt:
+                    tries = attempt.retry_state.attempt_number
+                    result = self._post_once(path, payload)
+        except _Transient as exc:
+            raise StoreUnavailable(
+                f"etcd at {self._where()} unavailable after {tries} tr{'y' if tries == 1 else 'ies'} in "
+                f"{time.monotonic() - t0:.2f} s ({path}): {exc}"
+            ) from None
+        return result, tries
+
+    def _txn(
+        self, compare: list[dict[str, Any]], success: list[dict[str, Any]], failure: list[dict[str, Any]] | None = None
+    ) -> tuple[bool, list[dict[str, Any]], int]:
+        result, tries = self._post("/kv/txn", {"compare": compare, "success": success, "failure": failure or []})
+        return bool(result.get("succeeded", False)), list(result.get("responses", [])), tries
+
+    def _read(self, reads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several ranges at one revision (a transaction without compares)."""
+        return self._txn([], reads)[1]
+
+    def _get(self, key: str) -> _KV | None:
+        result, _ = self._post("/kv/range", {"key": _b64(key)})
+        kvs = result.get("kvs", [])
+        return _kv(kvs[0]) if kvs else None
+
+    def _scan(self, prefix: str) -> list[_KV]:
+        """Every key under ``prefix`` at one revision, by key, paged."""
+        out: list[_KV] = []
+        payload: dict[str, Any] = {"key": _b64(prefix), "range_end": _range_end(prefix), "limit": _PAGE}
+        while True:
+            result, _ = self._post("/kv/range", payload)
+            kvs = [_kv(d) for d in result.get("kvs", [])]
+            out.extend(kvs)
+            if not result.get("more") or not kvs:
+                return out
+            payload["key"] = _b64(kvs[-1].key.encode() + b"\0")
+            payload["revision"] = int(result["header"]["revision"])
+
+    def _scan_ordered(self, prefix: str) -> list[_KV]:
+        """Like :meth:`_scan`, oldest first (creation revision, then key)."""
+        return sorted(self._scan(prefix), key=lambda kv: (kv.create_revision, kv.key))
+
+    def _revision(self) -> int:
+        result, _ = self._post("/kv/range", {"key": _b64(self.keys.prefix), "count_only": True})
+        return int(result["header"]["revision"])
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every HTTP session; later calls raise :class:`StoreUnavailable`. Idempotent."""
+        with self._lock:
+            self._closed = True
+            sessions, self._sessions = self._sessions, []
+        for s in sessions:
+            with contextlib.suppress(Exception):
+                s.close()
+
+    def __enter__(self) -> EtcdStateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, int]:
+        """Counters since creation: HTTP ``requests`` sent, ``retries`` after transient errors,
+        ``txn_conflicts`` (allocation transactions that lost a race and were redone)."""
+        with self._lock:
+            return dict(self._stats)
+
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        """True when some endpoint answers a linearizable read (one try per endpoint, each
+        bounded by ``timeout_s`` and the configured timeouts; no backoff)."""
+        if self._closed:
+            return False
+        payload = {"key": _b64(self.keys.prefix), "count_only": True}
+        t = self.settings.timeouts
+        for _ in self.endpoints:
+            endpoint = self.endpoints[self._preferred % len(self.endpoints)]
+            try:
+                for _renewed in (False, True):
+                    client = self._client(endpoint)
+                    resp = client.session.post(
+                        client.get_url("/kv/range"),
+                        json=payload,
+                        timeout=(min(t.connect_s, timeout_s), min(t.request_s, timeout_s)),
+                    )
+                    if resp.status_code == 200:
+                        return True
+                    if resp.status_code != 401 or _renewed:
+                        break
+                    self._authenticate(endpoint, client, client._iadeep_token_gen)  # type: ignore[attr-defined]
+            except (_Transient, StoreUnavailable, requests.RequestException):
+                pass
+            with self._lock:
+                self._preferred += 1
+        return False
+
+    # -- inventory --------------------------------------------------------------------------
+
+    def put_inventory(self, inventory: NodeInventory, *, lease_ttl_s: int | None = None) -> None:
+        node = check_name("NodeInventory.node", inventory.node)
+        if lease_ttl_s is not None and lease_ttl_s < 1:
+            raise ValueError(f"lease_ttl_s must be >= 1, got {lease_ttl_s}")
+        lease = 0
+        if lease_ttl_s is not None:
+            granted, _ = self._post("/lease/grant", {"TTL": int(lease_ttl_s), "ID": 0})
+            lease = int(granted["ID"])
+        try:
+            self._post("/kv/put", _put_op(self.keys.node(node), to_json(inventory), lease)["request_put"])
+        except StoreUnavailable:
+            if lease:
+                self._revoke(lease)
+            raise
+        with self._lock:
+            old = self._leases.pop(node, 0)
+            if lease:
+                self._leases[node] = lease
+        if old and old != lease:
+            self._revoke(old)  # the record moved to the new lease; the old one holds nothing now
+
+    def _revoke(self, lease: int) -> None:
+        with contextlib.suppress(StoreUnavailable):
+            self._post("/lease/revoke", {"ID": lease})
+
+    def keepalive(self, node: str) -> bool:
+        """Renew the lease of ``node``'s inventory (works from any process: the lease is read from
+        the record). True when the record is still there (leased or not); False when it is gone —
+        expired or never published: call :meth:`put_inventory` again.
+
+        Raises:
+            StoreUnavailable: etcd unreachable after retries.
+        """
+        kv = self._get(self.keys.node(check_name("node", node)))
+        if kv is None:
+            return False
+        if not kv.lease:
+            return True
+        result, _ = self._post("/lease/keepalive", {"ID": kv.lease})
+        return int(result.get("result", {}).get("TTL", -1)) > 0
+
+    def inventories(self) -> dict[str, NodeInventory]:
+        out = {}
+        for kv in self._scan(self.keys.folder("nodes/")):
+            inv = _parse(NodeInventory, kv)
+            out[inv.node] = inv
+        return out
+
+    # -- jobs and allocation ----------------------------------------------------------------
+
+    def put_job(self, job: JobRecord) -> None:
+        check_name("JobRecord.pod_uid", job.pod_uid)
+        self._post("/kv/put", _put_op(self.keys.job(job.pod_uid), to_json(job))["request_put"])
+
+    def delete_job(self, pod_uid: str) -> bool:
+        """Forget a job record and its measurements (not its reservation: :meth:`release` that).
+        True when a job record was there."""
+        check_name("pod_uid", pod_uid)
+        ok, responses, _ = self._txn(
+            [],
+            [
+                {"request_delete_range": {"key": _b64(self.keys.job(pod_uid))}},
+                {
+                    "request_delete_range": {
+                        "key": _b64(self.keys.measurement(pod_uid, "")),
+                        "range_end": _range_end(self.keys.measurement(pod_uid, "")),
+                    }
+                },
+            ],
+        )
+        return int(responses[0].get("response_delete_range", {}).get("deleted", 0)) > 0
+
+    def jobs(self) -> dict[str, JobRecord]:
+        out = {}
+        for kv in self._scan(self.keys.folder("jobs/")):
+            job = _parse(JobRecord, kv)
+            out[job.pod_uid] = job
+        return out
+
+    def gpu_states(self) -> dict[tuple[str, int], GpuState]:
+        out = {}
+        for kv in self._scan(self.keys.folder("gpus/")):
+            st = _parse(GpuState, kv)
+            out[(st.node, st.gpu)] = st
+        return dict(sorted(out.items()))
+
+    def reserve(
+        self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float
+    ) -> list[Assignment]:
+        check_name("JobRecord.pod_uid", job.pod_uid)
+        check_name("node", node)
+        gpus = [int(g) for g in gpus]
+        unique = sorted(set(gpus))
+        k_node, k_res = self.keys.node(node), self.keys.reservation(job.pod_uid)
+        k_gpus = [self.keys.gpu(node, g) for g in unique]
+        reads = [_range_op(k_node), _range_op(k_res)] + [_range_op(k) for k in k_gpus]
+        nonce = secrets.token_hex(8)
+        snapshot = self._read(reads)
+        maybe_committed = False  # a commit failed on the wire: it may have landed
+        attempts = self.settings.retry.conflict_attempts
+        for attempt in range(attempts):
+            inv_kv, res_kv, gpu_kvs = _first(snapshot[0]), _first(snapshot[1]), [_first(r) for r in snapshot[2:]]
+            held = reservation_from_json(res_kv.value) if res_kv else None
+            if held and maybe_committed and held[1] == nonce:
+                return held[0]  # our own earlier try landed
+            plan = plan_reserve(
+                job,
+                node,
+                gpus,
+                inventory=_parse(NodeInventory, inv_kv) if inv_kv else None,
+                states={g: _parse(GpuState, kv) if kv else None for g, kv in zip(unique, gpu_kvs, strict=True)},
+                held=held[0] if held else None,
+                colocation_limit=colocation_limit,
+                now_s=now_s,
+            )
+            compare = [_same_rev(k_node, inv_kv), _same_rev(k_res, None)]
+            compare += [_same_rev(k, kv) for k, kv in zip(k_gpus, gpu_kvs, strict=True)]
+            ops = [_put_op(self.keys.job(job.pod_uid), to_json(job))]
+            for a, st, t in zip(plan.assignments, plan.gpu_states, plan.tuning, strict=True):
+                ops.append(_put_op(self.keys.assignment(a.node, a.gpu, a.pod_uid), to_json(a)))
+                ops.append(_put_op(self.keys.gpu(st.node, st.gpu), to_json(st)))
+                ops.append(_put_op(self.keys.tuning(t.node, t.gpu), to_json(t)))
+            ops.append(_put_op(k_res, reservation_json(plan.assignments, nonce)))
+            ok, snapshot, tries = self._txn(compare, ops, reads)
+            if ok:
+                return plan.assignments
+            maybe_committed = maybe_committed or tries > 1
+            with self._lock:
+                self._stats["txn_conflicts"] += 1
+            time.sleep(random.uniform(0, 0.001 * min(attempt + 1, 8)))  # de-synchronise racers
+        raise AllocationConflict(
+            f"{node}/{gpus}: gave up after {attempts} transactions lost to concurrent changes of the same GPUs"
+        )
+
+    def release(self, pod_uid: str, *, now_s: float) -> list[Assignment]:
+        k_res = self.keys.reservation(check_name("pod_uid", pod_uid))
+        maybe_committed = False
+        planned: list[Assignment] = []
+        attempts = self.settings.retry.conflict_attempts
+        conflicts = 0
+        snapshot: list[dict[str, Any]] | None = None
+        read_keys: list[str] | None = None
+        reads: list[dict[str, Any]] = []
+        while conflicts < attempts:
+            res_kv = self._get(k_res) if snapshot is None else _first(snapshot[0])
+            if res_kv is None:
+                return planned if maybe_committed else []
+            held, _ = reservation_from_json(res_kv.value)
+            keys = [self.keys.gpu(a.node, a.gpu) for a in held]
+            if keys != read_keys:  # (re)read the reservation with the GPU records it names
+                read_keys = keys
+                reads = [_range_op(k_res)] + [_range_op(k) for k in keys]
+                snapshot = self._read(reads)
+                continue
+            assert snapshot is not None
+            gpu_kvs = [_first(r) for r in snapshot[1:]]
+            plan = plan_release(
+                held,
+                {(a.node, a.gpu): _parse(GpuState, kv) if kv else None for a, kv in zip(held, gpu_kvs, strict=True)},
+                now_s=now_s,
+            )
+            compare = [_same_rev(k_res, res_kv)] + [_same_rev(k, kv) for k, kv in zip(keys, gpu_kvs, strict=True)]
+            ops = [_delete_op(self.keys.assignment(a.node, a.gpu, a.pod_uid)) for a in held]
+            ops += [_put_op(self.keys.gpu(st.node, st.gpu), to_json(st)) for st in plan.gpu_states]
+            ops += [_put_op(self.keys.tuning(t.node, t.gpu), to_json(t)) for t in plan.tuning_put]
+            ops += [_delete_op(self.keys.tuning(n, g)) for n, g in plan.tuning_delete]
+            ops.append(_delete_op(k_res))
+            ok, snapshot, tries = self._txn(compare, ops, reads)
+            if ok:
+                return held
+            planned = held
+            maybe_committed = maybe_committed or tries > 1
+            conflicts += 1
+            with self._lock:
+                self._stats["txn_conflicts"] += 1
+            time.sleep(random.uniform(0, 0.001 * min(conflicts, 8)))
+        raise StoreUnavailable(
+            f"etcd at {self._where()}: release of {pod_uid} lost {attempts} races to concurrent changes"
+        )
+
+    def assignments(self, node: str | None = None) -> list[Assignment]:
+        folder = "assignments/" if node is None else f"assignments/{check_name('node', node)}/"
+        found = [_parse(Assignment, kv) for kv in self._scan(self.keys.folder(folder))]
+        return sorted(found, key=lambda a: (a.node, a.gpu, a.pod_uid))
+
+    # -- measurements, tuning, learning ----------------------------------------------------
+
+    def add_measurement(self, m: Measurement) -> None:
+        check_name("Measurement.pod_uid", m.pod_uid)
+        (seq,) = new_seqs(1)
+        self._post("/kv/put", _put_op(self.keys.measurement(m.pod_uid, seq), to_json(m))["request_put"])
+
+    def measurements(self, pod_uid: str) -> list[Measurement]:
+        prefix = self.keys.measurement(check_name("pod_uid", pod_uid), "")
+        return [_parse(Measurement, kv) for kv in self._scan_ordered(prefix)]
+
+    def tuning_requests(self) -> list[TuningRequest]:
+        found = [_parse(TuningRequest, kv) for kv in self._scan(self.keys.folder("tuning/"))]
+        return sorted(found, key=lambda t: (t.node, t.gpu))
+
+    def complete_tuning(self, request: TuningRequest) -> bool:
+        """Clear a tuning request if it is still the one given (same pods and time): the
+        coordinator's acknowledgement. False when it changed meanwhile (tune again) or is gone."""
+        key = self.keys.tuning(check_name("node", request.node), request.gpu)
+        kv = self._get(key)
+        if kv is None or _parse(TuningRequest, kv) != request:
+            return False
+        ok, _, tries = self._txn([_same_rev(key, kv)], [_delete_op(key)])
+        return ok or (tries > 1 and self._get(key) is None)
+
+    def add_samples(self, samples: Sequence[InterferenceSampleRecord]) -> None:
+        """Append samples; one transaction per 100 (a failure part-way leaves the earlier chunks,
+        each of which is whole)."""
+        samples = list(samples)
+        for s in samples:
+            if not isinstance(s, InterferenceSampleRecord):
+                raise RecordError(f"add_samples: expected InterferenceSampleRecord, got {type(s).__name__}")
+        seqs = new_seqs(len(samples))
+        ops = [_put_op(self.keys.sample(q), to_json(s)) for q, s in zip(seqs, samples, strict=True)]
+        for i in range(0, len(ops), _TXN_OPS):
+            self._txn([], ops[i : i + _TXN_OPS])
+
+    def samples(self) -> list[InterferenceSampleRecord]:
+        return [_parse(InterferenceSampleRecord, kv) for kv in self._scan_ordered(self.keys.folder("samples/"))]
+
+    # -- watch ------------------------------------------------------------------------------
+
+    def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:
+        """Events under ``<prefix>/<what>`` (a plain string prefix: end ``what`` with ``/`` to
+        keep ``nodes/a`` from matching ``nodes/ab``), each ``{"type": "put"|"delete", "key"}``
+        plus ``"value"`` (the record's JSON) for puts, until ``timeout_s`` passes without one.
+
+        Events after this call are seen even if iteration starts later. A broken stream is
+        reopened from the last revision seen (within the retry policy).
+
+        Raises:
+            StoreUnavailable: etcd unreachable (at the call, or when reconnecting fails).
+        """
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        start = self._revision() + 1
+        return self._watch(self.keys.folder(what), start, timeout_s)
+
+    def _watch(self, prefix: str, start: int, timeout_s: float) -> Iterator[Mapping[str, str]]:
+        create = {"key": _b64(prefix), "range_end": _range_end(prefix)}
+        connect_s = self.settings.timeouts.connect_s
+        failures = 0
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            endpoint = self.endpoints[self._preferred % len(self.endpoints)]
+            session = self._new_session()
+            broken: str | None = None
+            try:
+                client = self._client(endpoint)
+                if "Authorization" in client.session.headers:
+                    session.headers["Authorization"] = client.session.headers["Authorization"]
+                resp = session.post(
+                    client.get_url("/watch"),
+                    json={"create_request": {**create, "start_revision": start}},
+                    stream=True,
+                    timeout=(connect_s, left),
+                )
+                if resp.status_code != 200:
+                    raise StoreUnavailable(f"etcd at {endpoint} refused a watch: {self._message(resp.text)}")
+                buf = b""
+                for chunk in resp.iter_content(chunk_size=None):
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        if not line.strip():
+                            continue
+                        msg = json.loads(line)
+                        if "error" in msg:  # the gateway lost etcd (e.g. it is shutting down)
+                            raise _Transient(endpoint, f"watch failed: {self._message(json.dumps(msg['error']))}")
+                        result = msg.get("result", {})
+                        if result.get("canceled"):
+                            start = max(start, int(result.get("compact_revision", 0)))
+                            raise _Transient(endpoint, f"watch canceled: {result.get('cancel_reason', '')}")
+                        for ev in result.get("events", []):
+                            kv = _kv(ev["kv"])
+                            start = kv.mod_revision + 1
+                            failures = 0
+                            event = {"type": "delete" if ev.get("type") == "DELETE" else "put", "key": kv.key}
+                            if event["type"] == "put":
+                                event["value"] = kv.value.decode()
+                            yield event
+                            deadline = time.monotonic() + timeout_s
+                broken = "stream ended"
+            except requests.ConnectionError as exc:
+                if exc.args and isinstance(exc.args[0], urllib3.exceptions.ReadTimeoutError):
+                    if deadline - time.monotonic() <= 0.05:
+                        return  # idle for timeout_s: done
+                    broken = "read timeout"  # the idle timer was reset by an event: wait the rest
+                else:
+                    broken = f"{type(exc).__name__}: {exc}"
+            except (requests.RequestException, _Transient, ValueError, KeyError) as exc:
+                broken = f"{type(exc).__name__}: {exc}"
+            finally:
+                session.close()
+                with self._lock:
+                    if session in self._sessions:
+                        self._sessions.remove(session)
+            if broken in ("read timeout",):
+                continue
+            failures += 1
+            if failures >= self.settings.retry.attempts:
+                raise StoreUnavailable(f"etcd at {self._where()}: watch of {prefix} broke: {broken}")
+            with self._lock:
+                self._preferred += 1
+            time.sleep(min(self.settings.retry.max_backoff_s, self.settings.retry.initial_backoff_s * 2**failures))

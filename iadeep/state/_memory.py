@@ -1,0 +1,526 @@
+"""The in-process state store, and the allocation rules both stores apply.
+
+:class:`MemoryStateStore` implements :class:`iadeep.state.StateStore` with the same semantics as
+:class:`iadeep.state.EtcdStateStore` — same checks, same errors, same watch events and keys — over
+plain dictionaries behind one lock. It is a real store, not a mock: the simulator-side tools and
+the tests of drivers use it where no etcd runs.
+
+The rules of a reservation live here as pure functions (:func:`plan_reserve`,
+:func:`plan_release`) so that both stores decide identically; the etcd store only adds the
+transaction around them.
+
+Keys (see :mod:`iadeep.state._records` for the schema) are built by :class:`Keys`. Besides the
+documented ones, both stores keep ``<p>/reservations/<pod_uid>`` (what a pod holds, with a nonce):
+the per-pod record that allocation transactions compare on (absent: the pod holds nothing), so a
+pod can never hold two reservations, and :meth:`release` finds its GPUs in one read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from iadeep.state._protocol import AllocationConflict
+from iadeep.state._records import (
+    Assignment,
+    GpuState,
+    InterferenceSampleRecord,
+    JobRecord,
+    Measurement,
+    NodeInventory,
+    RecordError,
+    TuningRequest,
+    to_json,
+)
+
+__all__ = [
+    "Keys",
+    "MemoryStateStore",
+    "ReservePlan",
+    "ReleasePlan",
+    "plan_reserve",
+    "plan_release",
+    "check_name",
+]
+
+MEM_EPSILON_GIB = 1e-9
+"""Tolerance of the memory check (GiB): sums of float sizes must not reject an exact fit."""
+
+
+def check_name(kind: str, value: str) -> str:
+    """A node name or pod UID usable as one key segment.
+
+    Raises:
+        RecordError: empty, or contains ``/``.
+    """
+    if not isinstance(value, str) or not value or "/" in value:
+        raise RecordError(f"{kind}: {value!r} is not a valid name (non-empty, no '/')")
+    return value
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The key schema under one prefix (``/iadeep``)."""
+
+    prefix: str = "/iadeep"
+
+    def folder(self, what: str) -> str:
+        return f"{self.prefix}/{what}"
+
+    def node(self, node: str) -> str:
+        return f"{self.prefix}/nodes/{node}"
+
+    def job(self, pod_uid: str) -> str:
+        return f"{self.prefix}/jobs/{pod_uid}"
+
+    def assignment(self, node: str, gpu: int, pod_uid: str) -> str:
+        return f"{self.prefix}/assignments/{node}/{gpu}/{pod_uid}"
+
+    def gpu(self, node: str, gpu: int) -> str:
+        return f"{self.prefix}/gpus/{node}/{gpu}"
+
+    def measurement(self, pod_uid: str, seq: str) -> str:
+        return f"{self.prefix}/measurements/{pod_uid}/{seq}"
+
+    def tuning(self, node: str, gpu: int) -> str:
+        return f"{self.prefix}/tuning/{node}/{gpu}"
+
+    def sample(self, seq: str) -> str:
+        return f"{self.prefix}/samples/{seq}"
+
+    def reservation(self, pod_uid: str) -> str:
+        return f"{self.prefix}/reservations/{pod_uid}"
+
+    def lock(self, name: str) -> str:
+        return f"{self.prefix}/locks/{name}"
+
+
+def new_seqs(n: int) -> list[str]:
+    """``n`` fresh, unique sequence segments that sort in order (time, then position)."""
+    base = f"{time.time_ns():020d}-{secrets.token_hex(4)}"
+    return [f"{base}-{i:06d}" for i in range(n)]
+
+
+def reservation_json(assignments: Sequence[Assignment], nonce: str) -> str:
+    """Value of ``<p>/reservations/<pod_uid>``."""
+    return json.dumps(
+        {"nonce": nonce, "assignments": [asdict(a) for a in assignments]}, separators=(",", ":"), sort_keys=True
+    )
+
+
+def reservation_from_json(text: str | bytes) -> tuple[list[Assignment], str]:
+    """Parse a reservation value into its assignments and nonce.
+
+    Raises:
+        RecordError: malformed.
+    """
+    try:
+        d = json.loads(text)
+        return [Assignment(**a) for a in d["assignments"]], str(d["nonce"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RecordError(f"reservation: {exc}") from None
+
+
+# -- allocation rules -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReservePlan:
+    """What one reservation writes (all of it, or nothing)."""
+
+    assignments: list[Assignment]
+    gpu_states: list[GpuState]
+    tuning: list[TuningRequest]
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """What one release writes: new GPU states, tuning requests to set and to clear."""
+
+    released: list[Assignment]
+    gpu_states: list[GpuState]
+    tuning_put: list[TuningRequest]
+    tuning_delete: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _check_job(job: JobRecord) -> None:
+    check_name("JobRecord.pod_uid", job.pod_uid)
+    if not (isinstance(job.mem_gib, int | float) and math.isfinite(job.mem_gib) and job.mem_gib > 0):
+        raise RecordError(f"JobRecord.mem_gib: expected a positive number of GiB, got {job.mem_gib!r}")
+    if not (isinstance(job.num_gpus, int) and job.num_gpus >= 1):
+        raise RecordError(f"JobRecord.num_gpus: expected an integer >= 1, got {job.num_gpus!r}")
+
+
+def plan_reserve(
+    job: JobRecord,
+    node: str,
+    gpus: Sequence[int],
+    *,
+    inventory: NodeInventory | None,
+    states: Mapping[int, GpuState | None],
+    held: Sequence[Assignment] | None,
+    colocation_limit: int,
+    now_s: float,
+) -> ReservePlan:
+    """Decide a reservation of ``job.mem_gib`` on each of ``gpus`` of ``node``.
+
+    Args:
+        job: the pod to place; ``job.num_gpus`` must equal ``len(gpus)``.
+        node, gpus: where.
+        inventory: the node's published GPUs (``None``: not published / expired).
+        states: current :class:`GpuState` per GPU index of ``node`` (``None`` or absent: unused).
+        held: what the pod already holds (``None`` or empty: nothing).
+        colocation_limit: most pods on one GPU, this one included (>= 1).
+        now_s: time stamp of the assignments and tuning requests (Unix seconds).
+
+    Returns:
+        The assignments, the new GPU states and one tuning request per GPU (its pod set changed).
+
+    Raises:
+        AllocationConflict: the pod holds a reservation, the node or a GPU is unknown, a GPU is
+            named twice or their count is not ``job.num_gpus``, memory or the co-location limit
+            would be exceeded.
+        RecordError: malformed job or node name.
+        ValueError: ``colocation_limit`` < 1.
+    """
+    _check_job(job)
+    check_name("node", node)
+    if colocation_limit < 1:
+        raise ValueError(f"colocation_limit must be >= 1, got {colocation_limit}")
+    gpus = [int(g) for g in gpus]
+    where = f"{node}/{gpus}"
+    if held:
+        h = held[0]
+        raise AllocationConflict(
+            f"pod {job.pod_uid} already holds a reservation on {h.node}/{sorted(a.gpu for a in held)}"
+        )
+    if not gpus or len(set(gpus)) != len(gpus):
+        raise AllocationConflict(f"{where}: GPUs must be distinct and at least one")
+    if len(gpus) != job.num_gpus:
+        raise AllocationConflict(f"{where}: pod {job.pod_uid} needs {job.num_gpus} GPU(s), {len(gpus)} given")
+    if inventory is None:
+        raise AllocationConflict(f"node {node!r} has no published GPU inventory (unknown node or agent gone)")
+    capacity = {g.index: g.mem_gib for g in inventory.gpus}
+    assignments, new_states, tuning = [], [], []
+    for g in gpus:
+        if g not in capacity:
+            raise AllocationConflict(f"{node}/gpu{g}: no such GPU (node has {sorted(capacity)})")
+        st = states.get(g) or GpuState(node, g)
+        if len(st.pods) + 1 > colocation_limit:
+            raise AllocationConflict(
+                f"{node}/gpu{g}: co-location limit {colocation_limit} reached ({len(st.pods)} pod(s))"
+            )
+        if st.mem_used_gib + job.mem_gib > capacity[g] + MEM_EPSILON_GIB:
+            raise AllocationConflict(
+                f"{node}/gpu{g}: not enough memory: {job.mem_gib:g} GiB asked, "
+                f"{max(0.0, capacity[g] - st.mem_used_gib):g} of {capacity[g]:g} GiB free"
+            )
+        pods = (*st.pods, job.pod_uid)
+        assignments.append(Assignment(job.pod_uid, node, g, float(job.mem_gib), float(now_s)))
+        new_states.append(GpuState(node, g, st.mem_used_gib + job.mem_gib, pods))
+        tuning.append(TuningRequest(node, g, pods, float(now_s)))
+    return ReservePlan(assignments, new_states, tuning)
+
+
+def plan_release(
+    held: Sequence[Assignment], states: Mapping[tuple[str, int], GpuState | None], *, now_s: float
+) -> ReleasePlan:
+    """Decide the release of ``held`` (a pod's assignments) given the current GPU states.
+
+    A GPU left with pods gets a new tuning request (its co-location set changed); a GPU left
+    empty has its tuning request cleared and keeps an empty :class:`GpuState`.
+    """
+    new_states, put, delete = [], [], []
+    for a in held:
+        st = states.get((a.node, a.gpu)) or GpuState(a.node, a.gpu)
+        pods = tuple(p for p in st.pods if p != a.pod_uid)
+        mem = st.mem_used_gib - a.mem_gib if a.pod_uid in st.pods else st.mem_used_gib
+        mem = 0.0 if not pods or mem < MEM_EPSILON_GIB else mem
+        new_states.append(GpuState(a.node, a.gpu, mem, pods))
+        if pods:
+            put.append(TuningRequest(a.node, a.gpu, pods, float(now_s)))
+        else:
+            delete.append((a.node, a.gpu))
+    return ReleasePlan(list(held), new_states, put, delete)
+
+
+# -- the store --------------------------------------------------------------------------------
+
+
+class _MemoryWatch(Iterator[Mapping[str, str]]):
+    """Events of one :meth:`MemoryStateStore.watch`; registered at creation, so nothing that
+    happens after the ``watch()`` call is missed."""
+
+    def __init__(self, store: MemoryStateStore, prefix: str, timeout_s: float) -> None:
+        self._store = store
+        self._prefix = prefix
+        self._timeout_s = timeout_s
+        self._events: deque[dict[str, str]] = deque()
+        self._cond = threading.Condition()
+        self._done = False
+
+    def push(self, event: dict[str, str]) -> None:
+        if event["key"].startswith(self._prefix):
+            with self._cond:
+                self._events.append(event)
+                self._cond.notify_all()
+
+    def __next__(self) -> Mapping[str, str]:
+        deadline = time.monotonic() + self._timeout_s
+        with self._cond:
+            while not self._events and not self._done:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.close()
+                    raise StopIteration
+                self._cond.wait(min(left, 0.05))
+                if not self._events:
+                    self._cond.release()
+                    try:
+                        self._store._expire()  # leases expire even when nobody else calls in
+                    finally:
+                        self._cond.acquire()
+            if not self._events:
+                raise StopIteration
+            return self._events.popleft()
+
+    def close(self) -> None:
+        self._done = True
+        self._store._watchers.discard(self)
+
+
+class MemoryStateStore:
+    """:class:`iadeep.state.StateStore` in process memory (thread-safe, one lock).
+
+    Args:
+        prefix: key prefix used in watch events (as the etcd store's, default ``/iadeep``).
+        clock: monotonic seconds for lease expiry; the simulator may pass a virtual clock.
+
+    Leases expire lazily: a record whose lease ran out disappears (with a ``delete`` event) at
+    the next call, or within about 50 ms while a watch waits.
+    """
+
+    def __init__(self, *, prefix: str = "/iadeep", clock: Callable[[], float] = time.monotonic) -> None:
+        self.keys = Keys("/" + prefix.strip("/"))
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._inventories: dict[str, NodeInventory] = {}
+        self._leases: dict[str, tuple[float, float]] = {}  # node -> (ttl_s, expires_at)
+        self._jobs: dict[str, JobRecord] = {}
+        self._gpus: dict[tuple[str, int], GpuState] = {}
+        self._assignments: dict[tuple[str, int, str], Assignment] = {}
+        self._reservations: dict[str, list[Assignment]] = {}
+        self._measurements: dict[str, list[Measurement]] = {}
+        self._tuning: dict[tuple[str, int], TuningRequest] = {}
+        self._samples: list[InterferenceSampleRecord] = []
+        self._watchers: weakref.WeakSet[_MemoryWatch] = weakref.WeakSet()
+        self._closed = False
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _emit(self, kind: str, key: str, value: str | None = None) -> None:
+        event = {"type": kind, "key": key}
+        if value is not None:
+            event["value"] = value
+        for w in list(self._watchers):
+            w.push(dict(event))
+
+    def _expire(self) -> None:
+        with self._lock:
+            now = self._clock()
+            for node, (_ttl, expires) in list(self._leases.items()):
+                if expires <= now:
+                    del self._leases[node]
+                    if self._inventories.pop(node, None) is not None:
+                        self._emit("delete", self.keys.node(node))
+
+    def _put_tuning(self, t: TuningRequest) -> None:
+        self._tuning[(t.node, t.gpu)] = t
+        self._emit("put", self.keys.tuning(t.node, t.gpu), to_json(t))
+
+    def _put_gpu(self, st: GpuState) -> None:
+        self._gpus[(st.node, st.gpu)] = st
+        self._emit("put", self.keys.gpu(st.node, st.gpu), to_json(st))
+
+    # -- protocol ---------------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        return not self._closed
+
+    def close(self) -> None:
+        """Mark closed (``healthy()`` turns False); the data stays readable."""
+        self._closed = True
+
+    def __enter__(self) -> MemoryStateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def put_inventory(self, inventory: NodeInventory, *, lease_ttl_s: int | None = None) -> None:
+        check_name("NodeInventory.node", inventory.node)
+        if lease_ttl_s is not None and lease_ttl_s < 1:
+            raise ValueError(f"lease_ttl_s must be >= 1, got {lease_ttl_s}")
+        with self._lock:
+            self._expire()
+            self._inventories[inventory.node] = inventory
+            if lease_ttl_s is None:
+                self._leases.pop(inventory.node, None)
+            else:
+                self._leases[inventory.node] = (float(lease_ttl_s), self._clock() + lease_ttl_s)
+            self._emit("put", self.keys.node(inventory.node), to_json(inventory))
+
+    def keepalive(self, node: str) -> bool:
+        """Renew the lease of ``node``'s inventory. True when the record is still there (with or
+        without a lease); False when it is gone (expired or never published): publish it again."""
+        with self._lock:
+            self._expire()
+            if node not in self._inventories:
+                return False
+            if node in self._leases:
+                ttl, _ = self._leases[node]
+                self._leases[node] = (ttl, self._clock() + ttl)
+            return True
+
+    def inventories(self) -> dict[str, NodeInventory]:
+        with self._lock:
+            self._expire()
+            return dict(sorted(self._inventories.items()))
+
+    def put_job(self, job: JobRecord) -> None:
+        check_name("JobRecord.pod_uid", job.pod_uid)
+        with self._lock:
+            self._jobs[job.pod_uid] = job
+            self._emit("put", self.keys.job(job.pod_uid), to_json(job))
+
+    def delete_job(self, pod_uid: str) -> bool:
+        """Forget a job record and its measurements (not its reservation: :meth:`release` that).
+        True when a job record was there."""
+        check_name("pod_uid", pod_uid)
+        with self._lock:
+            found = self._jobs.pop(pod_uid, None) is not None
+            if found:
+                self._emit("delete", self.keys.job(pod_uid))
+            self._measurements.pop(pod_uid, None)
+            return found
+
+    def jobs(self) -> dict[str, JobRecord]:
+        with self._lock:
+            return dict(sorted(self._jobs.items()))
+
+    def gpu_states(self) -> dict[tuple[str, int], GpuState]:
+        with self._lock:
+            return dict(sorted(self._gpus.items()))
+
+    def reserve(
+        self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float
+    ) -> list[Assignment]:
+        with self._lock:
+            self._expire()
+            plan = plan_reserve(
+                job,
+                node,
+                gpus,
+                inventory=self._inventories.get(node),
+                states={g: self._gpus.get((node, g)) for g in gpus} if isinstance(node, str) else {},
+                held=self._reservations.get(job.pod_uid),
+                colocation_limit=colocation_limit,
+                now_s=now_s,
+            )
+            self._jobs[job.pod_uid] = job
+            self._emit("put", self.keys.job(job.pod_uid), to_json(job))
+            for a, st, t in zip(plan.assignments, plan.gpu_states, plan.tuning, strict=True):
+                self._assignments[(a.node, a.gpu, a.pod_uid)] = a
+                self._emit("put", self.keys.assignment(a.node, a.gpu, a.pod_uid), to_json(a))
+                self._put_gpu(st)
+                self._put_tuning(t)
+            self._reservations[job.pod_uid] = list(plan.assignments)
+            self._emit(
+                "put", self.keys.reservation(job.pod_uid), reservation_json(plan.assignments, secrets.token_hex(8))
+            )
+            return list(plan.assignments)
+
+    def release(self, pod_uid: str, *, now_s: float) -> list[Assignment]:
+        check_name("pod_uid", pod_uid)
+        with self._lock:
+            held = self._reservations.get(pod_uid)
+            if not held:
+                return []
+            plan = plan_release(held, {(a.node, a.gpu): self._gpus.get((a.node, a.gpu)) for a in held}, now_s=now_s)
+            for a in held:
+                self._assignments.pop((a.node, a.gpu, a.pod_uid), None)
+                self._emit("delete", self.keys.assignment(a.node, a.gpu, a.pod_uid))
+            for st in plan.gpu_states:
+                self._put_gpu(st)
+            for t in plan.tuning_put:
+                self._put_tuning(t)
+            for node, gpu in plan.tuning_delete:
+                if self._tuning.pop((node, gpu), None) is not None:
+                    self._emit("delete", self.keys.tuning(node, gpu))
+            del self._reservations[pod_uid]
+            self._emit("delete", self.keys.reservation(pod_uid))
+            return list(held)
+
+    def assignments(self, node: str | None = None) -> list[Assignment]:
+        with self._lock:
+            found = [a for a in self._assignments.values() if node is None or a.node == node]
+        return sorted(found, key=lambda a: (a.node, a.gpu, a.pod_uid))
+
+    def add_measurement(self, m: Measurement) -> None:
+        check_name("Measurement.pod_uid", m.pod_uid)
+        (seq,) = new_seqs(1)
+        with self._lock:
+            self._measurements.setdefault(m.pod_uid, []).append(m)
+            self._emit("put", self.keys.measurement(m.pod_uid, seq), to_json(m))
+
+    def measurements(self, pod_uid: str) -> list[Measurement]:
+        with self._lock:
+            return list(self._measurements.get(pod_uid, ()))
+
+    def tuning_requests(self) -> list[TuningRequest]:
+        with self._lock:
+            return [t for _, t in sorted(self._tuning.items())]
+
+    def complete_tuning(self, request: TuningRequest) -> bool:
+        """Clear a tuning request if it is still the one given (same pods and time): the
+        coordinator's acknowledgement. False when it changed meanwhile (tune again) or is gone."""
+        with self._lock:
+            key = (request.node, request.gpu)
+            if self._tuning.get(key) != request:
+                return False
+            del self._tuning[key]
+            self._emit("delete", self.keys.tuning(*key))
+            return True
+
+    def add_samples(self, samples: Sequence[InterferenceSampleRecord]) -> None:
+        samples = list(samples)
+        seqs = new_seqs(len(samples))
+        with self._lock:
+            for s, seq in zip(samples, seqs, strict=True):
+                self._samples.append(s)
+                self._emit("put", self.keys.sample(seq), to_json(s))
+
+    def samples(self) -> list[InterferenceSampleRecord]:
+        with self._lock:
+            return list(self._samples)
+
+    def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:
+        """Events under ``<prefix>/<what>`` (a plain string prefix: end ``what`` with ``/`` to
+        keep ``nodes/a`` from matching ``nodes/ab``), each ``{"type", "key"}`` plus ``"value"``
+        (the record's JSON) for puts, until ``timeout_s`` passes without one. Events after this
+        call are seen even if iteration starts later."""
+        w = _MemoryWatch(self, self.keys.folder(what), timeout_s)
+        with self._lock:
+            self._watchers.add(w)
+        return w
+
+    def stats(self) -> dict[str, int]:
+        """Counters (the etcd store's names; always 0 here)."""
+        return {"requests": 0, "retries": 0, "txn_conflicts": 0}
