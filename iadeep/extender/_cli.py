@@ -15,6 +15,11 @@ __all__ = ["app", "run"]
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
 
+@app.callback()
+def _group() -> None:
+    """The kube-scheduler extender (a command group even with one command)."""
+
+
 def run(overrides: dict[str, Any]) -> None:
     """Build the settings (environment, then ``overrides``) and serve until interrupted."""
     import logging
