@@ -71,6 +71,52 @@ def run_cmd(
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: summary.json, report.md, jct_cdf.png, normalised.png, queue_length.png")
 
 
+@app.command("sweep")
+def sweep_cmd(
+    start_jobs: Annotated[str, typer.Option(help="Comma-separated start jobs (trace windows).")] = "0,20000,40000,60000",
+    loads: Annotated[str, typer.Option(help="Comma-separated target mean offered loads.")] = "1,2",
+    seeds: Annotated[str, typer.Option(help="Comma-separated seeds.")] = "0,1",
+    jobs: Annotated[int, typer.Option(help="Jobs per setting.")] = _D.jobs or 400,
+    trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
+    policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
+    out: Annotated[str, typer.Option(help="Output folder.")] = "runs/sweep",
+) -> None:
+    """Compare the policies over several windows x loads x seeds; write sweep.csv and sweep.png."""
+    from iadeep.experiment._sweep import plot_sweep, run_sweep
+
+    console = Console(width=None if sys.stdout.isatty() else 130)
+    try:
+        base = ExperimentConfig(trace=trace, jobs=jobs, policies=tuple(p.strip() for p in policies.split(",") if p.strip()), out=out)
+        starts = [int(x) for x in start_jobs.split(",")]
+        load_list = [float(x) for x in loads.split(",")]
+        seed_list = [int(x) for x in seeds.split(",")]
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    n = len(starts) * len(load_list) * len(seed_list)
+    with Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("settings", total=n)
+
+        started = [0]
+
+        def step(setting: str) -> None:
+            bar.update(task, description=setting, completed=started[0])
+            started[0] += 1
+
+        df = run_sweep(base, starts, load_list, seed_list, on_setting=step)
+        bar.update(task, completed=n)
+    plot_sweep(df, base.out_dir / "sweep.png")
+    table = Table(title="avg JCT / iadeep's (above 1: iadeep is faster)")
+    pivot = df.pivot(index="setting", columns="policy", values="avg_jct_vs_iadeep").reindex(df["setting"].unique())
+    table.add_column("setting")
+    for name in pivot.columns:
+        table.add_column(name, justify="right")
+    for setting, row in pivot.iterrows():
+        table.add_row(str(setting), *(f"{v:.2f}" for v in row))
+    console.print(table)
+    console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png")
+
+
 def summary_table(summary: dict) -> Table:
     """A rich table of the per-policy metrics (hours)."""
     table = Table(title="Per-policy summary (times in hours)")

@@ -40,3 +40,17 @@ def test_cli_prints_summary_and_rejects_bad_input(tmp_path, data_env, monkeypatc
     assert bad.exit_code == 2 and "unknown trace 'nope'" in bad.output
     bad = runner.invoke(app, ["experiment", "run", "--jobs", "20", "--policies", "iadeep,nope", "--out", str(tmp_path / "y")])
     assert bad.exit_code == 2 and "unknown policy 'nope'" in bad.output
+
+
+def test_sweep_compares_every_setting(tmp_path, data_env, monkeypatch):
+    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+    res = CliRunner().invoke(app, ["experiment", "sweep", "--start-jobs", "40000,60000", "--loads", "1", "--seeds", "0,1",
+                                   "--jobs", "40", "--policies", "iadeep,exclusive", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "sweep.csv")
+    assert len(df) == 2 * 2 * 2 and set(df["policy"]) == {"iadeep", "exclusive"}
+    assert (df[df.policy == "iadeep"]["avg_jct_vs_iadeep"] == 1.0).all()
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
