@@ -15,7 +15,7 @@ success (kube-scheduler retried a bind that had in fact gone through).
 
 The Kubernetes side is behind the :class:`PodApi` protocol; :class:`KubernetesPodApi` implements
 it with the official client (responses are read raw: the client's model deserialisation is the
-slowest part of a call, and ``create_namespaced_binding`` cannot deserialise its own answer).
+slowest part of a call, and the binding call cannot deserialise its own answer).
 """
 
 from __future__ import annotations
@@ -189,7 +189,9 @@ class KubernetesPodApi:
         c = self._client
         body = c.V1Binding(metadata=c.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
                            target=c.V1ObjectReference(api_version="v1", kind="Node", name=node))
-        self._call(f"bind pod {namespace}/{name} to {node}", self.core.create_namespaced_binding, namespace, body)
+        # POST pods/<name>/binding (RBAC: pods/binding create), as kube-scheduler does; the client's
+        # create_namespaced_binding would need the separate `bindings` resource.
+        self._call(f"bind pod {namespace}/{name} to {node}", self.core.create_namespaced_pod_binding, name, namespace, body)
 
     def pods(self) -> list[PodStatus]:
         resp = self._call("list pods", self.core.list_pod_for_all_namespaces, resource_version="0")

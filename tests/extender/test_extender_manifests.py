@@ -1,0 +1,148 @@
+"""k8s/extender: every object is valid for the Kubernetes API models and the real kube-apiserver
+(strict field validation), the RBAC is enough for the extender and no more, the scheduler
+configurations load in the real kube-scheduler, and the addresses agree with each other."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from conftest import REPO, scheduler_config
+from extender_support import gpu_pod
+
+from iadeep.extender import ExtenderSettings, KubeError, KubernetesPodApi, KubeSettings
+
+client = pytest.importorskip("kubernetes.client")
+from kubernetes import utils  # noqa: E402
+
+K8S = REPO / "k8s" / "extender"
+OBJECT_FILES = ["namespace.yaml", "config.yaml", "rbac.yaml", "deployment.yaml", "service.yaml", "scheduler.yaml"]
+SA_USER = "system:serviceaccount:iadeep-system:iadeep-extender"
+INSTALLED = [("ServiceAccount", "iadeep-extender"), ("ClusterRole", "iadeep-extender"), ("ClusterRoleBinding", "iadeep-extender")]
+
+
+def _docs(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((K8S / name).read_text()) if d]
+
+
+def _objects() -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for f in OBJECT_FILES for d in _docs(f)}
+
+
+def _model(doc: dict) -> str:
+    """The client's model class name, e.g. ``V1Deployment`` for ``apps/v1`` ``Deployment``."""
+    return f"{doc['apiVersion'].rsplit('/', 1)[-1].capitalize()}{doc['kind']}"
+
+
+@pytest.mark.parametrize("name", OBJECT_FILES)
+def test_objects_round_trip_through_the_api_models(name):
+    """Deserialising into the client's models and back loses nothing: no unknown or misspelt field."""
+    api = client.ApiClient()
+    for doc in _docs(name):
+        obj = api._ApiClient__deserialize(doc, _model(doc))
+        assert api.sanitize_for_serialization(obj) == doc
+
+
+def test_kustomization_lists_every_file():
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert kust["resources"] == OBJECT_FILES
+    assert kust["configMapGenerator"][0]["files"] == ["kube-scheduler-config.yaml"]
+    volumes = _objects()[("Deployment", "iadeep-scheduler")]["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0]["configMap"]["name"] == kust["configMapGenerator"][0]["name"]
+
+
+def test_rbac_is_least_privilege():
+    role = _objects()[("ClusterRole", "iadeep-extender")]
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"]}
+    assert rules == {
+        (("",), ("pods",), ("get", "list", "patch", "watch")),
+        (("",), ("pods/binding",), ("create",)),
+        (("",), ("nodes",), ("get", "list", "watch")),
+        (("", "events.k8s.io"), ("events",), ("create",)),
+    }
+    dep = _objects()[("Deployment", "iadeep-extender")]["spec"]["template"]["spec"]
+    assert dep["serviceAccountName"] == "iadeep-extender"
+
+
+def test_addresses_agree():
+    objs = _objects()
+    env = objs[("ConfigMap", "iadeep-extender")]["data"]
+    settings = ExtenderSettings.model_validate({"port": env["IADEEP_EXTENDER_PORT"], "url_prefix": env["IADEEP_EXTENDER_URL_PREFIX"]})
+    svc = objs[("Service", "iadeep-extender")]
+    container = objs[("Deployment", "iadeep-extender")]["spec"]["template"]["spec"]["containers"][0]
+    assert container["ports"][0]["containerPort"] == settings.port == svc["spec"]["ports"][0]["port"]
+    assert env["IADEEP_EXTENDER_GPU_MEM_RESOURCE"] == ExtenderSettings().gpu_mem_resource
+    for name in ("kube-scheduler-config.yaml", "kube-scheduler-config.control-plane.yaml"):
+        (config,) = _docs(name)
+        assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1" and config["kind"] == "KubeSchedulerConfiguration"
+        assert "iadeep-scheduler" in [p["schedulerName"] for p in config["profiles"]]
+        (ext,) = config["extenders"]
+        url = urlsplit(ext["urlPrefix"])
+        assert url.hostname == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
+        assert url.port == settings.port and url.path == settings.url_prefix
+        assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+        assert ext["managedResources"] == [{"name": settings.gpu_mem_resource, "ignoredByScheduler": False}]
+        assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["weight"] >= 1
+        assert ext["httpTimeout"] == "30s"
+    (second,) = _docs("kube-scheduler-config.yaml")
+    assert [p["schedulerName"] for p in second["profiles"]] == ["iadeep-scheduler"]  # the default one is left alone
+
+
+@pytest.fixture(scope="module")
+def installed(control_plane):
+    """The namespace and the extender's RBAC created for real; everything else dry-run (strict)."""
+    api = control_plane.api_client()
+    objs = _objects()
+    utils.create_from_dict(api, objs[("Namespace", "iadeep-system")])
+    for key in INSTALLED:
+        utils.create_from_dict(api, objs[key], field_validation="Strict")
+    yield api
+    api.close()
+
+
+@pytest.mark.slow
+def test_kube_apiserver_accepts_every_object(installed):
+    for (kind, name), doc in _objects().items():
+        if kind == "Namespace" or (kind, name) in INSTALLED:
+            continue  # created for real (strictly validated) by the fixture
+        utils.create_from_dict(installed, doc, dry_run="All", field_validation="Strict")
+
+
+@pytest.mark.slow
+def test_the_service_account_can_do_what_the_extender_does_and_no_more(installed, control_plane, k8s_client, k8s_namespace):
+    core = client.CoreV1Api(k8s_client)
+    pod = core.create_namespaced_pod(k8s_namespace, gpu_pod("rbac", mem=4, namespace=k8s_namespace, scheduler="nobody"))
+    (node,) = control_plane.add_nodes(1, prefix="rbac-")
+    as_sa = control_plane.api_client()
+    as_sa.set_default_header("Impersonate-User", SA_USER)
+    api = KubernetesPodApi(KubeSettings(), api_client=as_sa)
+    try:
+        assert api.read_pod(k8s_namespace, "rbac").metadata.uid == pod.metadata.uid
+        api.annotate(k8s_namespace, "rbac", pod.metadata.uid, {"iadeep.io/gpu-index": "0"})
+        api.bind(k8s_namespace, "rbac", pod.metadata.uid, node)
+        assert pod.metadata.uid in {p.uid for p in api.pods()}
+        api.event(k8s_namespace, "rbac", pod.metadata.uid, "Test", "rbac check")
+        client.CoreV1Api(as_sa).read_node(node)
+        with pytest.raises(client.exceptions.ApiException) as denied:
+            client.CoreV1Api(as_sa).delete_namespaced_pod("rbac", k8s_namespace)
+        assert denied.value.status == 403
+        with pytest.raises(client.exceptions.ApiException) as denied:
+            client.CoreV1Api(as_sa).list_namespaced_secret(k8s_namespace)
+        assert denied.value.status == 403
+    finally:
+        api.close()
+    live = core.read_namespaced_pod("rbac", k8s_namespace)
+    assert live.spec.node_name == node and live.metadata.annotations["iadeep.io/gpu-index"] == "0"
+    with pytest.raises(KubeError):  # a patch of a pod re-created under the same name (UID precondition)
+        KubernetesPodApi(KubeSettings(), api_client=k8s_client).annotate(k8s_namespace, "rbac", "not-the-uid", {"x": "y"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["kube-scheduler-config.yaml", "kube-scheduler-config.control-plane.yaml"])
+def test_the_real_kube_scheduler_loads_the_configuration(installed, control_plane, extender_port, name):
+    (config,) = _docs(name)
+    try:
+        control_plane.restart_scheduler(config)  # raises when kube-scheduler rejects it or does not get healthy
+    finally:
+        control_plane.restart_scheduler(scheduler_config(extender_port))
