@@ -41,6 +41,7 @@ import re
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -102,6 +103,14 @@ class _Transient(Exception):
     def __init__(self, endpoint: str, detail: str) -> None:
         super().__init__(f"{endpoint}: {detail}")
         self.endpoint = endpoint
+
+
+@dataclass
+class _Conn:
+    """One thread's client of one endpoint and the auth-token generation its session carries."""
+
+    client: Etcd3Client
+    token_gen: int = -1
 
 
 @dataclass(frozen=True)
@@ -201,7 +210,7 @@ class EtcdStateStore:
         self._preferred = 0
         self._tls = threading.local()
         self._lock = threading.Lock()
-        self._sessions: list[requests.Session] = []
+        self._sessions: weakref.WeakSet[requests.Session] = weakref.WeakSet()  # a dead thread's go with it
         self._token: str | None = None
         self._token_gen = 0
         self._leases: dict[str, int] = {}
@@ -224,15 +233,16 @@ class EtcdStateStore:
             if self._closed:
                 s.close()
                 raise StoreUnavailable(f"etcd store for {self._where()} is closed")
-            self._sessions.append(s)
+            self._sessions.add(s)
         return s
 
-    def _client(self, endpoint: str) -> Etcd3Client:
-        clients: dict[str, Etcd3Client] | None = getattr(self._tls, "clients", None)
-        if clients is None:
-            clients = self._tls.clients = {}
-        client = clients.get(endpoint)
-        if client is None:
+    def _conn(self, endpoint: str) -> _Conn:
+        """This thread's client of ``endpoint``, authenticated when users are configured."""
+        conns: dict[str, _Conn] | None = getattr(self._tls, "conns", None)
+        if conns is None:
+            conns = self._tls.conns = {}
+        conn = conns.get(endpoint)
+        if conn is None:
             u = urlsplit(endpoint)
             t = self.settings.timeouts
             client = Etcd3Client(
@@ -243,16 +253,15 @@ class EtcdStateStore:
                 api_path=_API,
                 session=self._new_session(),
             )
-            client._iadeep_token_gen = -1  # type: ignore[attr-defined]
-            clients[endpoint] = client
+            conn = conns[endpoint] = _Conn(client)
         if self.settings.auth.username is not None:
             if self._token is None:
-                self._authenticate(endpoint, client, -1)
-            if client._iadeep_token_gen != self._token_gen:  # type: ignore[attr-defined]
+                self._authenticate(endpoint, conn.client, -1)
+            if conn.token_gen != self._token_gen:
                 with self._lock:
-                    client.session.headers["Authorization"] = self._token or ""
-                    client._iadeep_token_gen = self._token_gen  # type: ignore[attr-defined]
-        return client
+                    conn.client.session.headers["Authorization"] = self._token or ""
+                    conn.token_gen = self._token_gen
+        return conn
 
     def _authenticate(self, endpoint: str, client: Etcd3Client, failed_gen: int) -> None:
         """Trade user and password for a token (once for all threads)."""
@@ -297,8 +306,8 @@ class EtcdStateStore:
         with self._lock:
             self._stats["requests"] += 1
         try:
-            client = self._client(endpoint)
-            gen = client._iadeep_token_gen  # type: ignore[attr-defined]
+            conn = self._conn(endpoint)
+            client, gen = conn.client, conn.token_gen
             return dict(client.post(client.get_url(path), json=payload))
         except (etcd_exc.ConnectionFailedError, etcd_exc.ConnectionTimeoutError, etcd_exc.InternalServerError) as exc:
             raise _Transient(endpoint, f"{type(exc).__name__}: {self._message(exc.detail_text)}") from None
@@ -395,7 +404,7 @@ class EtcdStateStore:
         """Close every HTTP session; later calls raise :class:`StoreUnavailable`. Idempotent."""
         with self._lock:
             self._closed = True
-            sessions, self._sessions = self._sessions, []
+            sessions, self._sessions = list(self._sessions), weakref.WeakSet()
         for s in sessions:
             with contextlib.suppress(Exception):
                 s.close()
@@ -423,7 +432,8 @@ class EtcdStateStore:
             endpoint = self.endpoints[self._preferred % len(self.endpoints)]
             try:
                 for _renewed in (False, True):
-                    client = self._client(endpoint)
+                    conn = self._conn(endpoint)
+                    client = conn.client
                     resp = client.session.post(
                         client.get_url("/kv/range"),
                         json=payload,
@@ -433,7 +443,7 @@ class EtcdStateStore:
                         return True
                     if resp.status_code != 401 or _renewed:
                         break
-                    self._authenticate(endpoint, client, client._iadeep_token_gen)  # type: ignore[attr-defined]
+                    self._authenticate(endpoint, client, conn.token_gen)
             except (_Transient, StoreUnavailable, requests.RequestException):
                 pass
             with self._lock:
@@ -698,7 +708,7 @@ class EtcdStateStore:
             session = self._new_session()
             broken: str | None = None
             try:
-                client = self._client(endpoint)
+                client = self._conn(endpoint).client
                 if "Authorization" in client.session.headers:
                     session.headers["Authorization"] = client.session.headers["Authorization"]
                 resp = session.post(
@@ -745,8 +755,7 @@ class EtcdStateStore:
             finally:
                 session.close()
                 with self._lock:
-                    if session in self._sessions:
-                        self._sessions.remove(session)
+                    self._sessions.discard(session)
             if broken in ("read timeout",):
                 continue
             failures += 1

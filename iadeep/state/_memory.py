@@ -72,7 +72,8 @@ class Keys:
     prefix: str = "/iadeep"
 
     def folder(self, what: str) -> str:
-        return f"{self.prefix}/{what}"
+        """``<prefix>/<what>`` (``what`` relative to the prefix, e.g. ``"jobs/"``)."""
+        return f"{self.prefix}/{what.lstrip('/')}"
 
     def node(self, node: str) -> str:
         return f"{self.prefix}/nodes/{node}"
