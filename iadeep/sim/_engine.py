@@ -298,7 +298,7 @@ class Simulator:
             self._push(float(self.submit[h]), _ARRIVE, int(h))
         done = 0
         last_t = 0.0
-        while self.events:
+        while self.events and done < n:  # stale finish/tuning events may outlive the last job
             t = self.events[0][0]
             busy = int((self.slots >= 0).any(axis=1).sum())
             self.busy_gpu_seconds += busy * (t - last_t)

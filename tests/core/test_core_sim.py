@@ -67,3 +67,10 @@ def test_job_too_large_for_cluster_is_a_clear_error(model, workload):
     big.loc[big.index[0], "num_gpus"] = 64
     with pytest.raises(ValueError, match="needs 64 GPUs"):
         Simulator(big, make_policy("exclusive", model), model, ClusterSpec())
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_timeline_ends_with_the_last_job(results, name):
+    r = results[name]
+    assert r.timeline["t_s"].max() == pytest.approx(r.jobs["end_s"].max())
+    assert r.timeline["queue_len"].iloc[-1] == 0
