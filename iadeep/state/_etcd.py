@@ -708,7 +708,8 @@ class EtcdStateStore:
             session = self._new_session()
             broken: str | None = None
             try:
-                client = self._conn(endpoint).client
+                conn = self._conn(endpoint)
+                client = conn.client
                 if "Authorization" in client.session.headers:
                     session.headers["Authorization"] = client.session.headers["Authorization"]
                 resp = session.post(
@@ -717,6 +718,9 @@ class EtcdStateStore:
                     stream=True,
                     timeout=(connect_s, left),
                 )
+                if resp.status_code == 401 and self.settings.auth.username is not None:
+                    self._authenticate(endpoint, client, conn.token_gen)  # expired token: renew, reopen
+                    raise _Transient(endpoint, self._message(resp.text))
                 if resp.status_code != 200:
                     raise StoreUnavailable(f"etcd at {endpoint} refused a watch: {self._message(resp.text)}")
                 buf = b""

@@ -217,10 +217,14 @@ def test_password_auth_and_token_renewal(tmp_path, prefix):
         events = good.watch("jobs/", timeout_s=0.3)
         good.put_job(job("b"))
         assert [e["key"].rsplit("/", 1)[1] for e in events] == ["b"]
-        time.sleep(2.2)  # the token expires
+        tokens = good._token_gen
+        time.sleep(1.8)  # the token expires
+        assert good.healthy()  # renews it
+        assert good._token_gen == tokens + 1
+        time.sleep(1.8)
         assert [a.pod_uid for a in good.assignments()] == ["a"]
-        assert good.stats()["retries"] >= 1  # one 'invalid auth token', then a new token
-        assert good.healthy()
+        assert good._token_gen == tokens + 2
+        assert good.stats()["retries"] == 1  # one 'invalid auth token', then a new token
     finally:
         etcd.stop(timeout_s=0)
 
