@@ -71,6 +71,7 @@ PARAMS: dict[str, Param] = {
     "target_load": Param(1.0, type=_NULL_NUM, minimum=0,
                          description="Rescale arrivals to this mean offered load; 0 or null = keep the trace's timing."),
     "mix": Param("iadeep", type="string", description="Workload mix: iadeep (IADeep's five models) or gavel (Gavel's 26 job types)."),
+    "skip_bad_rows": Param(False, type="boolean", description="Skip and count malformed trace rows instead of stopping."),
     "policies": Param(["iadeep", "exclusive", "antman", "gandiva"], type="array", items={"type": "string"}, minItems=1,
                       uniqueItems=True, description="Policies to compare; one mapped simulate task each."),
     "nodes": Param(5, type="integer", minimum=1, description="Nodes in the cluster."),

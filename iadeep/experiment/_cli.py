@@ -30,6 +30,7 @@ def run_cmd(
     iadeep_arrival_rule: Annotated[bool, typer.Option(help="IADeep's rule: gap / 1000 x arrival-scale.")] = False,
     target_load: Annotated[Optional[float], typer.Option(help="Rescale arrivals to this mean offered load; 0 = keep trace timing.")] = _D.target_load,
     mix: Annotated[str, typer.Option(help="Workload mix: iadeep or gavel.")] = _D.mix,
+    skip_bad_rows: Annotated[bool, typer.Option(help="Skip and count malformed trace rows instead of stopping.")] = False,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
     nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = _D.nodes,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = _D.gpus_per_node,
@@ -50,7 +51,7 @@ def run_cmd(
         cfg = ExperimentConfig(
             trace=trace, trace_file=trace_file, jobs=jobs, start_job=start_job, window_start_s=window_start_s,
             window_end_s=window_end_s, virtual_cluster=virtual_cluster, max_gpus=max_gpus, arrival_scale=arrival_scale,
-            iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load, mix=mix,
+            iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load, mix=mix, skip_bad_rows=skip_bad_rows,
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, seed=seed, backfill=backfill, predictor=predictor, out=out)
         paths = fetch_inputs(cfg)
@@ -58,6 +59,8 @@ def run_cmd(
     except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    if meta["skipped_rows"]:
+        console.print(f"[yellow]skipped {meta['skipped_rows']} malformed row(s) of {meta['source']}[/yellow]")
     console.print(f"[bold]{meta['jobs']}[/bold] jobs from {cfg.trace} ({meta['multi_gpu_jobs']} multi-GPU) on "
                   f"{cfg.nodes}x{cfg.gpus_per_node} GPUs; offered load mean [bold]{meta['offered_load_mean']:.2f}[/bold], "
                   f"peak (10% window) [bold]{meta['offered_load_peak']:.2f}[/bold]")

@@ -40,6 +40,7 @@ class ExperimentConfig:
         iadeep_arrival_rule: IADeep artifact's rule (gap / 1000 x arrival_scale).
         target_load: rescale gaps to this mean offered load (None: keep the trace's timing).
         mix: workload mix name ("iadeep" or "gavel").
+        skip_bad_rows: skip (and count) malformed trace rows instead of stopping at the first.
         policies: policy names to compare.
         nodes / gpus_per_node / gpu_mem_gib: the cluster.
         gpu_type: Gavel GPU type of the throughput measurements ("v100", "p100", "k80").
@@ -62,6 +63,7 @@ class ExperimentConfig:
     iadeep_arrival_rule: bool = False
     target_load: float | None = 1.0
     mix: str = "iadeep"
+    skip_bad_rows: bool = False
     policies: tuple[str, ...] = DEFAULT_POLICIES
     nodes: int = 5
     gpus_per_node: int = 4

@@ -72,7 +72,7 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path) -> tuple[pd.Da
         window_end_s=cfg.window_end_s if cfg.window_end_s is not None else math.inf, virtual_cluster=cfg.virtual_cluster,
         n_jobs=cfg.jobs, start_job=cfg.start_job, max_gpus=cfg.max_gpus, arrival_scale=cfg.arrival_scale,
         iadeep_arrival_rule=cfg.iadeep_arrival_rule, target_load=cfg.target_load, cluster_gpus=cluster.total_gpus,
-        mix=cfg.mix, seed=cfg.seed,
+        mix=cfg.mix, seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows,
     )
     df = load_trace(cfg.trace, trace_path, opts)
     load = offered_load(df, cluster.total_gpus)
