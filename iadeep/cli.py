@@ -15,6 +15,9 @@ def _mount() -> None:
     from iadeep.experiment._cli import app as experiment_app
 
     app.add_typer(experiment_app, name="experiment", help="Trace-driven experiments: replay a trace against policies.")
+    from iadeep.report._interference_cli import app as interference_app
+
+    app.add_typer(interference_app, name="interference", help="Quality of the interference model and its learner.")
     from iadeep.dev._cli import app as dev_app
 
     app.add_typer(dev_app, name="dev", help="Local development cluster (etcd, kube-apiserver, kube-scheduler, kwok).")

@@ -53,3 +53,17 @@ def test_learner_converges_on_observed_pair(model):
     learner.observe_many([InterferenceSample(a, b, 0.95)] * 10)
     assert abs(learner.predict(a, b) - 0.95) < min(before, 0.05)
     assert np.all((learner.matrix() >= 0) & (learner.matrix() <= 1))
+
+
+def test_interference_report_cli(data_env, monkeypatch):
+    from typer.testing import CliRunner
+
+    from iadeep.cli import app
+
+    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+    res = CliRunner().invoke(app, ["interference", "report", "--seeds", "1"])
+    assert res.exit_code == 0, res.output
+    assert "40 ordered pairs do not fit" in res.output and "98.2%" in res.output
+    bad = CliRunner().invoke(app, ["interference", "report", "--gpu-type", "h100"])
+    assert bad.exit_code == 2 and "unknown GPU type 'h100'" in bad.output
