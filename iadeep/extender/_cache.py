@@ -7,8 +7,10 @@ re-applied over a refresh that started before them), so the next ``filter`` alre
 ``bind`` never trusts the copy for correctness: the store's reservation transaction is the
 arbiter, and a conflict refreshes the copy and places again.
 
-Learned interference samples are read the same way (every ``samples_interval_s``) and handed
-to ``on_samples`` in order, each sample once.
+Node inventories (which change when a device plugin starts or goes away) are re-read every
+``inventory_interval_s``, learned interference samples every ``samples_interval_s`` (handed to
+``on_samples`` in order, each sample once), job records only when a GPU holds a pod the copy
+has no record of.
 
 Thread-safety: every method may be called from any thread.
 """
@@ -96,24 +98,30 @@ class StateCache:
         return None if snap is None else self.clock() - snap.taken_at_s
 
     # -- writing -----------------------------------------------------------------------------
-    def refresh(self, *, samples: bool = True) -> None:
-        """Re-read the store now.
+    def refresh(self, *, samples: bool = True, inventories: bool = True) -> None:
+        """Re-read the store now: GPU states always; inventories when ``inventories`` (or none are
+        known yet); job records only when a GPU holds a pod this copy has no record of (this
+        process's own reservations carry theirs), so a steady refresh costs one range read.
 
         Raises:
             StoreUnavailable: the store could not be read (the error is also kept for :meth:`current`).
         """
         with self._refresh_lock:
             started = self.clock()
+            with self._lock:
+                old = self._snapshot
             try:
-                inventories = self.store.inventories()
+                invs = self.store.inventories() if inventories or old is None else old.inventories
                 states = self.store.gpu_states()
-                jobs = self.store.jobs()
+                jobs = old.jobs if old is not None else {}
+                if any(uid not in jobs for st in states.values() for uid in st.pods):
+                    jobs = self.store.jobs()
                 new_samples = self.store.samples() if samples and self.on_samples is not None else None
             except StoreUnavailable as exc:
                 with self._lock:
                     self._error = str(exc)
                 raise
-            snap = Snapshot(inventories, states, jobs, started)
+            snap = Snapshot(invs, states, jobs, started)
             base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
             with self._lock:
                 self._recent = [r for r in self._recent if r[0] >= started]
@@ -151,20 +159,24 @@ class StateCache:
                 self._snapshot, self._base = snap, base
 
     # -- background --------------------------------------------------------------------------
-    def start(self, interval_s: float, *, samples_interval_s: float = 10.0) -> None:
-        """Refresh every ``interval_s`` in a daemon thread (samples every ``samples_interval_s``)."""
+    def start(self, interval_s: float, *, samples_interval_s: float = 10.0, inventory_interval_s: float = 10.0) -> None:
+        """Refresh every ``interval_s`` in a daemon thread (learned samples every ``samples_interval_s``,
+        node inventories every ``inventory_interval_s``)."""
         if self._thread is not None:
             return
         self._stop.clear()
 
         def loop() -> None:
-            next_samples = 0.0
+            next_samples = next_inventories = 0.0
             while not self._stop.is_set():
                 now = time.monotonic()
+                samples, inventories = now >= next_samples, now >= next_inventories
                 try:
-                    self.refresh(samples=now >= next_samples)
-                    if now >= next_samples:
+                    self.refresh(samples=samples, inventories=inventories)
+                    if samples:
                         next_samples = now + samples_interval_s
+                    if inventories:
+                        next_inventories = now + inventory_interval_s
                 except StoreUnavailable as exc:
                     log.warning("state refresh failed: %s", exc)
                 except Exception:  # noqa: BLE001 - keep refreshing; the error is logged with its traceback

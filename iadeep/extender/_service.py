@@ -58,7 +58,7 @@ log = logging.getLogger("iadeep.extender")
 
 _NO_INVENTORY = "node has no GPU inventory published by the iadeep device plugin"
 _DEMAND_CACHE = 10_000
-_FILTER_CACHE = 1_000
+_FILTER_CACHE = 32  # prioritize follows filter at once; each entry holds every feasible node
 
 
 class ExtenderService:
@@ -104,7 +104,9 @@ class ExtenderService:
             self.cache.refresh()
         except StoreUnavailable as exc:
             log.warning("state store not reachable at start: %s", exc)
-        self.cache.start(self.settings.cache.refresh_interval_s)
+        c = self.settings.cache
+        self.cache.start(c.refresh_interval_s, samples_interval_s=c.samples_interval_s,
+                         inventory_interval_s=c.inventory_interval_s)
         interval = self.settings.cache.sweep_interval_s
         if interval > 0 and self.pod_api is not None:
             self._stop.clear()
@@ -325,7 +327,7 @@ class ExtenderService:
         for attempt in range(self.settings.bind_attempts):
             if attempt:
                 self.metrics.retries.inc()
-                self.cache.refresh(samples=False)
+                self.cache.refresh(samples=False, inventories=True)
             snap, base = self.cache.current()
             existing: list[Assignment] = []
             if any(demand.uid in st.pods for st in snap.node_gpu_states(node)):

@@ -52,6 +52,10 @@ class CacheSettings(BaseModel):
         refresh_interval_s: how often a background thread re-reads inventories, GPU states, jobs and
             learned samples from etcd. 1 s: reservations made by this replica are applied at once,
             so only other writers (device plugins, other replicas, the coordinator) wait for it.
+        inventory_interval_s: how often node inventories are re-read (a new node becomes schedulable
+            within this; a vanished one fails at bind, where the reservation re-checks it).
+        samples_interval_s: how often learned interference samples are re-read (tuning sessions
+            produce them every few minutes).
         max_age_s: a snapshot older than this is not used: filter answers ``Error`` and ``/readyz``
             fails (etcd unreachable for that long). 5 s = several missed refreshes.
         sweep_interval_s: how often reservations of deleted or finished pods are released (0: never).
@@ -60,6 +64,8 @@ class CacheSettings(BaseModel):
     """
 
     refresh_interval_s: float = Field(1.0, gt=0)
+    inventory_interval_s: float = Field(10.0, gt=0)
+    samples_interval_s: float = Field(10.0, gt=0)
     max_age_s: float = Field(5.0, gt=0)
     sweep_interval_s: float = Field(30.0, ge=0)
     sweep_grace_s: float = Field(120.0, ge=0)

@@ -82,7 +82,8 @@ def publish(store: Any, names: list[str], *, gpus: int = 2, gpu_mem_gib: float =
 def settings(etcd_settings: StateSettings, throughputs_path: Path) -> ExtenderSettings:
     """Extender settings for in-process tests: fast refresh, no sweep thread."""
     return ExtenderSettings(etcd=etcd_settings, throughputs_file=throughputs_path,
-                            cache={"refresh_interval_s": 0.2, "max_age_s": 5.0, "sweep_interval_s": 0})
+                            cache={"refresh_interval_s": 0.2, "inventory_interval_s": 0.2, "samples_interval_s": 0.2,
+                                   "max_age_s": 5.0, "sweep_interval_s": 0})
 
 
 @pytest.fixture

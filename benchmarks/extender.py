@@ -1,0 +1,347 @@
+"""Scheduler-extender benchmark (run by hand, not a test): 1,000 nodes x 8 GPUs on loopback.
+
+    .venv/bin/python benchmarks/extender.py                 # bind through the real kube-apiserver
+    .venv/bin/python benchmarks/extender.py --kube null     # bind without Kubernetes (extender + etcd only)
+    .venv/bin/python benchmarks/extender.py --json out.json
+
+What runs: a real etcd (``LocalEtcd``, fsync on unless ``--no-fsync``) holding 1,000 published
+node inventories; the extender as its own process (``uvicorn``, one worker, as deployed), so its
+RSS is its own; with ``--kube controlplane`` the local control plane (``make controlplane``) with
+the pods created up front (their Bindings go to the 1,000 node names; no Node objects are needed
+for that). The client plays kube-scheduler:
+
+1. latency: for each pod in turn ``filter`` (all candidate nodes, ``NodeNames``), ``prioritize``,
+   ``bind`` — client-side latency of each call (HTTP on loopback included): p50/p99;
+2. throughput: one scheduling loop (filter + prioritize, one pod at a time, as kube-scheduler's
+   scheduling cycle) hands binds to ``--bind-workers`` threads (kube-scheduler binds
+   asynchronously); sustained pods/s over ``--pods`` pods;
+3. breakdown (in this process, same data): the policy core's ``filter`` and ``score`` over the
+   candidate nodes, and one etcd reservation transaction — to show what dominates.
+
+Targets from the issue: p99 < 5 ms per call, >= 500 pods/s, RSS < 300 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = [("ResNet-18", 16), ("ResNet-50", 32), ("Transformer", 32), ("LM", 20), ("Recommendation", 1024)]
+
+
+# -- the extender process ---------------------------------------------------------------------
+
+class NullPodApi:
+    """A :class:`~iadeep.extender.PodApi` that binds nothing (``--kube null``)."""
+
+    def read_pod(self, namespace: str, name: str) -> Any:
+        from iadeep.extender import KubeError
+
+        raise KubeError("no Kubernetes API in this benchmark", 404)
+
+    def annotate(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def bind(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def pods(self) -> list:
+        return []
+
+    def event(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def serve(argv: list[str]) -> None:
+    """The extender process: ``extender.py _serve PORT NULL|KUBECONFIG`` (etcd from IADEEP_ETCD_*)."""
+    import logging
+
+    import uvicorn
+
+    from iadeep.extender import ExtenderService, ExtenderSettings, KubernetesPodApi, create_app
+    from iadeep.interference import InterferenceModel
+    from iadeep.state import EtcdStateStore
+
+    port, kube = int(argv[0]), argv[1]
+    logging.basicConfig(level="WARNING")
+    settings = ExtenderSettings(port=port, kube={"kubeconfig": None if kube == "null" else kube},
+                                cache={"sweep_interval_s": 0})
+    api = NullPodApi() if kube == "null" else KubernetesPodApi(settings.kube)
+    model = InterferenceModel.from_file(settings.throughputs_file)
+    svc = ExtenderService(settings, store=EtcdStateStore(settings.etcd), pod_api=api, model=model)
+    uvicorn.run(create_app(service=svc), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# -- the client -------------------------------------------------------------------------------
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))] if values else float("nan")
+
+
+def pod_body(i: int, namespace: str, uid: str) -> dict:
+    model, bs = MODELS[i % len(MODELS)]
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"bench-{i}", "namespace": namespace, "uid": uid,
+                     "annotations": {"iadeep.io/model": model, "iadeep.io/batch-size": str(bs), "iadeep.io/duration-s": "3600"}},
+        "spec": {"schedulerName": "iadeep-scheduler", "restartPolicy": "Never", "containers": [{
+            "name": "main", "image": "registry.invalid/iadeep/trainer:fake",
+            "resources": {"limits": {"iadeep.io/gpu-mem": "8"}, "requests": {"iadeep.io/gpu-mem": "8", "cpu": "100m"}}}]},
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import httpx
+    import psutil
+
+    from iadeep.dev._cluster import free_port
+    from iadeep.state import EtcdStateStore, GpuInfo, LocalEtcd, NodeInventory, StateSettings
+
+    throughputs = args.throughputs or _throughputs()
+    work = Path(tempfile.mkdtemp(prefix="iadeep-bench-extender-"))
+    etcd = LocalEtcd(work / "etcd", fsync=args.fsync).start()
+    cp = None
+    proc = None
+    try:
+        state = StateSettings(endpoints=[etcd.endpoint], prefix="/bench")
+        store = EtcdStateStore(state)
+        names = [f"node-{i:04d}" for i in range(args.nodes)]
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(lambda n: store.put_inventory(NodeInventory(n, tuple(GpuInfo(g, args.gpu_mem_gib, f"GPU-{n}-{g}")
+                                                                              for g in range(args.gpus)))), names))
+        total = args.warmup + args.latency_pods + args.pods
+        namespace = "bench"
+        uids = [str(uuid.uuid4()) for _ in range(total)]
+        kube = "null"
+        if args.kube == "controlplane":
+            from kubernetes import client
+
+            from iadeep.dev import ControlPlane
+
+            cp = ControlPlane(nodes=0, workdir=work / "cp").start()
+            cp.create_namespace(namespace)
+            core = client.CoreV1Api(cp.api_client())
+            t0 = time.perf_counter()
+
+            def create(i: int) -> str:
+                body = pod_body(i, namespace, "")
+                body["metadata"].pop("uid")
+                body["spec"]["schedulerName"] = "nobody"  # only our bind acts on them
+                return core.create_namespaced_pod(namespace, body).metadata.uid
+
+            with ThreadPoolExecutor(8) as ex:
+                uids = list(ex.map(create, range(total)))
+            print(f"created {total} pods in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            kube = str(cp.kubeconfig)
+
+        port = free_port()
+        env = dict(os.environ, IADEEP_ETCD_ENDPOINTS=etcd.endpoint, IADEEP_ETCD_PREFIX="/bench",
+                   IADEEP_EXTENDER_THROUGHPUTS_FILE=str(throughputs))
+        log = (work / "extender.log").open("wb")
+        proc = subprocess.Popen([sys.executable, __file__, "_serve", str(port), kube], env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        http = httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if http.get("/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"extender did not get ready; log: {work / 'extender.log'}")
+            time.sleep(0.1)
+        rss_idle = psutil.Process(proc.pid).memory_info().rss
+        candidates = names[: args.candidates]
+        bodies = [json.dumps({"Pod": pod_body(i, namespace, uids[i]), "NodeNames": candidates}).encode() for i in range(total)]
+        headers = {"content-type": "application/json"}
+        rng = random.Random(0)
+
+        def call(path: str, body: bytes) -> tuple[float, Any]:
+            t = time.perf_counter()
+            r = http.post(path, content=body, headers=headers)
+            dt = time.perf_counter() - t
+            if r.status_code != 200:
+                raise RuntimeError(f"{path}: HTTP {r.status_code}: {r.text[:300]}")
+            return dt, r.json()
+
+        def schedule(i: int) -> tuple[float, float, bytes]:
+            df, f = call("/iadeep/filter", bodies[i])
+            if f["Error"] or not f["NodeNames"]:
+                raise RuntimeError(f"filter: {f['Error'] or 'no feasible node'}")
+            dp, scores = call("/iadeep/prioritize", bodies[i])
+            top = max(h["Score"] for h in scores)
+            best = rng.choice([h["Host"] for h in scores if h["Score"] == top])  # kube-scheduler breaks ties at random
+            bind = json.dumps({"PodName": f"bench-{i}", "PodNamespace": namespace, "PodUID": uids[i], "Node": best}).encode()
+            return df, dp, bind
+
+        retries = [0]
+
+        def bind(body: bytes, i: int | None = None) -> float:
+            """One bind; a refused one is scheduled again (as kube-scheduler requeues the pod)."""
+            for _ in range(5):
+                db, b = call("/iadeep/bind", body)
+                if not b["Error"]:
+                    return db
+                retries[0] += 1
+                if i is None:
+                    break
+                body = schedule(i)[2]
+            raise RuntimeError(f"bind: {b['Error']}")
+
+        for i in range(args.warmup):
+            bind(schedule(i)[2], i)
+        lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
+        start = args.warmup
+        for i in range(start, start + args.latency_pods):
+            df, dp, body = schedule(i)
+            lat["filter"].append(df)
+            lat["prioritize"].append(dp)
+            lat["bind"].append(bind(body, i))
+
+        start += args.latency_pods
+        peak = [0]
+        stop = threading.Event()
+
+        def sample() -> None:
+            p = psutil.Process(proc.pid)
+            while not stop.wait(0.05):
+                try:
+                    peak[0] = max(peak[0], p.memory_info().rss)
+                except psutil.Error:
+                    return
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(args.bind_workers) as pool:
+            futures = [pool.submit(bind, schedule(i)[2], i) for i in range(start, start + args.pods)]
+            bind_lat = [f.result() for f in futures]
+        wall = time.perf_counter() - t0
+        stop.set()
+        sampler.join()
+        rss_end = psutil.Process(proc.pid).memory_info().rss
+        assignments = store.assignments()
+        per_gpu: dict[tuple[str, int], float] = {}
+        for a in assignments:
+            per_gpu[(a.node, a.gpu)] = per_gpu.get((a.node, a.gpu), 0.0) + a.mem_gib
+        assert len({a.pod_uid for a in assignments}) == total and max(per_gpu.values()) <= args.gpu_mem_gib
+        breakdown = _breakdown(throughputs, store, names, candidates, args)
+        http.close()
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if cp is not None:
+            cp.stop()
+        etcd.stop()
+
+    mib = 1024 * 1024
+    return {
+        "setup": {"nodes": args.nodes, "gpus_per_node": args.gpus, "candidates_per_call": len(candidates),
+                  "kube": args.kube, "etcd_fsync": args.fsync, "latency_pods": args.latency_pods,
+                  "throughput_pods": args.pods, "bind_workers": args.bind_workers, "cpus": os.cpu_count()},
+        "latency_ms": {v: {"p50": round(1e3 * statistics.median(x), 2), "p99": round(1e3 * pct(x, 99), 2)} for v, x in lat.items()},
+        "throughput": {"pods_per_s": round(args.pods / wall, 1), "wall_s": round(wall, 2),
+                       "bind_p50_ms_under_load": round(1e3 * statistics.median(bind_lat), 2),
+                       "bind_p99_ms_under_load": round(1e3 * pct(bind_lat, 99), 2),
+                       "binds_refused_and_rescheduled": retries[0]},
+        "rss_mib": {"idle": round(rss_idle / mib, 1), "peak": round(max(peak[0], rss_end) / mib, 1), "end": round(rss_end / mib, 1)},
+        "breakdown_ms": breakdown,
+    }
+
+
+def _breakdown(throughputs: Path, store: Any, names: list[str], candidates: list[str], args: argparse.Namespace) -> dict[str, float]:
+    """Median cost (ms) of the pieces, measured in this process on the same state."""
+    from iadeep.extender import Snapshot, TypeResolver, ViewBase
+    from iadeep.interference import InterferenceModel
+    from iadeep.policy import make_policy
+    from iadeep.state import JobRecord
+
+    model = InterferenceModel.from_file(throughputs)
+    types = TypeResolver(model, "ResNet-50", 64)
+    policy = make_policy("iadeep", model)
+    out: dict[str, list[float]] = {k: [] for k in ("store_read_snapshot", "view_build", "policy_filter", "policy_score",
+                                                   "policy_place_one_node", "etcd_reserve_txn", "etcd_release_txn")}
+    t = time.perf_counter()
+    snap = Snapshot(store.inventories(), store.gpu_states(), store.jobs(), time.time())
+    out["store_read_snapshot"].append(time.perf_counter() - t)
+    t = time.perf_counter()
+    base = ViewBase.from_snapshot(snap, types, slots=policy.limit)
+    out["view_build"].append(time.perf_counter() - t)
+    job = JobRecord("x", "bench", "x", "ResNet-18", 16, 1, 8.0, remaining_s=3600.0)
+    tid = types.resolve("ResNet-18", 16)
+    for _ in range(20):
+        view, req = base.with_job(job, tid, now_s=time.time())
+        t = time.perf_counter()
+        feasible = policy.filter(req, view, candidates).feasible
+        out["policy_filter"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        policy.score(req, view, feasible)
+        out["policy_score"].append(time.perf_counter() - t)
+        v1, r1 = base.restrict(names[-1]).with_job(job, tid, now_s=time.time())
+        t = time.perf_counter()
+        policy.place(r1, v1)
+        out["policy_place_one_node"].append(time.perf_counter() - t)
+    for i in range(50):
+        j = JobRecord(f"probe-{i}", "bench", "probe", "ResNet-18", 16, 1, 1.0, remaining_s=1.0)
+        t = time.perf_counter()
+        store.reserve(j, names[-1 - (i % 10)], [args.gpus - 1], colocation_limit=1000, now_s=time.time())
+        out["etcd_reserve_txn"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        store.release(j.pod_uid, now_s=time.time())
+        out["etcd_release_txn"].append(time.perf_counter() - t)
+    return {k: round(1e3 * statistics.median(v), 2) for k, v in out.items()}
+
+
+def _throughputs() -> Path:
+    from iadeep.datasets import fetch
+
+    mirror = os.environ.get("IADEEP_DATASET_MIRROR") or str(REPO.parent / "shared" / "data")
+    return fetch("gavel-throughputs", progress=False, mirror=mirror) / "simulation_throughputs.json"
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_serve":
+        serve(sys.argv[2:])
+        return
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=1000)
+    p.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    p.add_argument("--gpu-mem-gib", type=float, default=32.0)
+    p.add_argument("--candidates", type=int, default=1000, help="nodes per filter/prioritize call (kube-scheduler sends those its own filters passed)")
+    p.add_argument("--latency-pods", type=int, default=300)
+    p.add_argument("--pods", type=int, default=1000, help="pods in the throughput phase")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--bind-workers", type=int, default=16)
+    p.add_argument("--kube", choices=["controlplane", "null"], default="controlplane")
+    p.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--throughputs", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    result = run(args)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
