@@ -166,8 +166,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 raise RuntimeError(f"extender did not get ready; log: {work / 'extender.log'}")
             time.sleep(0.1)
         rss_idle = psutil.Process(proc.pid).memory_info().rss
-        candidates = names[: args.candidates]
-        bodies = [json.dumps({"Pod": pod_body(i, namespace, uids[i]), "NodeNames": candidates}).encode() for i in range(total)]
+        # kube-scheduler starts each cycle's node search where the last one stopped: rotate the window
+        def window(i: int) -> list[str]:
+            k = (i * args.candidates) % len(names)
+            return (names[k:] + names[:k])[: args.candidates]
+
+        candidates = window(0)
+        bodies = [json.dumps({"Pod": pod_body(i, namespace, uids[i]), "NodeNames": window(i)}).encode() for i in range(total)]
         headers = {"content-type": "application/json"}
         rng = random.Random(0)
 
