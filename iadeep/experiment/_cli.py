@@ -21,7 +21,7 @@ def run_cmd(
     trace: Annotated[str, typer.Option(help="Trace format: philly, ms-itp, openb, philly-json.")] = _D.trace,
     trace_file: Annotated[Optional[str], typer.Option(help="Use this trace file/folder instead of the registry's.")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="Number of jobs (after filters); 0 = all.")] = _D.jobs,
-    start_job: Annotated[int, typer.Option(help="Skip this many jobs first.")] = _D.start_job,
+    start_job: Annotated[Optional[int], typer.Option(help="Skip this many jobs first [default: 40000 for the registry's Philly trace, else 0].")] = None,
     window_start_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted at or after this (s from trace start).")] = None,
     window_end_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted before this (s from trace start).")] = None,
     virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,

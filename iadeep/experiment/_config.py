@@ -32,7 +32,8 @@ class ExperimentConfig:
         trace: trace format name (a key of :data:`TRACE_DATASETS`).
         trace_file: explicit trace file or folder (else fetched through the dataset registry).
         jobs: number of jobs (after filters).
-        start_job: skip this many jobs first.
+        start_job: skip this many jobs first; ``None``: the main job's 40,000 for the registry's Philly
+            trace, 0 otherwise.
         window_start_s / window_end_s: submission-time window (s from trace start).
         virtual_cluster: Philly virtual cluster or ITP cluster to keep.
         max_gpus: drop jobs needing more GPUs.
@@ -54,7 +55,7 @@ class ExperimentConfig:
     trace: str = "philly"
     trace_file: str | None = None
     jobs: int | None = 400
-    start_job: int = 40_000
+    start_job: int | None = None
     window_start_s: float | None = None
     window_end_s: float | None = None
     virtual_cluster: str | None = None
@@ -88,6 +89,8 @@ class ExperimentConfig:
         from iadeep.policy import POLICIES
         from iadeep.traces import MIXES
 
+        if self.start_job is None:
+            object.__setattr__(self, "start_job", 40_000 if self.trace == "philly" and not self.trace_file else 0)
         for name in ("jobs", "target_load"):
             if not getattr(self, name):
                 object.__setattr__(self, name, None)
