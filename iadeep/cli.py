@@ -18,6 +18,12 @@ def _mount() -> None:
     from iadeep.report._interference_cli import app as interference_app
 
     app.add_typer(interference_app, name="interference", help="Quality of the interference model and its learner.")
+    from iadeep.state._cli import app as etcd_app
+
+    app.add_typer(etcd_app, name="etcd", help="A local etcd for the live services (data under the user's state dir).")
+    from iadeep.extender._cli import app as extender_app
+
+    app.add_typer(extender_app, name="extender", help="The kube-scheduler extender service.")
     from iadeep.dev._cli import app as dev_app
 
     app.add_typer(dev_app, name="dev", help="Local development cluster (etcd, kube-apiserver, kube-scheduler, kwok).")
