@@ -90,6 +90,16 @@ class Policy(ABC):
             nodes: restrict to these node names (unknown names fail with a reason).
         """
         mask, reason = self.eligible(job, view)
+        n_nodes = len(view.node_names)
+        node = view.gpu_node
+        gpus_on = np.bincount(node, minlength=n_nodes)
+        ok_on = np.bincount(node[mask], minlength=n_nodes)
+        # most common reason among each node's ineligible GPUs: counts of shape (n_nodes, len(REASONS))
+        codes = np.bincount(node[~mask] * len(REASONS) + reason[~mask], minlength=n_nodes * len(REASONS))
+        common = codes.reshape(n_nodes, len(REASONS)).argmax(axis=1)
+        cand = np.flatnonzero(mask)
+        cand = cand[np.argsort(node[cand], kind="stable")]
+        per_node = np.split(cand, np.cumsum(ok_on)[:-1])
         index = {n: k for k, n in enumerate(view.node_names)}
         feasible: dict[str, tuple[int, ...]] = {}
         failed: dict[str, str] = {}
@@ -97,24 +107,22 @@ class Policy(ABC):
             k = index.get(name)
             if k is None:
                 failed[name] = "node has no GPU inventory published by the iadeep device plugin"
-                continue
-            on_node = view.gpu_node == k
-            ok = np.flatnonzero(on_node & mask)
-            if len(ok) >= job.num_gpus:
-                feasible[name] = tuple(int(g) for g in ok)
-            elif not on_node.any():
+            elif ok_on[k] >= job.num_gpus:
+                feasible[name] = tuple(per_node[k].tolist())
+            elif gpus_on[k] == 0:
                 failed[name] = "node has no GPUs"
             else:
-                codes = reason[on_node & ~mask]
-                common = REASONS[int(np.bincount(codes).argmax())] if len(codes) else REASONS[_OK]
-                failed[name] = f"needs {job.num_gpus} GPU(s), {len(ok)} eligible; {common}"
+                failed[name] = f"needs {job.num_gpus} GPU(s), {ok_on[k]} eligible; {REASONS[common[k]]}"
         return FilterResult(feasible, failed)
 
     def score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
         """Node priorities 0..10 (kube-scheduler extender scale): best GPU utility on the node x 10."""
         mask, _ = self.eligible(job, view)
-        util = self.utility(job, view, mask)
-        return {node: int(round(10 * float(np.clip(np.max(util[list(gpus)]), 0.0, 1.0)))) if gpus else 0 for node, gpus in feasible.items()}
+        util = np.clip(self.utility(job, view, mask), 0.0, 1.0)
+        best = np.zeros(len(view.node_names))
+        np.maximum.at(best, view.gpu_node[mask], util[mask])
+        index = {n: k for k, n in enumerate(view.node_names)}
+        return {name: int(round(10 * float(best[index[name]]))) if gpus and name in index else 0 for name, gpus in feasible.items()}
 
     # -- simulator/extender placement --------------------------------------------------------
     def place(self, job: JobRequest, view: ClusterView) -> Placement | Wait:

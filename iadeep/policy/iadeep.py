@@ -37,7 +37,7 @@ from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInt
 from iadeep.policy._base import Policy, _wait_reason, choose_gpus
 from iadeep.policy._registry import register
 from iadeep.policy._tuning import BatchSizeTuner
-from iadeep.policy._types import ClusterView, JobRequest, Measure, Placement, TuningDecision, Wait
+from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait
 
 __all__ = ["IADeep", "finish_times"]
 
@@ -91,6 +91,16 @@ class IADeep(Policy):
     def predicted(self) -> np.ndarray:
         """Predicted pairwise normalised throughput, shape ``(n_types, n_types)``."""
         return self.model.norm if self.predictor == "oracle" else self.learner.matrix()
+
+    def filter(self, job: JobRequest, view: ClusterView, nodes: list[str] | None = None) -> FilterResult:
+        """As the base filter, but when :meth:`place` would make the job wait (co-location predicted
+        worse than waiting), every node fails with that reason, so the extender's filter and bind agree."""
+        result = super().filter(job, view, nodes)
+        if result.feasible:
+            decision = self.place(job, view)
+            if isinstance(decision, Wait):
+                return FilterResult({}, {**result.failed, **{name: decision.reason for name in result.feasible}})
+        return result
 
     def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
         """1 for a free GPU; for a shared one half the predicted pair sum (in [0, 1])."""

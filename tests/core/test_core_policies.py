@@ -78,3 +78,18 @@ def test_memory_and_oom_pairs_are_refused(model):
 def test_unknown_policy_lists_known(model):
     with pytest.raises(KeyError, match="known: iadeep"):
         make_policy("nope", model)
+
+
+def test_iadeep_filter_agrees_with_place(model, workload):
+    """When place() says wait, filter() passes no node (the extender's filter and bind agree)."""
+    sim = _busy_sim(model, "iadeep", workload)
+    view = sim.view()
+    for h in range(12, 30):
+        job = sim._request(h, 0, 0)
+        decision = sim.policy.place(job, view)
+        res = sim.policy.filter(job, view)
+        if isinstance(decision, Wait):
+            assert not res.feasible and decision.reason in res.failed.values()
+        else:
+            owners = {view.node_names[view.gpu_node[g]] for g in decision.gpus}
+            assert owners & set(res.feasible) or job.num_gpus > 4
