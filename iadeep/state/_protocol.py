@@ -43,12 +43,15 @@ class AllocationConflict(RuntimeError):
 class StateStore(Protocol):
     """Shared state of the live system (see the module docstring for guarantees)."""
 
-    def healthy(self) -> bool:
-        """True when the backend answers (used by ``/readyz``)."""
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        """True when the backend answers within ``timeout_s`` (used by ``/readyz``)."""
 
     # inventory (device plugin)
     def put_inventory(self, inventory: NodeInventory, *, lease_ttl_s: int | None = None) -> None:
         """Publish a node's GPUs; with ``lease_ttl_s`` the record disappears unless kept alive."""
+
+    def keepalive(self, node: str) -> bool:
+        """Renew the lease of ``node``'s inventory; False when the record is gone (publish again)."""
 
     def inventories(self) -> dict[str, NodeInventory]:
         """All published nodes, by name."""
@@ -56,6 +59,9 @@ class StateStore(Protocol):
     # jobs and allocation (extender)
     def put_job(self, job: JobRecord) -> None:
         """Create or replace a job record."""
+
+    def delete_job(self, pod_uid: str) -> bool:
+        """Forget a job record and its measurements (not its reservation); True when one was there."""
 
     def jobs(self) -> dict[str, JobRecord]:
         """All job records by pod UID."""
@@ -88,6 +94,10 @@ class StateStore(Protocol):
 
     def tuning_requests(self) -> list[TuningRequest]:
         """Pending tuning requests."""
+
+    def complete_tuning(self, request: TuningRequest) -> bool:
+        """Clear ``request`` if it is unchanged (the coordinator's acknowledgement); False when it
+        changed meanwhile (tune again) or is gone."""
 
     def add_samples(self, samples: Sequence[InterferenceSampleRecord]) -> None:
         """Append learned interference samples (they survive restarts)."""
