@@ -35,7 +35,7 @@ REASONS = (
     "co-location limit reached",
     "not enough free GPU memory",
     "a co-located job is measured not to fit with it (out of memory)",
-    "refused by the policy",
+    "refused by the policy (this pair was measured to share badly)",
 )
 _OK, _LIMIT, _MEM, _PAIR, _POLICY = range(5)
 
@@ -54,6 +54,8 @@ class Policy(ABC):
     def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None):
         self.model = model
         self.limit = int(colocation_limit or type(self).colocation_limit)
+        # job-type pairs this policy measured to share badly and will not form again
+        self.avoided = np.zeros_like(model.fits, dtype=bool)
         if self.limit < 1:
             raise ValueError(f"colocation_limit must be >= 1, got {self.limit}")
 
@@ -71,12 +73,22 @@ class Policy(ABC):
             return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
         occ_types = np.where(occupied, view.job_type[np.maximum(slots, 0)], 0)
         pair_ok = np.all(~occupied | self.model.fits[job.type_id, occ_types], axis=1)
+        avoided = np.any(occupied & self.avoided[job.type_id, occ_types], axis=1)
         mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9
         reason = np.full(view.n_gpus, _OK, dtype=np.int8)
+        reason[avoided] = _POLICY
         reason[~pair_ok] = _PAIR
         reason[~mem_ok] = _MEM
         reason[njobs >= self.limit] = _LIMIT
         return reason == _OK, reason
+
+    def avoid(self, type_ids: list[int]) -> None:
+        """Never again co-locate these job types with each other (both directions); a measured
+        bad packing is remembered so that the policy does not form and undo it over and over."""
+        for i, a in enumerate(type_ids):
+            for j, b in enumerate(type_ids):
+                if i != j:
+                    self.avoided[a, b] = True
 
     @abstractmethod
     def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:

@@ -23,19 +23,6 @@ class Gandiva(Policy):
     name = "gandiva"
     colocation_limit = 2
 
-    def __init__(self, model, **options):
-        super().__init__(model, **options)
-        self._bad = np.zeros_like(model.fits, dtype=bool)
-
-    def eligible(self, job: JobRequest, view: ClusterView):
-        """As the base, minus GPUs holding a job type that was measured to pack badly with this one."""
-        mask, reason = super().eligible(job, view)
-        occupied = view.slots >= 0
-        occ_types = np.where(occupied, view.job_type[np.maximum(view.slots, 0)], 0)
-        bad = np.any(occupied & self._bad[job.type_id, occ_types], axis=1)
-        reason[mask & bad] = 4
-        return mask & ~bad, reason
-
     def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
         """Fewer jobs first, then less memory used."""
         load = view.gpu_njobs() + view.gpu_mem_used_gib / view.gpu_mem_total_gib
@@ -52,9 +39,5 @@ class Gandiva(Policy):
         if total >= 1.0:
             return TuningDecision(gpu, trials=1, reason=f"packing kept: measured sum {total:.2f}")
         newest = handles[-1]
-        types = [config[h] for h in handles]
-        for a in types:
-            for b in types:
-                if a != b or types.count(a) > 1:
-                    self._bad[a, b] = True
+        self.avoid([config[h] for h in handles])
         return TuningDecision(gpu, trials=1, evict=(newest,), reason=f"packing undone: measured sum {total:.2f} < 1")

@@ -191,6 +191,7 @@ class IADeep(Policy):
         if self.undo_below is not None and decision.progress < self.undo_below:
             # even the best configuration progresses less than taking turns would: undo
             newest = int(handles[-1])
+            self.avoid([int(view.job_base_type[h]) for h in handles])  # as submitted: how they queue and sit alone
             return replace(decision, type_ids={}, evict=(newest,),
                            reason=f"co-location undone: best measured progress {decision.progress:.2f} < 1")
         return decision
