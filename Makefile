@@ -26,8 +26,9 @@ test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)
+	$(BIN)/python benchmarks/extender.py
 
 # Regenerate the pinned set from pyproject.toml (starting from the set known to install together).
 lock:
