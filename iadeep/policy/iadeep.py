@@ -18,10 +18,10 @@ Placement (IADeep's first challenge: mitigating interference vs. making progress
   tuning session's measurements improve (or the measured table with ``predictor="oracle"``).
 
 A pair whose predicted normalised throughputs sum below 1 (sharing progresses less than taking
-turns) is not formed (``bad_pairs_when_waiting=True`` allows it when the two jobs themselves gain
-over waiting, without the queue-pressure term), and a tuning session whose best measured configuration still sums below 1
-undoes the co-location: the newest job goes back to the head of the queue (as Gandiva's undo, but
-judged on goodput after tuning).
+turns) is formed only when the two jobs themselves gain over waiting (the queue-pressure term does
+not count for it; ``bad_pairs_when_waiting=False`` never forms it), and a tuning session whose best measured configuration still sums below 1
+undoes the co-location: the newest job goes back to the head of the queue and the pair of job
+types is not formed again (as Gandiva's undo, but judged on goodput after tuning).
 
 Tuning: after a GPU's co-location set changes, :class:`~iadeep.policy._tuning.BatchSizeTuner` picks
 the batch sizes of all jobs on it; a job left alone returns to its submitted batch size.
@@ -78,7 +78,7 @@ class IADeep(Policy):
 
     def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None, predictor: str = "learned",
                  learner: OnlineInterferenceLearner | None = None, tuning_trials: int = 3,
-                 bad_pairs_when_waiting: bool = False, undo_below: float | None = 1.0):
+                 bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")
