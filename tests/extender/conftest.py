@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from extender_support import free_port
+from extender_support import REPO, free_port, publish, scheduler_config  # noqa: F401
 
 from iadeep.extender import ExtenderService, ExtenderSettings
 from iadeep.interference import InterferenceModel
@@ -24,9 +24,7 @@ from iadeep.testing.controlplane import (  # noqa: F401 - pytest finds fixtures 
     k8s_namespace,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 MIRROR_DEFAULT = REPO.parent / "shared" / "data"
-SCHEDULER_CONFIG = REPO / "k8s" / "extender" / "kube-scheduler-config.control-plane.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -72,12 +70,6 @@ def store(etcd_settings: StateSettings) -> Iterator[EtcdStateStore]:
         s.close()
 
 
-def publish(store: Any, names: list[str], *, gpus: int = 2, gpu_mem_gib: float = 16.0) -> None:
-    """Publish a GPU inventory per node, as the device plugin would."""
-    for n in names:
-        store.put_inventory(NodeInventory(n, tuple(GpuInfo(i, float(gpu_mem_gib), f"GPU-{n}-{i}") for i in range(gpus))))
-
-
 @pytest.fixture
 def settings(etcd_settings: StateSettings, throughputs_path: Path) -> ExtenderSettings:
     """Extender settings for in-process tests: fast refresh, no sweep thread."""
@@ -111,15 +103,6 @@ def make_service(settings: ExtenderSettings, store: EtcdStateStore, model: Inter
 def extender_port() -> int:
     """The loopback port kube-scheduler calls the extender on (each end-to-end test serves there)."""
     return free_port()
-
-
-def scheduler_config(port: int) -> dict[str, Any]:
-    """The shipped control-plane KubeSchedulerConfiguration, pointed at ``127.0.0.1:port``."""
-    config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
-    for ext in config["extenders"]:
-        ext["urlPrefix"] = f"http://127.0.0.1:{port}/iadeep"
-        ext["httpTimeout"] = "10s"
-    return config
 
 
 @pytest.fixture(scope="session")

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import uvicorn
+import yaml
 from kubernetes import client
 from kubernetes.client import ApiClient
+
+from iadeep.dev._cluster import free_port  # noqa: F401  (re-exported for the tests)
+from iadeep.state import GpuInfo, NodeInventory
+from iadeep.testing import wait_for  # noqa: F401  (re-exported for the tests)
 
 T = TypeVar("T")
 
@@ -68,24 +72,6 @@ def extender_args(pod: client.V1Pod, nodes: list[client.V1Node] | list[str], *, 
     return {"Pod": wire(pod), "Nodes": wire(client.V1NodeList(items=objs)), "NodeNames": None}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(fetch: Callable[[], T], done: Callable[[T], bool], *, timeout: float = 30.0, what: str = "") -> T:
-    """Call ``fetch`` until ``done(result)``; return the last result or fail with it."""
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while True:
-        value = fetch()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or 'condition'}; last: {value!r}")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
 
 
 class ThreadServer:
@@ -162,3 +148,22 @@ class ProcessServer:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEDULER_CONFIG = REPO / "k8s" / "extender" / "kube-scheduler-config.control-plane.yaml"
+
+
+def publish(store: Any, names: list[str], *, gpus: int = 2, gpu_mem_gib: float = 16.0) -> None:
+    """Publish a GPU inventory per node, as the device plugin would."""
+    for n in names:
+        store.put_inventory(NodeInventory(n, tuple(GpuInfo(i, float(gpu_mem_gib), f"GPU-{n}-{i}") for i in range(gpus))))
+
+
+def scheduler_config(port: int) -> dict[str, Any]:
+    """The shipped control-plane KubeSchedulerConfiguration, pointed at ``127.0.0.1:port``."""
+    config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    for ext in config["extenders"]:
+        ext["urlPrefix"] = f"http://127.0.0.1:{port}/iadeep"
+        ext["httpTimeout"] = "10s"
+    return config

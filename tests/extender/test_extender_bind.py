@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import publish
+from extender_support import publish
 from extender_support import ThreadServer, extender_args, gpu_pod, wire
 
 from iadeep.extender import (

@@ -10,7 +10,7 @@ import uuid
 
 import httpx
 import pytest
-from conftest import publish
+from extender_support import publish
 from extender_support import SCHEDULER, ProcessServer, ThreadServer, gpu_pod, wait_for
 
 from iadeep.extender import (

@@ -8,7 +8,7 @@ import uuid
 
 import httpx
 import pytest
-from conftest import publish
+from extender_support import publish
 from extender_support import ThreadServer, gpu_pod, wire
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st

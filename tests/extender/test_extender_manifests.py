@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from conftest import REPO, scheduler_config
+from extender_support import REPO, scheduler_config
 from extender_support import gpu_pod
 
 from iadeep.extender import ExtenderSettings, KubeError, KubernetesPodApi, KubeSettings

@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from conftest import publish
+from extender_support import publish
 from extender_support import ThreadServer, extender_args, gpu_pod, node, wait_for, wire
 
 from iadeep.extender import create_app
