@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from extender_support import REPO, free_port, publish, scheduler_config  # noqa: F401
+from extender_support import REPO, free_port, scheduler_config
 
 from iadeep.extender import ExtenderService, ExtenderSettings
 from iadeep.interference import InterferenceModel
-from iadeep.state import EtcdStateStore, GpuInfo, LocalEtcd, NodeInventory, StateSettings
+from iadeep.state import EtcdStateStore, LocalEtcd, StateSettings
 from iadeep.testing.controlplane import (  # noqa: F401 - pytest finds fixtures by name
     control_plane,
     controlplane_binaries,
