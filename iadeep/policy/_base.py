@@ -71,13 +71,14 @@ class Policy(ABC):
         njobs = occupied.sum(axis=1)
         if int((njobs < self.limit).sum()) < job.num_gpus:  # fast path: not enough open slots at all
             return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
-        occ_types = np.where(occupied, view.job_type[np.maximum(slots, 0)], 0)
-        pair_ok = np.all(~occupied | self.model.fits[job.type_id, occ_types], axis=1)
-        avoided = np.any(occupied & self.avoided[job.type_id, occ_types], axis=1)
+        occ_types = view.job_type[np.maximum(slots, 0)]  # (G, S); meaningful where occupied
+        t = job.type_id
+        pair_bad = (occupied & ~self.model.fits[t][occ_types]).any(axis=1)
         mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9
         reason = np.full(view.n_gpus, _OK, dtype=np.int8)
-        reason[avoided] = _POLICY
-        reason[~pair_ok] = _PAIR
+        if self.avoided[t].any():
+            reason[(occupied & self.avoided[t][occ_types]).any(axis=1)] = _POLICY
+        reason[pair_bad] = _PAIR
         reason[~mem_ok] = _MEM
         reason[njobs >= self.limit] = _LIMIT
         return reason == _OK, reason
