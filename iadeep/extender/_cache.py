@@ -1,18 +1,26 @@
-"""The extender's copy of the shared state, refreshed from the store in the background.
+"""The extender's copy of the shared state: listed once, then kept current from the store's changes.
 
-``filter`` and ``prioritize`` must answer in milliseconds, so they read a :class:`Snapshot` (and
-its :class:`ViewBase`) that a background thread re-reads from the store every
-``refresh_interval_s``. Reservations this process makes are applied to the copy at once (and
-re-applied over a refresh that started before them), so the next ``filter`` already sees them.
-``bind`` never trusts the copy for correctness: the store's reservation transaction is the
-arbiter, and a conflict refreshes the copy and places again.
+``filter`` and ``prioritize`` must answer in milliseconds, so they read a :class:`Snapshot` and
+its :class:`ViewBase` that this cache keeps in memory. It follows the store the way a Kubernetes
+informer follows the API server: :meth:`StateStore.list_state` once (all records at one
+revision), then :meth:`StateStore.changes` from the next revision, each batch of changes applied
+to the copy in place of a re-read (Python work only for the GPUs and jobs that changed). The
+watch is reopened every ``idle_s`` when nothing changes, which also proves the store is still
+reachable; after ``max_age_s`` without that proof :meth:`current` refuses the copy (filter
+answers ``Error``, ``/readyz`` fails). A broken watch is resumed from the last revision seen;
+compacted history (or an outage) makes the cache list again.
 
-Node inventories (which change when a device plugin starts or goes away) are re-read every
-``inventory_interval_s``, learned interference samples every ``samples_interval_s`` (handed to
-``on_samples`` in order, each sample once), job records only when a GPU holds a pod the copy
-has no record of.
+Reservations this process makes are applied to the copy at once (:meth:`apply`), so the next
+``filter`` already sees them, and re-applied over any change of the same GPU that the watch
+delivers before the reservation itself. ``bind`` never trusts the copy for correctness: the
+store's reservation transaction is the arbiter, and after a conflict :meth:`sync` waits until
+the copy has caught up with the store before placing again.
 
-Thread-safety: every method may be called from any thread.
+Learned interference samples reach ``on_samples`` in order, each once (all of them at the first
+listing). The job rows of the view are compacted (rebuilt from the snapshot) when more than
+half of them belong to pods that left.
+
+Thread-safety: every method may be called from any thread; readers never wait for a writer.
 """
 
 from __future__ import annotations
@@ -20,16 +28,29 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from iadeep.extender._view import Snapshot, TypeResolver, ViewBase
-from iadeep.state import Assignment, InterferenceSampleRecord, JobRecord, StateStore, StoreUnavailable
+from iadeep.state import (
+    Assignment,
+    ChangeBatch,
+    GpuState,
+    HistoryCompacted,
+    InterferenceSampleRecord,
+    JobRecord,
+    NodeInventory,
+    StateStore,
+    StoreUnavailable,
+)
 
 __all__ = ["StateCache"]
 
 log = logging.getLogger("iadeep.extender")
 
 Clock = Callable[[], float]
+
+_PENDING_TTL_S = 60.0  # an own reservation not confirmed by the watch for this long is dropped
+_COMPACT_MIN_ROWS = 1024  # compaction is not worth it below this many job rows
 
 
 class StateCache:
@@ -39,157 +60,244 @@ class StateCache:
         store: the state store.
         types: job-type resolver (for the view's job arrays).
         slots: co-location slots per GPU in the views (the policy's limit).
-        max_age_s: :meth:`current` refuses a snapshot older than this.
+        max_age_s: :meth:`current` refuses a copy not confirmed by the store for this long (s).
+        idle_s: how long a watch waits without changes before it is reopened (s).
         clock: Unix time, injectable for tests.
-        on_samples: called with new learned samples (oldest first), from the refreshing thread.
+        on_samples: called with new learned samples (oldest first), from the following thread.
     """
 
     def __init__(self, store: StateStore, types: TypeResolver, *, slots: int, max_age_s: float = 5.0,
-                 clock: Clock = time.time, on_samples: Callable[[Sequence[InterferenceSampleRecord]], None] | None = None):
+                 idle_s: float = 1.0, clock: Clock = time.time,
+                 on_samples: Callable[[Sequence[InterferenceSampleRecord]], None] | None = None):
         self.store = store
         self.types = types
         self.slots = slots
         self.max_age_s = max_age_s
+        self.idle_s = idle_s
         self.clock = clock
         self.on_samples = on_samples
-        self._lock = threading.Lock()  # guards the fields below
-        self._refresh_lock = threading.Lock()  # one refresh at a time
-        self._snapshot: Snapshot | None = None
-        self._base: ViewBase | None = None
+        self._write = threading.RLock()  # one writer at a time; readers only read self._state
+        self._state: tuple[Snapshot, ViewBase] | None = None
         self._error: str | None = "not loaded yet"
-        self._recent: list[tuple[float, JobRecord, int, tuple[Assignment, ...]]] = []
+        self._confirmed_at = 0.0  # last time the store answered (Unix s)
+        self._revision = 0  # store revision the copy reflects
+        self._caught_up = threading.Condition(self._write)
+        # own reservations not yet seen in the watch: (applied at, job, type id, assignments)
+        self._pending: list[tuple[float, JobRecord, int, tuple[Assignment, ...]]] = []
         self._samples_seen = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.refreshes = 0
+        self.listings = 0
+        self.batches = 0
 
     # -- reading -----------------------------------------------------------------------------
     def current(self) -> tuple[Snapshot, ViewBase]:
         """The latest snapshot and its view arrays.
 
         Raises:
-            StoreUnavailable: the last refresh failed, or the snapshot is older than ``max_age_s``
-                (a synchronous refresh is tried first when there is no background thread).
+            StoreUnavailable: the store could not be followed, or has not confirmed the copy for
+                ``max_age_s`` (without a following thread, a listing is tried first).
         """
-        with self._lock:
-            snap, base, error = self._snapshot, self._base, self._error
-        stale = snap is None or self.clock() - snap.taken_at_s > self.max_age_s
-        if (stale or error is not None) and self._thread is None:
+        state, error = self._state, self._error
+        if (state is None or error is not None or self._stale()) and self._thread is None:
             self.refresh()
-            with self._lock:
-                snap, base, error = self._snapshot, self._base, self._error
-            stale = False
+            state, error = self._state, self._error
         if error is not None:
             raise StoreUnavailable(f"state store unavailable: {error}")
-        if stale or snap is None or base is None:
-            age = "never loaded" if snap is None else f"{self.clock() - snap.taken_at_s:.1f}s old"
-            raise StoreUnavailable(f"state snapshot is {age} (limit {self.max_age_s}s)")
-        assert snap is not None and base is not None
-        return snap, base
+        if state is None:
+            raise StoreUnavailable("state never loaded")
+        if self._stale():
+            raise StoreUnavailable(f"state not confirmed by the store for {self.clock() - self._confirmed_at:.1f}s "
+                                   f"(limit {self.max_age_s}s)")
+        return state
+
+    def _stale(self) -> bool:
+        return self.clock() - self._confirmed_at > self.max_age_s
 
     @property
     def last_error(self) -> str | None:
-        with self._lock:
-            return self._error
+        return self._error
+
+    @property
+    def revision(self) -> int:
+        """The store revision the copy reflects."""
+        return self._revision
 
     def age_s(self) -> float | None:
-        with self._lock:
-            snap = self._snapshot
-        return None if snap is None else self.clock() - snap.taken_at_s
+        """Seconds since the store last confirmed the copy (``None``: never loaded)."""
+        return None if self._state is None else self.clock() - self._confirmed_at
 
     # -- writing -----------------------------------------------------------------------------
-    def refresh(self, *, samples: bool = True, inventories: bool = True) -> None:
-        """Re-read the store now: GPU states always; inventories when ``inventories`` (or none are
-        known yet); job records only when a GPU holds a pod this copy has no record of (this
-        process's own reservations carry theirs), so a steady refresh costs one range read.
+    def refresh(self) -> None:
+        """List the whole state again now (replaces the copy; own reservations the listing does
+        not show yet are re-applied).
 
         Raises:
             StoreUnavailable: the store could not be read (the error is also kept for :meth:`current`).
         """
-        with self._refresh_lock:
-            started = self.clock()
-            with self._lock:
-                old = self._snapshot
-            try:
-                invs = self.store.inventories() if inventories or old is None else old.inventories
-                states = self.store.gpu_states()
-                jobs = old.jobs if old is not None else {}
-                if any(uid not in jobs for st in states.values() for uid in st.pods):
-                    jobs = self.store.jobs()
-                new_samples = self.store.samples() if samples and self.on_samples is not None else None
-            except StoreUnavailable as exc:
-                with self._lock:
-                    self._error = str(exc)
-                raise
-            snap = Snapshot(invs, states, jobs, started)
-            base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
-            with self._lock:
-                self._recent = [r for r in self._recent if r[0] >= started]
-                for _, job, type_id, assignments in self._recent:
-                    snap = snap.with_reservation(job, assignments)
-                    base = base.with_reservation(job, type_id, assignments)
-                self._snapshot, self._base, self._error = snap, base, None
-                self.refreshes += 1
-            if new_samples is not None and len(new_samples) > self._samples_seen:
-                fresh = new_samples[self._samples_seen:]
-                self._samples_seen = len(new_samples)
-                assert self.on_samples is not None
-                self.on_samples(fresh)
+        try:
+            listing = self.store.list_state()
+        except StoreUnavailable as exc:
+            self._error = str(exc)
+            raise
+        now = self.clock()
+        snap = Snapshot(listing.inventories, listing.gpu_states, listing.jobs, now)
+        base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
+        fresh: list[InterferenceSampleRecord] = []
+        with self._write:
+            self._pending = [p for p in self._pending if now - p[0] < _PENDING_TTL_S]
+            snap, base = self._with_pending(snap, base, now)
+            self._state, self._error = (snap, base), None
+            self._revision = listing.revision
+            self._confirmed_at = now
+            self.listings += 1
+            if len(listing.samples) > self._samples_seen:
+                fresh = listing.samples[self._samples_seen:]
+                self._samples_seen = len(listing.samples)
+            self._caught_up.notify_all()
+        if fresh and self.on_samples is not None:
+            self.on_samples(fresh)
+
+    def apply_batch(self, batch: ChangeBatch) -> None:
+        """Apply one batch of store changes (from :meth:`StateStore.changes`) to the copy."""
+        inventories: dict[str, NodeInventory | None] = {}
+        gpus: dict[tuple[str, int], GpuState | None] = {}
+        jobs: dict[str, JobRecord | None] = {}
+        samples: list[InterferenceSampleRecord] = []
+        for c in batch.changes:
+            if c.kind == "inventory":
+                inventories[c.name] = c.record  # type: ignore[index,assignment]
+            elif c.kind == "gpu":
+                gpus[c.name] = c.record  # type: ignore[index,assignment]
+            elif c.kind == "job":
+                jobs[c.name] = c.record  # type: ignore[index,assignment]
+            elif c.kind == "sample" and c.record is not None:
+                samples.append(c.record)  # type: ignore[arg-type]
+        now = self.clock()
+        with self._write:
+            if self._state is None:
+                return
+            snap, base = self._state
+            if inventories or gpus or jobs:
+                snap = snap.with_changes(inventories=inventories, gpu_states=gpus, jobs=jobs)
+                # an own reservation is confirmed once the watch shows its pod on every GPU it took
+                self._pending = [p for p in self._pending if now - p[0] < _PENDING_TTL_S and not all(
+                    a.pod_uid in snap.gpu_states.get((a.node, a.gpu), _EMPTY).pods for a in p[3])]
+                if inventories or (len(base.pods) > _COMPACT_MIN_ROWS and 2 * base.dead_rows > len(base.pods)):
+                    base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
+                else:
+                    base = base.with_jobs(jobs, self.types, now_s=now)
+                    base = base.with_gpu_states({k: snap.gpu_states.get(k) for k in gpus}, snap.jobs, self.types, now_s=now)
+                snap, base = self._with_pending(snap, base, now)
+                self._state = (snap, base)
+            self._revision = max(self._revision, batch.revision)
+            self._confirmed_at = now
+            self._error = None
+            self._samples_seen += len(samples)
+            self.batches += 1
+            self._caught_up.notify_all()
+        if samples and self.on_samples is not None:
+            self.on_samples(samples)
+
+    def _with_pending(self, snap: Snapshot, base: ViewBase, now: float) -> tuple[Snapshot, ViewBase]:
+        for _, job, type_id, assignments in self._pending:
+            states = snap.reservation_states(assignments)
+            if states:
+                snap = snap.with_changes(gpu_states=states, jobs={job.pod_uid: job})
+                base = base.with_gpu_states(states, snap.jobs, self.types, now_s=now, type_ids={job.pod_uid: type_id})
+        return snap, base
 
     def apply(self, job: JobRecord, type_id: int, assignments: Sequence[Assignment]) -> None:
         """Add a reservation this process just made to the copy."""
-        entry = (self.clock(), job, type_id, tuple(assignments))
-        with self._lock:
-            self._recent.append(entry)
-            if self._snapshot is not None and self._base is not None:
-                self._snapshot = self._snapshot.with_reservation(job, assignments)
-                self._base = self._base.with_reservation(job, type_id, assignments)
+        now = self.clock()
+        with self._write:
+            if self._state is None:
+                self._pending.append((now, job, type_id, tuple(assignments)))
+                return
+            snap, base = self._state
+            states = snap.reservation_states(assignments)
+            if states:  # not yet delivered by the watch: keep re-applying it until it is
+                self._pending.append((now, job, type_id, tuple(assignments)))
+                snap = snap.with_changes(gpu_states=states, jobs={job.pod_uid: job})
+                self._state = (snap, base.with_gpu_states(states, snap.jobs, self.types, now_s=now,
+                                                          type_ids={job.pod_uid: type_id}))
 
     def forget(self, pod_uid: str) -> None:
         """A reservation of ``pod_uid`` was released: drop it from the copy and stop re-applying it."""
-        with self._lock:
-            self._recent = [r for r in self._recent if r[1].pod_uid != pod_uid]
-            snap = self._snapshot
-        if snap is None or not any(pod_uid in st.pods for st in snap.gpu_states.values()):
-            return
-        snap = snap.without_pod(pod_uid)
-        base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
-        with self._lock:
-            if self._snapshot is not None and self._snapshot.taken_at_s <= snap.taken_at_s:
-                self._snapshot, self._base = snap, base
+        with self._write:
+            self._pending = [p for p in self._pending if p[1].pod_uid != pod_uid]
+            if self._state is None:
+                return
+            snap, base = self._state
+            states = snap.without_pod_states(pod_uid)
+            if states:
+                snap = snap.with_changes(gpu_states=states)
+                self._state = (snap, base.with_gpu_states(states, snap.jobs, self.types, now_s=self.clock()))
+
+    def sync(self, timeout_s: float = 2.0) -> bool:
+        """Wait until the copy reflects every change the store had when called (a listing when no
+        thread follows the store); False when that took longer than ``timeout_s``.
+
+        Raises:
+            StoreUnavailable: the store's revision could not be read.
+        """
+        if self._thread is None:
+            self.refresh()
+            return True
+        target = self.store.revision()
+        deadline = time.monotonic() + timeout_s
+        with self._write:
+            while self._revision < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._caught_up.wait(left)
+        return True
 
     # -- background --------------------------------------------------------------------------
-    def start(self, interval_s: float, *, samples_interval_s: float = 10.0, inventory_interval_s: float = 10.0) -> None:
-        """Refresh every ``interval_s`` in a daemon thread (learned samples every ``samples_interval_s``,
-        node inventories every ``inventory_interval_s``)."""
+    def start(self) -> None:
+        """Follow the store in a daemon thread (lists first when nothing is loaded)."""
         if self._thread is not None:
             return
         self._stop.clear()
-
-        def loop() -> None:
-            next_samples = next_inventories = 0.0
-            while not self._stop.is_set():
-                now = time.monotonic()
-                samples, inventories = now >= next_samples, now >= next_inventories
-                try:
-                    self.refresh(samples=samples, inventories=inventories)
-                    if samples:
-                        next_samples = now + samples_interval_s
-                    if inventories:
-                        next_inventories = now + inventory_interval_s
-                except StoreUnavailable as exc:
-                    log.warning("state refresh failed: %s", exc)
-                except Exception:  # noqa: BLE001 - keep refreshing; the error is logged with its traceback
-                    log.exception("state refresh failed")
-                    with self._lock:
-                        self._error = "state refresh failed (see the extender log)"
-                self._stop.wait(interval_s)
-
-        self._thread = threading.Thread(target=loop, name="iadeep-state-refresh", daemon=True)
+        self._thread = threading.Thread(target=self._follow, name="iadeep-state-follow", daemon=True)
         self._thread.start()
+
+    def _follow(self) -> None:
+        must_list = self._state is None
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                if must_list:
+                    self.refresh()
+                    must_list = False
+                for batch in self.store.changes(self._revision + 1, idle_s=self.idle_s):
+                    self.apply_batch(batch)
+                    if self._stop.is_set():
+                        return
+                self._confirmed_at = self.clock()  # the watch was open and quiet for idle_s
+                backoff = 0.1
+            except HistoryCompacted as exc:
+                log.info("state history compacted, listing again: %s", exc)
+                must_list = True
+            except StoreUnavailable as exc:
+                log.warning("following the state store failed: %s", exc)
+                self._error = str(exc)
+                must_list = True  # the store may have lost or moved its history meanwhile
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.idle_s)
+            except Exception:  # noqa: BLE001 - keep following; the error is logged with its traceback
+                log.exception("following the state store failed")
+                self._error = "following the state store failed (see the extender log)"
+                must_list = True
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.idle_s)
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+
+
+_EMPTY = GpuState("", 0)

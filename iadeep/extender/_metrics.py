@@ -23,7 +23,7 @@ State metrics (computed at scrape time from the current snapshot):
 ``iadeep_pod_gpu_memory_gib``              gauge      ``node``, ``gpu``, ``pod`` (namespace/name)
 ``iadeep_pod_predicted_normalised_throughput``  gauge  ``node``, ``gpu``, ``pod``
 ``iadeep_state_snapshot_age_seconds``      gauge      (none)
-``iadeep_state_store_up``                  gauge      (none): 1 when the last refresh succeeded
+``iadeep_state_store_up``                  gauge      (none): 1 when the store was followed without error
 =========================================  =========  ==========================================
 """
 

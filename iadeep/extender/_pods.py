@@ -111,6 +111,12 @@ class PodDemand:
                          self.mem_gib, remaining_s=self.duration_s, submitted_at=now_s)
 
 
+def load_quantity_parser() -> None:
+    """Import the quantity parser now (it pulls in the whole ``kubernetes`` client, about 1,000
+    modules): a service calls this at start, not inside its first request."""
+    from kubernetes.utils import parse_quantity  # noqa: F401
+
+
 def _quantity(value: object, what: str) -> Decimal:
     from kubernetes.utils import parse_quantity  # Kubernetes' own suffix rules (Ki, M, m, e3, ...)
 

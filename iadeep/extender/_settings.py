@@ -10,7 +10,7 @@ One root class, :class:`ExtenderSettings`, read from environment variables prefi
     IADEEP_EXTENDER_COLOCATION_LIMIT=2
     IADEEP_EXTENDER_GPU_MEM_RESOURCE=iadeep.io/gpu-mem
     IADEEP_EXTENDER_KUBE__IN_CLUSTER=true
-    IADEEP_EXTENDER_CACHE__REFRESH_INTERVAL_S=1
+    IADEEP_EXTENDER_CACHE__MAX_AGE_S=5
 
 etcd is configured through the state store's own settings (:class:`iadeep.state.StateSettings`,
 variables ``IADEEP_ETCD_*``), nested here as ``etcd`` (``IADEEP_EXTENDER_ETCD__PREFIX`` also works).
@@ -48,24 +48,19 @@ class KubeSettings(BaseModel):
 class CacheSettings(BaseModel):
     """The extender's copy of the shared state (filter and prioritize read it; bind re-checks in etcd).
 
+    The copy is listed once and then follows etcd's watch (see :mod:`iadeep.extender._cache`).
+
     Attributes:
-        refresh_interval_s: how often a background thread re-reads inventories, GPU states, jobs and
-            learned samples from etcd. 1 s: reservations made by this replica are applied at once,
-            so only other writers (device plugins, other replicas, the coordinator) wait for it.
-        inventory_interval_s: how often node inventories are re-read (a new node becomes schedulable
-            within this; a vanished one fails at bind, where the reservation re-checks it).
-        samples_interval_s: how often learned interference samples are re-read (tuning sessions
-            produce them every few minutes).
-        max_age_s: a snapshot older than this is not used: filter answers ``Error`` and ``/readyz``
-            fails (etcd unreachable for that long). 5 s = several missed refreshes.
+        watch_idle_s: a watch that delivered nothing for this long is reopened, which proves etcd
+            still answers (1 s).
+        max_age_s: a copy etcd has not confirmed for this long is not used: filter answers
+            ``Error`` and ``/readyz`` fails. 5 s = several reopened watches.
         sweep_interval_s: how often reservations of deleted or finished pods are released (0: never).
         sweep_grace_s: a reservation whose pod is still unbound is released only after this long
             (a bind in flight takes at most kube-scheduler's ``httpTimeout``).
     """
 
-    refresh_interval_s: float = Field(1.0, gt=0)
-    inventory_interval_s: float = Field(10.0, gt=0)
-    samples_interval_s: float = Field(10.0, gt=0)
+    watch_idle_s: float = Field(1.0, gt=0)
     max_age_s: float = Field(5.0, gt=0)
     sweep_interval_s: float = Field(30.0, ge=0)
     sweep_grace_s: float = Field(120.0, ge=0)

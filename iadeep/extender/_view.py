@@ -27,7 +27,7 @@ Notations:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class Snapshot:
         inventories: node name -> published GPUs.
         gpu_states: ``(node, gpu index)`` -> memory used and pods.
         jobs: pod UID -> job record.
-        taken_at_s: when it was read (Unix seconds).
+        taken_at_s: when it was listed (Unix seconds); changes applied later keep it.
     """
 
     inventories: Mapping[str, NodeInventory] = field(default_factory=dict)
@@ -56,29 +56,51 @@ class Snapshot:
     jobs: Mapping[str, JobRecord] = field(default_factory=dict)
     taken_at_s: float = 0.0
 
-    def with_reservation(self, job: JobRecord, assignments: Sequence[Assignment]) -> Snapshot:
-        """A copy that includes ``assignments`` of ``job`` (idempotent: a pod already on a GPU is
-        not added twice)."""
-        states = dict(self.gpu_states)
-        for a in assignments:
-            old = states.get((a.node, a.gpu), GpuState(a.node, a.gpu))
-            if a.pod_uid in old.pods:
-                continue
-            states[(a.node, a.gpu)] = GpuState(a.node, a.gpu, old.mem_used_gib + a.mem_gib, (*old.pods, a.pod_uid))
-        jobs = dict(self.jobs)
-        jobs[job.pod_uid] = job
-        return Snapshot(self.inventories, states, jobs, self.taken_at_s)
+    def with_changes(self, *, inventories: Mapping[str, NodeInventory | None] | None = None,
+                     gpu_states: Mapping[tuple[str, int], GpuState | None] | None = None,
+                     jobs: Mapping[str, JobRecord | None] | None = None) -> Snapshot:
+        """A copy with records replaced (``None``: deleted); only the changed mappings are copied."""
 
-    def without_pod(self, pod_uid: str) -> Snapshot:
-        """A copy where ``pod_uid`` holds nothing (its memory is its job record's ``mem_gib`` per GPU)."""
+        def merged(old: Mapping, new: Mapping | None) -> Mapping:
+            if not new:
+                return old
+            out = dict(old)
+            for k, v in new.items():
+                if v is None:
+                    out.pop(k, None)
+                else:
+                    out[k] = v
+            return out
+
+        return Snapshot(merged(self.inventories, inventories), merged(self.gpu_states, gpu_states),
+                        merged(self.jobs, jobs), self.taken_at_s)
+
+    def reservation_states(self, assignments: Sequence[Assignment]) -> dict[tuple[str, int], GpuState]:
+        """The GPU states once ``assignments`` are added (a pod already on a GPU is not added twice);
+        only the GPUs that change."""
+        out: dict[tuple[str, int], GpuState] = {}
+        for a in assignments:
+            key = (a.node, a.gpu)
+            old = out.get(key) or self.gpu_states.get(key) or GpuState(a.node, a.gpu)
+            if a.pod_uid not in old.pods:
+                out[key] = GpuState(a.node, a.gpu, old.mem_used_gib + a.mem_gib, (*old.pods, a.pod_uid))
+        return out
+
+    def with_reservation(self, job: JobRecord, assignments: Sequence[Assignment]) -> Snapshot:
+        """A copy that includes ``assignments`` of ``job`` (idempotent)."""
+        return self.with_changes(gpu_states=self.reservation_states(assignments), jobs={job.pod_uid: job})
+
+    def without_pod_states(self, pod_uid: str) -> dict[tuple[str, int], GpuState]:
+        """The GPU states once ``pod_uid`` holds nothing (its memory is its job record's ``mem_gib``
+        per GPU); only the GPUs that change."""
         job = self.jobs.get(pod_uid)
         mem = job.mem_gib if job is not None else 0.0
-        states = dict(self.gpu_states)
-        for key, st in self.gpu_states.items():
-            if pod_uid in st.pods:
-                states[key] = GpuState(st.node, st.gpu, max(st.mem_used_gib - mem, 0.0),
-                                       tuple(p for p in st.pods if p != pod_uid))
-        return Snapshot(self.inventories, states, self.jobs, self.taken_at_s)
+        return {key: GpuState(st.node, st.gpu, max(st.mem_used_gib - mem, 0.0), tuple(p for p in st.pods if p != pod_uid))
+                for key, st in self.gpu_states.items() if pod_uid in st.pods}
+
+    def without_pod(self, pod_uid: str) -> Snapshot:
+        """A copy where ``pod_uid`` holds nothing."""
+        return self.with_changes(gpu_states=self.without_pod_states(pod_uid))
 
     def node_gpu_states(self, node: str) -> list[GpuState]:
         """The node's GPUs in inventory order (zero-use states for GPUs without a record)."""
@@ -148,12 +170,19 @@ def _ro(a: np.ndarray) -> np.ndarray:
 class ViewBase:
     """The arrays of a :class:`~iadeep.policy.ClusterView` without the asking job.
 
+    Built from a :class:`Snapshot` by :meth:`from_snapshot` (one pass, ``O(G + J)`` Python) and
+    then kept up to date change by change with :meth:`with_gpu_states` and :meth:`with_jobs`
+    (array copies, Python work only for the changed GPUs and jobs). Handles are never reused: a
+    pod that left keeps its (unreferenced) job row until the next :meth:`from_snapshot`;
+    :attr:`dead_rows` says how many there are.
+
     Attributes:
         node_names: shape ``(n_nodes,)``; node_start: first GPU of each node, shape ``(n_nodes + 1,)``.
         gpu_*: per-GPU arrays, shape ``(G,)``; gpu_uuid: UUIDs from the inventory.
         slots: handles per GPU, ``-1`` empty, shape ``(G, S)``.
-        job_*: per placed job, shape ``(J,)``; handles: pod UID -> handle; pods: handle -> pod UID.
-        updated_s: time the remaining work refers to.
+        job_*: per job row, shape ``(J,)``; job_updated_s: when each row's ``job_work_left_s``
+            was set (Unix seconds); handles: pod UID -> handle; pods: handle -> pod UID.
+        node_pos: node name -> position; gpu_pos: ``(node, gpu index)`` -> global GPU id.
     """
 
     node_names: tuple[str, ...]
@@ -167,14 +196,21 @@ class ViewBase:
     job_type: np.ndarray
     job_num_gpus: np.ndarray
     job_work_left_s: np.ndarray
+    job_updated_s: np.ndarray
     handles: Mapping[str, int]
     pods: tuple[str, ...]
-    updated_s: float
     node_pos: Mapping[str, int]
+    gpu_pos: Mapping[tuple[str, int], int]
 
     @property
     def n_gpus(self) -> int:
         return int(self.gpu_node.shape[0])
+
+    @property
+    def dead_rows(self) -> int:
+        """Job rows no GPU refers to any more."""
+        live = np.unique(self.slots[self.slots >= 0]).shape[0]
+        return len(self.pods) - live
 
     def node_index(self, name: str) -> int | None:
         """Position of ``name`` in :attr:`node_names`, ``None`` when unknown."""
@@ -196,11 +232,13 @@ class ViewBase:
         total: list[float] = []
         used: list[float] = []
         occupants: list[tuple[str, ...]] = []
+        gpu_pos: dict[tuple[str, int], int] = {}
         states = snapshot.gpu_states
         for k, name in enumerate(names):
             gpus = snapshot.inventories[name].gpus
             for g in gpus:
                 st = states.get((name, g.index))
+                gpu_pos[(name, g.index)] = len(gpu_node)
                 gpu_node.append(k)
                 local.append(g.index)
                 uuids.append(g.uuid)
@@ -216,20 +254,11 @@ class ViewBase:
                 h = handles.setdefault(uid, len(handles))
                 slot_arr[g, s] = h
         pods = tuple(handles)
-        jtype = np.empty(len(pods), dtype=np.int64)
-        jgpus = np.empty(len(pods), dtype=np.int64)
-        jleft = np.empty(len(pods))
-        for h, uid in enumerate(pods):
-            rec = snapshot.jobs.get(uid)
-            if rec is None:
-                jtype[h], jgpus[h], jleft[h] = types.default_type, 1, 0.0
-            else:
-                jtype[h] = types.resolve_or_default(rec.model, rec.batch_size)
-                jgpus[h], jleft[h] = max(rec.num_gpus, 1), max(rec.remaining_s, 0.0)
+        jtype, jgpus, jleft = _job_rows([snapshot.jobs.get(uid) for uid in pods], types)
         return cls(names, _ro(node_start), _ro(np.array(gpu_node, dtype=np.int64)), _ro(np.array(local, dtype=np.int64)),
                    tuple(uuids), _ro(np.array(total, dtype=float)), _ro(np.array(used, dtype=float)), _ro(slot_arr),
-                   _ro(jtype), _ro(jgpus), _ro(jleft), handles, pods, snapshot.taken_at_s,
-                   {n: k for k, n in enumerate(names)})
+                   _ro(jtype), _ro(jgpus), _ro(jleft), _ro(np.full(len(pods), snapshot.taken_at_s)), handles, pods,
+                   {n: k for k, n in enumerate(names)}, gpu_pos)
 
     def gpus_of(self, node: str) -> range:
         """Global GPU ids of ``node`` (empty when unknown)."""
@@ -241,51 +270,90 @@ class ViewBase:
         gpus = self.gpus_of(node)
         sl = slice(gpus.start, gpus.stop)
         known = self.node_index(node) is not None
+        local = self.gpu_local_index[sl]
         return ViewBase(
             (node,) if known else (), _ro(np.array([0, len(gpus)] if known else [0], dtype=np.int64)),
-            _ro(np.zeros(len(gpus), dtype=np.int64)), self.gpu_local_index[sl], self.gpu_uuid[sl],
+            _ro(np.zeros(len(gpus), dtype=np.int64)), local, self.gpu_uuid[sl],
             self.gpu_mem_total_gib[sl], self.gpu_mem_used_gib[sl], self.slots[sl], self.job_type, self.job_num_gpus,
-            self.job_work_left_s, self.handles, self.pods, self.updated_s, {node: 0} if known else {})
+            self.job_work_left_s, self.job_updated_s, self.handles, self.pods, {node: 0} if known else {},
+            {(node, int(g)): i for i, g in enumerate(local.tolist())})
 
-    def with_reservation(self, job: JobRecord, type_id: int, assignments: Sequence[Assignment]) -> ViewBase:
-        """A copy that includes a reservation just made (idempotent per pod and GPU)."""
+    def with_gpu_states(self, states: Mapping[tuple[str, int], GpuState | None], jobs: Mapping[str, JobRecord],
+                        types: TypeResolver, *, now_s: float, type_ids: Mapping[str, int] | None = None) -> ViewBase:
+        """A copy where the given GPUs hold exactly ``states`` (``None``: unused).
+
+        GPUs not in the layout (node without inventory) are ignored. A pod new to the view gets a
+        job row from ``jobs`` (the default type when it has no record there; ``type_ids`` overrides
+        the type of given pods), its work left as of ``now_s``.
+        """
+        hits = [(self.gpu_pos[key], st) for key, st in states.items() if key in self.gpu_pos]
+        if not hits:
+            return self
         used = self.gpu_mem_used_gib.copy()
-        slots = self.slots
-        handles = dict(self.handles)
-        pods = self.pods
-        jtype, jgpus, jleft = self.job_type, self.job_num_gpus, self.job_work_left_s
-        h = handles.get(job.pod_uid)
-        if h is None:
-            h = len(pods)
-            handles[job.pod_uid] = h
-            pods = (*pods, job.pod_uid)
-            jtype = np.append(jtype, type_id)
-            jgpus = np.append(jgpus, max(job.num_gpus, 1))
-            jleft = np.append(jleft, max(job.remaining_s, 0.0))
+        width = max([self.slots.shape[1], *(len(st.pods) for _, st in hits if st is not None)])
+        slots = self.slots.copy() if width == self.slots.shape[1] else np.concatenate(
+            [self.slots, np.full((self.slots.shape[0], width - self.slots.shape[1]), -1, dtype=np.int64)], axis=1)
+        handles, pods = self.handles, self.pods
+        new: list[str] = []
+        for g, st in hits:
+            slots[g] = -1
+            if st is None:
+                used[g] = 0.0
+                continue
+            used[g] = st.mem_used_gib
+            for s, uid in enumerate(st.pods):
+                h = handles.get(uid)
+                if h is None:
+                    if not new:
+                        handles = dict(handles)
+                    h = handles[uid] = len(pods) + len(new)
+                    new.append(uid)
+                slots[g, s] = h
+        jtype, jgpus, jleft, jupd = self.job_type, self.job_num_gpus, self.job_work_left_s, self.job_updated_s
+        if new:
+            pods = (*pods, *new)
+            t, n, left = _job_rows([jobs.get(uid) for uid in new], types)
+            for i, uid in enumerate(new):
+                if type_ids and uid in type_ids:
+                    t[i] = type_ids[uid]
+            jtype, jgpus, jleft = np.concatenate([jtype, t]), np.concatenate([jgpus, n]), np.concatenate([jleft, left])
+            jupd = np.concatenate([jupd, np.full(len(new), now_s)])
+        return replace(self, gpu_mem_used_gib=_ro(used), slots=_ro(slots), job_type=_ro(jtype), job_num_gpus=_ro(jgpus),
+                       job_work_left_s=_ro(jleft), job_updated_s=_ro(jupd), handles=handles, pods=pods)
+
+    def with_jobs(self, jobs: Mapping[str, JobRecord | None], types: TypeResolver, *, now_s: float) -> ViewBase:
+        """A copy where the rows of pods already in the view follow their new job records (type,
+        GPUs, work left as of ``now_s``); records of pods not in the view are ignored (they are
+        read when the pod shows up on a GPU), and so are deletions (the row goes with the pod)."""
+        rows = [(self.handles[uid], rec) for uid, rec in jobs.items() if rec is not None and uid in self.handles]
+        if not rows:
+            return self
+        jtype, jgpus, jleft, jupd = (a.copy() for a in (self.job_type, self.job_num_gpus, self.job_work_left_s, self.job_updated_s))
+        t, n, left = _job_rows([rec for _, rec in rows], types)
+        idx = [h for h, _ in rows]
+        jtype[idx], jgpus[idx], jleft[idx], jupd[idx] = t, n, left, now_s
+        return replace(self, job_type=_ro(jtype), job_num_gpus=_ro(jgpus), job_work_left_s=_ro(jleft), job_updated_s=_ro(jupd))
+
+    def with_reservation(self, job: JobRecord, type_id: int, assignments: Sequence[Assignment], *,
+                         now_s: float | None = None) -> ViewBase:
+        """A copy that includes a reservation just made (idempotent per pod and GPU)."""
+        states: dict[tuple[str, int], GpuState] = {}
         for a in assignments:
-            k = self.node_index(a.node)
-            if k is None:
+            g = self.gpu_pos.get((a.node, a.gpu))
+            if g is None:
                 continue
-            hit = np.flatnonzero(self.gpu_local_index[self.node_start[k]:self.node_start[k + 1]] == a.gpu)
-            if not len(hit):
-                continue
-            g = int(self.node_start[k]) + int(hit[0])
-            row = slots[g]
-            if (row == h).any():
-                continue
-            free = np.flatnonzero(row < 0)
-            if not len(free):
-                slots = np.concatenate([slots, np.full((slots.shape[0], 1), -1, dtype=np.int64)], axis=1)
-                col = slots.shape[1] - 1
-            else:
-                col = int(free[0])
-            if slots is self.slots:
-                slots = slots.copy()
-            slots[g, col] = h
-            used[g] += a.mem_gib
-        return ViewBase(self.node_names, self.node_start, self.gpu_node, self.gpu_local_index, self.gpu_uuid,
-                        self.gpu_mem_total_gib, _ro(used), _ro(slots), _ro(jtype), _ro(jgpus), _ro(jleft), handles, pods,
-                        self.updated_s, self.node_pos)
+            old = states.get((a.node, a.gpu)) or self.gpu_state(g)
+            if a.pod_uid not in old.pods:
+                states[(a.node, a.gpu)] = GpuState(a.node, a.gpu, old.mem_used_gib + a.mem_gib, (*old.pods, a.pod_uid))
+        return self.with_gpu_states(states, {job.pod_uid: job}, _NO_TYPES, type_ids={job.pod_uid: type_id},
+                                    now_s=job.submitted_at if now_s is None else now_s)
+
+    def gpu_state(self, g: int) -> GpuState:
+        """GPU ``g`` as a :class:`~iadeep.state.GpuState` (memory and pods from the arrays)."""
+        row = self.slots[g]
+        node = self.node_names[int(self.gpu_node[g])]
+        return GpuState(node, int(self.gpu_local_index[g]), float(self.gpu_mem_used_gib[g]),
+                        tuple(self.pods[int(h)] for h in row[row >= 0]))
 
     def with_job(self, job: JobRecord, type_id: int, *, now_s: float) -> tuple[ClusterView, JobRequest]:
         """The policy's inputs for ``job`` asking to be placed (it becomes handle ``J``)."""
@@ -293,15 +361,42 @@ class ViewBase:
         jtype = np.append(self.job_type, type_id)
         jgpus = np.append(self.job_num_gpus, max(job.num_gpus, 1))
         jleft = np.append(self.job_work_left_s, max(job.remaining_s, 0.0))
-        updated = np.full(n + 1, self.updated_s)
-        updated[n] = now_s
+        updated = np.append(self.job_updated_s, now_s)
         rate = np.ones(n + 1)
         rate[n] = 0.0
         view = ClusterView(now_s, self.node_names, self.gpu_node, self.gpu_local_index, self.gpu_mem_total_gib,
                            self.gpu_mem_used_gib, self.slots, _ro(jtype), _ro(jtype.copy()), _ro(jgpus), _ro(jleft),
-                           _ro(updated), _ro(rate))
+                           _ro(updated), _ro(rate), node_pos=self.node_pos)
         request = JobRequest(n, job.pod_uid, type_id, max(job.num_gpus, 1), float(job.mem_gib), max(job.remaining_s, 0.0))
         return view, request
+
+
+class _NoTypes:
+    """Resolver for rows whose type is always given explicitly (``type_ids``)."""
+
+    default_type = -1
+
+    def resolve_or_default(self, family: str, batch_size: int) -> int:
+        return -1
+
+
+_NO_TYPES: TypeResolver = _NoTypes()  # type: ignore[assignment]
+
+
+def _job_rows(records: Sequence[JobRecord | None], types: TypeResolver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Type ids, GPU counts and work left (s) of job rows; a missing record is one default-type
+    GPU with no known work left."""
+    n = len(records)
+    jtype = np.empty(n, dtype=np.int64)
+    jgpus = np.empty(n, dtype=np.int64)
+    jleft = np.empty(n)
+    for i, rec in enumerate(records):
+        if rec is None:
+            jtype[i], jgpus[i], jleft[i] = types.default_type, 1, 0.0
+        else:
+            jtype[i] = types.resolve_or_default(rec.model, rec.batch_size)
+            jgpus[i], jleft[i] = max(rec.num_gpus, 1), max(rec.remaining_s, 0.0)
+    return jtype, jgpus, jleft
 
 
 def build_view(snapshot: Snapshot, job: JobRecord, types: TypeResolver, *, now_s: float, slots: int) -> tuple[ClusterView, JobRequest]:

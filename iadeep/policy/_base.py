@@ -25,6 +25,7 @@ from typing import ClassVar
 import numpy as np
 
 from iadeep.interference import InterferenceModel
+from iadeep.policy._rows import row_any, row_count
 from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait
 
 __all__ = ["Policy", "REASONS"]
@@ -68,16 +69,16 @@ class Policy(ABC):
         """
         slots = view.slots
         occupied = slots >= 0
-        njobs = occupied.sum(axis=1)
+        njobs = row_count(occupied)
         if int((njobs < self.limit).sum()) < job.num_gpus:  # fast path: not enough open slots at all
             return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
         occ_types = view.job_type[np.maximum(slots, 0)]  # (G, S); meaningful where occupied
         t = job.type_id
-        pair_bad = (occupied & ~self.model.fits[t][occ_types]).any(axis=1)
+        pair_bad = row_any(occupied & ~self.model.fits[t][occ_types])
         mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9
         reason = np.full(view.n_gpus, _OK, dtype=np.int8)
         if self.avoided[t].any():
-            reason[(occupied & self.avoided[t][occ_types]).any(axis=1)] = _POLICY
+            reason[row_any(occupied & self.avoided[t][occ_types])] = _POLICY
         reason[pair_bad] = _PAIR
         reason[~mem_ok] = _MEM
         reason[njobs >= self.limit] = _LIMIT
@@ -105,37 +106,50 @@ class Policy(ABC):
         mask, reason = self.eligible(job, view)
         n_nodes = len(view.node_names)
         node = view.gpu_node
-        gpus_on = np.bincount(node, minlength=n_nodes)
-        ok_on = np.bincount(node[mask], minlength=n_nodes)
-        # most common reason among each node's ineligible GPUs: counts of shape (n_nodes, len(REASONS))
-        codes = np.bincount(node[~mask] * len(REASONS) + reason[~mask], minlength=n_nodes * len(REASONS))
-        common = codes.reshape(n_nodes, len(REASONS)).argmax(axis=1)
         cand = np.flatnonzero(mask)
-        cand = cand[np.argsort(node[cand], kind="stable")]
-        per_node = np.split(cand, np.cumsum(ok_on)[:-1])
-        index = {n: k for k, n in enumerate(view.node_names)}
+        cand_node = node[cand]
+        order = np.argsort(cand_node, kind="stable")
+        ok_on = np.bincount(cand_node, minlength=n_nodes)
+        # one Python list and list slices, not one numpy array per node: filter answers for
+        # thousands of nodes per pod in the extender
+        cand_list = cand[order].tolist()
+        bounds = np.concatenate(([0], np.cumsum(ok_on))).tolist()
+        ok = ok_on.tolist()
+        index = view.node_positions()
+        need = job.num_gpus
         feasible: dict[str, tuple[int, ...]] = {}
-        failed: dict[str, str] = {}
+        rejected: list[tuple[str, int | None]] = []
         for name in nodes if nodes is not None else view.node_names:
             k = index.get(name)
-            if k is None:
-                failed[name] = "node has no GPU inventory published by the iadeep device plugin"
-            elif ok_on[k] >= job.num_gpus:
-                feasible[name] = tuple(per_node[k].tolist())
-            elif gpus_on[k] == 0:
-                failed[name] = "node has no GPUs"
+            if k is not None and ok[k] >= need:
+                feasible[name] = tuple(cand_list[bounds[k]:bounds[k + 1]])
             else:
-                failed[name] = f"needs {job.num_gpus} GPU(s), {ok_on[k]} eligible; {REASONS[common[k]]}"
+                rejected.append((name, k))
+        failed: dict[str, str] = {}
+        if rejected:
+            gpus_on = np.bincount(node, minlength=n_nodes)
+            # most common reason among each node's ineligible GPUs: counts of shape (n_nodes, len(REASONS))
+            codes = np.bincount(node[~mask] * len(REASONS) + reason[~mask], minlength=n_nodes * len(REASONS))
+            common = codes.reshape(n_nodes, len(REASONS)).argmax(axis=1)
+            for name, k in rejected:
+                if k is None:
+                    failed[name] = "node has no GPU inventory published by the iadeep device plugin"
+                elif gpus_on[k] == 0:
+                    failed[name] = "node has no GPUs"
+                else:
+                    failed[name] = f"needs {need} GPU(s), {ok[k]} eligible; {REASONS[common[k]]}"
         return FilterResult(feasible, failed)
 
     def score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
-        """Node priorities 0..10 (kube-scheduler extender scale): best GPU utility on the node x 10."""
+        """Node priorities 0..10 (kube-scheduler extender scale): best GPU utility on the node x 10
+        (rounded half to even)."""
         mask, _ = self.eligible(job, view)
         util = np.clip(self.utility(job, view, mask), 0.0, 1.0)
         best = np.zeros(len(view.node_names))
         np.maximum.at(best, view.gpu_node[mask], util[mask])
-        index = {n: k for k, n in enumerate(view.node_names)}
-        return {name: int(round(10 * float(best[index[name]]))) if gpus and name in index else 0 for name, gpus in feasible.items()}
+        points = np.rint(10 * best).astype(np.int64).tolist()
+        index = view.node_positions()
+        return {name: points[index[name]] if gpus and name in index else 0 for name, gpus in feasible.items()}
 
     # -- simulator/extender placement --------------------------------------------------------
     def place(self, job: JobRequest, view: ClusterView) -> Placement | Wait:

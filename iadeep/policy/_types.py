@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from iadeep.policy._rows import row_count
+
 __all__ = [
     "ClusterView",
     "JobRequest",
@@ -49,6 +51,8 @@ class ClusterView:
         job_updated_s: when ``job_work_left_s`` was last brought up to date, shape ``(J,)``.
         job_rate: current progress rate of each running job (1.0 = dedicated speed; 0 when not
             running), shape ``(J,)``.
+        node_pos: node name -> position in ``node_names``; optional (built on first use by
+            :meth:`node_positions` when a driver does not hand over one it keeps anyway).
     """
 
     now_s: float
@@ -64,6 +68,14 @@ class ClusterView:
     job_work_left_s: np.ndarray
     job_updated_s: np.ndarray
     job_rate: np.ndarray
+    node_pos: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
+
+    def node_positions(self) -> Mapping[str, int]:
+        """Node name -> position in :attr:`node_names` (built once per view)."""
+        if self.node_pos is None:
+            object.__setattr__(self, "node_pos", {n: k for k, n in enumerate(self.node_names)})
+        assert self.node_pos is not None
+        return self.node_pos
 
     @property
     def n_gpus(self) -> int:
@@ -72,7 +84,7 @@ class ClusterView:
 
     def gpu_njobs(self) -> np.ndarray:
         """Jobs on each GPU, shape ``(G,)``."""
-        return (self.slots >= 0).sum(axis=1)
+        return row_count(self.slots >= 0)
 
     def remaining_s(self, handles: np.ndarray) -> np.ndarray:
         """Remaining work at dedicated speed (s) of ``handles`` at ``now_s``, same shape."""

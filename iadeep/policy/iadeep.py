@@ -36,6 +36,7 @@ import numpy as np
 from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
 from iadeep.policy._base import Policy, _wait_reason, choose_gpus
 from iadeep.policy._registry import register
+from iadeep.policy._rows import row_any, row_count, row_max, row_prod
 from iadeep.policy._tuning import BatchSizeTuner
 from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait
 
@@ -109,21 +110,21 @@ class IADeep(Policy):
         occupied = slots >= 0
         occ_types = np.where(occupied, view.job_type[np.maximum(slots, 0)], 0)
         pred = self.predicted()
-        a = np.prod(np.where(occupied, pred[job.type_id, occ_types], 1.0), axis=1)
-        b = np.prod(np.where(occupied, pred[occ_types, job.type_id], 1.0), axis=1)
-        shared = occupied.any(axis=1)
+        a = row_prod(np.where(occupied, pred[job.type_id, occ_types], 1.0))
+        b = row_prod(np.where(occupied, pred[occ_types, job.type_id], 1.0))
+        shared = row_any(occupied)
         util[shared] = 0.5 * (a[shared] + b[shared]) * 0.9  # a free GPU always ranks above sharing
         return util
 
     def expected_wait_s(self, job: JobRequest, view: ClusterView, n_free: int) -> float:
         """Expected time until ``job`` could start alone (s): GPUs free up in order of remaining time."""
         occupied = view.slots >= 0
-        busy = np.flatnonzero(occupied.any(axis=1))
+        busy = np.flatnonzero(row_any(occupied))
         if len(busy) == 0:
             return 0.0
         handles = np.where(occupied[busy], view.slots[busy], 0)
         rate = np.maximum(view.job_rate[handles], 1e-6)
-        left = np.where(occupied[busy], view.remaining_s(handles) / rate, 0.0).max(axis=1)
+        left = row_max(np.where(occupied[busy], view.remaining_s(handles) / rate, 0.0))
         need = max(job.num_gpus - n_free, 1) + job.gpus_ahead
         return float(np.partition(left, min(need, len(left)) - 1)[min(need, len(left)) - 1])
 
@@ -131,7 +132,7 @@ class IADeep(Policy):
         """Free GPUs first; otherwise co-locate only where it beats waiting (module docstring)."""
         mask, reason = self.eligible(job, view)
         occupied = view.slots >= 0
-        njobs = occupied.sum(axis=1)
+        njobs = row_count(occupied)
         free = mask & (njobs == 0)
         n_free = int(free.sum())
         k = job.num_gpus

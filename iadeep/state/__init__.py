@@ -6,7 +6,15 @@
 from iadeep.state._etcd import EtcdStateStore
 from iadeep.state._local import LocalEtcd, LocalEtcdError, ensure_local_etcd, local_endpoint
 from iadeep.state._memory import MemoryStateStore
-from iadeep.state._protocol import AllocationConflict, StateStore, StoreUnavailable
+from iadeep.state._protocol import (
+    AllocationConflict,
+    Change,
+    ChangeBatch,
+    HistoryCompacted,
+    StateListing,
+    StateStore,
+    StoreUnavailable,
+)
 from iadeep.state._records import (
     Assignment,
     GpuInfo,
@@ -33,6 +41,10 @@ __all__ = [
     "AllocationConflict",
     "Assignment",
     "AuthSettings",
+    "Change",
+    "ChangeBatch",
+    "HistoryCompacted",
+    "StateListing",
     "EtcdStateStore",
     "LocalEtcd",
     "LocalEtcdError",

@@ -71,7 +71,7 @@ from iadeep.state._memory import (
     reservation_from_json,
     reservation_json,
 )
-from iadeep.state._protocol import AllocationConflict, StoreUnavailable
+from iadeep.state._protocol import AllocationConflict, ChangeBatch, HistoryCompacted, StateListing, StoreUnavailable
 from iadeep.state._records import (
     Assignment,
     GpuState,
@@ -379,16 +379,23 @@ class EtcdStateStore:
 
     def _scan(self, prefix: str) -> list[_KV]:
         """Every key under ``prefix`` at one revision, by key, paged."""
+        return self._scan_at(prefix)[0]
+
+    def _scan_at(self, prefix: str, revision: int | None = None) -> tuple[list[_KV], int]:
+        """Every key under ``prefix`` at ``revision`` (``None``: the current one), by key, paged;
+        returns the keys and the revision read."""
         out: list[_KV] = []
         payload: dict[str, Any] = {"key": _b64(prefix), "range_end": _range_end(prefix), "limit": _PAGE}
+        if revision is not None:
+            payload["revision"] = revision
         while True:
             result, _ = self._post("/kv/range", payload)
             kvs = [_kv(d) for d in result.get("kvs", [])]
             out.extend(kvs)
+            payload.setdefault("revision", int(result["header"]["revision"]))
             if not result.get("more") or not kvs:
-                return out
+                return out, int(payload["revision"])
             payload["key"] = _b64(kvs[-1].key.encode() + b"\0")
-            payload["revision"] = int(result["header"]["revision"])
 
     def _scan_ordered(self, prefix: str) -> list[_KV]:
         """Like :meth:`_scan`, oldest first (creation revision, then key)."""
@@ -397,6 +404,10 @@ class EtcdStateStore:
     def _revision(self) -> int:
         result, _ = self._post("/kv/range", {"key": _b64(self.keys.prefix), "count_only": True})
         return int(result["header"]["revision"])
+
+    def revision(self) -> int:
+        """etcd's current revision (one linearizable read)."""
+        return self._revision()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -677,6 +688,52 @@ class EtcdStateStore:
     def samples(self) -> list[InterferenceSampleRecord]:
         return [_parse(InterferenceSampleRecord, kv) for kv in self._scan_ordered(self.keys.folder("samples/"))]
 
+    # -- following the state ---------------------------------------------------------------
+
+    def list_state(self) -> StateListing:
+        """One paged range read per folder, all at the revision of the first."""
+        revision = None
+        parsed: dict[str, list[Any]] = {}
+        for folder in ("nodes/", "gpus/", "jobs/", "samples/"):
+            kvs, revision = self._scan_at(self.keys.folder(folder), revision)
+            if folder == "samples/":
+                kvs.sort(key=lambda kv: (kv.create_revision, kv.key))
+            records = []
+            for kv in kvs:
+                try:
+                    change = self.keys.decode_change(kv.key, kv.value, kv.mod_revision)
+                except RecordError as exc:
+                    log.warning("skipping a malformed record: %s", exc)
+                    continue
+                if change is not None:
+                    records.append(change)
+            parsed[folder] = records
+        assert revision is not None
+        return StateListing(
+            revision,
+            {c.name: c.record for c in parsed["nodes/"]},  # type: ignore[misc]
+            dict(sorted((c.name, c.record) for c in parsed["gpus/"])),  # type: ignore[arg-type,misc]
+            {c.name: c.record for c in parsed["jobs/"]},  # type: ignore[misc]
+            [c.record for c in parsed["samples/"]],  # type: ignore[misc]
+        )
+
+    def changes(self, start_revision: int, *, idle_s: float) -> Iterator[ChangeBatch]:
+        """See :meth:`StateStore.changes`: one watch of the whole prefix (kept open across
+        reconnects from the last revision seen); each watch response is one batch."""
+        if idle_s <= 0:
+            raise ValueError(f"idle_s must be > 0, got {idle_s}")
+        for revision, events in self._watch_batches(self.keys.prefix + "/", start_revision, idle_s, strict=True):
+            out = []
+            for deleted, kv in events:
+                try:
+                    change = self.keys.decode_change(kv.key, None if deleted else kv.value, kv.mod_revision)
+                except RecordError as exc:
+                    log.warning("skipping a malformed record: %s", exc)
+                    continue
+                if change is not None:
+                    out.append(change)
+            yield ChangeBatch(revision, tuple(out))
+
     # -- watch ------------------------------------------------------------------------------
 
     def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:
@@ -696,6 +753,18 @@ class EtcdStateStore:
         return self._watch(self.keys.folder(what), start, timeout_s)
 
     def _watch(self, prefix: str, start: int, timeout_s: float) -> Iterator[Mapping[str, str]]:
+        for _, events in self._watch_batches(prefix, start, timeout_s, strict=False):
+            for deleted, kv in events:
+                event = {"type": "delete" if deleted else "put", "key": kv.key}
+                if not deleted:
+                    event["value"] = kv.value.decode()
+                yield event
+
+    def _watch_batches(self, prefix: str, start: int, timeout_s: float, *,
+                       strict: bool) -> Iterator[tuple[int, list[tuple[bool, _KV]]]]:
+        """``(revision, [(deleted, kv), ...])`` per watch response with events, from ``start``,
+        until ``timeout_s`` without one. A compacted start revision raises
+        :class:`HistoryCompacted` when ``strict``, else the watch goes on from the oldest kept."""
         create = {"key": _b64(prefix), "range_end": _range_end(prefix)}
         connect_s = self.settings.timeouts.connect_s
         failures = 0
@@ -735,16 +804,17 @@ class EtcdStateStore:
                             raise _Transient(endpoint, f"watch failed: {self._message(json.dumps(msg['error']))}")
                         result = msg.get("result", {})
                         if result.get("canceled"):
-                            start = max(start, int(result.get("compact_revision", 0)))
+                            compacted = int(result.get("compact_revision", 0))
+                            if strict and compacted:
+                                raise HistoryCompacted(f"etcd at {endpoint}: revision {start} is compacted "
+                                                       f"(oldest kept {compacted})")
+                            start = max(start, compacted)
                             raise _Transient(endpoint, f"watch canceled: {result.get('cancel_reason', '')}")
-                        for ev in result.get("events", []):
-                            kv = _kv(ev["kv"])
-                            start = kv.mod_revision + 1
+                        events = [(ev.get("type") == "DELETE", _kv(ev["kv"])) for ev in result.get("events", [])]
+                        if events:
+                            start = events[-1][1].mod_revision + 1
                             failures = 0
-                            event = {"type": "delete" if ev.get("type") == "DELETE" else "put", "key": kv.key}
-                            if event["type"] == "put":
-                                event["value"] = kv.value.decode()
-                            yield event
+                            yield start - 1, events
                             deadline = time.monotonic() + timeout_s
                 broken = "stream ended"
             except requests.ConnectionError as exc:

@@ -18,6 +18,7 @@ pod can never hold two reservations, and :meth:`release` finds its GPUs in one r
 from __future__ import annotations
 
 import json
+import logging
 import math
 import secrets
 import threading
@@ -25,9 +26,17 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 from dataclasses import asdict, dataclass, field
 
-from iadeep.state._protocol import AllocationConflict
+from iadeep.state._protocol import (
+    AllocationConflict,
+    Change,
+    ChangeBatch,
+    ChangeKind,
+    HistoryCompacted,
+    StateListing,
+)
 from iadeep.state._records import (
     Assignment,
     GpuState,
@@ -37,8 +46,11 @@ from iadeep.state._records import (
     NodeInventory,
     RecordError,
     TuningRequest,
+    from_json,
     to_json,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Keys",
@@ -101,6 +113,40 @@ class Keys:
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}/locks/{name}"
+
+    def decode_change(self, key: str, value: str | bytes | None, revision: int) -> Change | None:
+        """What a put (``value``) or delete (``value=None``) of ``key`` means to a follower of
+        inventories, GPU states, jobs and samples; ``None`` for any other key.
+
+        Raises:
+            RecordError: the key or the record is malformed (names the key).
+        """
+        if not key.startswith(self.prefix + "/"):
+            return None
+        folder, _, rest = key[len(self.prefix) + 1:].partition("/")
+        spec = _FOLLOWED.get(folder)
+        if spec is None or not rest:
+            return None
+        kind, cls = spec
+        name: str | tuple[str, int] = rest
+        if kind == "gpu":
+            node, _, index = rest.rpartition("/")
+            if not node or not index.isdigit():
+                raise RecordError(f"{key}: expected gpus/<node>/<gpu index>")
+            name = (node, int(index))
+        try:
+            record = None if value is None else from_json(cls, value)
+        except RecordError as exc:
+            raise RecordError(f"{key}: {exc}") from None
+        return Change(kind, name, record, revision)
+
+
+_FOLLOWED: dict[str, tuple[ChangeKind, type]] = {
+    "nodes": ("inventory", NodeInventory),
+    "gpus": ("gpu", GpuState),
+    "jobs": ("job", JobRecord),
+    "samples": ("sample", InterferenceSampleRecord),
+}
 
 
 def new_seqs(n: int) -> list[str]:
@@ -259,16 +305,19 @@ class _MemoryWatch(Iterator[Mapping[str, str]]):
     """Events of one :meth:`MemoryStateStore.watch`; registered at creation, so nothing that
     happens after the ``watch()`` call is missed."""
 
-    def __init__(self, store: MemoryStateStore, prefix: str, timeout_s: float) -> None:
+    def __init__(self, store: MemoryStateStore, prefix: str, timeout_s: float, *, revisions: bool = False) -> None:
         self._store = store
         self._prefix = prefix
         self._timeout_s = timeout_s
-        self._events: deque[dict[str, str]] = deque()
+        self._revisions = revisions
+        self._events: deque[dict[str, Any]] = deque()
         self._cond = threading.Condition()
         self._done = False
 
-    def push(self, event: dict[str, str]) -> None:
+    def push(self, event: dict[str, Any]) -> None:
         if event["key"].startswith(self._prefix):
+            if not self._revisions:
+                event = {k: v for k, v in event.items() if k != "revision"}
             with self._cond:
                 self._events.append(event)
                 self._cond.notify_all()
@@ -303,12 +352,14 @@ class MemoryStateStore:
     Args:
         prefix: key prefix used in watch events (as the etcd store's, default ``/iadeep``).
         clock: monotonic seconds for lease expiry; the simulator may pass a virtual clock.
+        history: changes kept for :meth:`changes` (older ones are compacted, as etcd does).
 
     Leases expire lazily: a record whose lease ran out disappears (with a ``delete`` event) at
     the next call, or within about 50 ms while a watch waits.
     """
 
-    def __init__(self, *, prefix: str = "/iadeep", clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, prefix: str = "/iadeep", clock: Callable[[], float] = time.monotonic,
+                 history: int = 100_000) -> None:
         self.keys = Keys("/" + prefix.strip("/"))
         self._clock = clock
         self._lock = threading.RLock()
@@ -323,13 +374,20 @@ class MemoryStateStore:
         self._samples: list[InterferenceSampleRecord] = []
         self._watchers: weakref.WeakSet[_MemoryWatch] = weakref.WeakSet()
         self._closed = False
+        self._revision = 0
+        self._history: deque[dict[str, Any]] = deque(maxlen=history)
+        self._compacted = 0  # changes up to this revision are no longer kept
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def _emit(self, kind: str, key: str, value: str | None = None) -> None:
-        event = {"type": kind, "key": key}
+        self._revision += 1
+        event: dict[str, Any] = {"type": kind, "key": key, "revision": self._revision}
         if value is not None:
             event["value"] = value
+        if len(self._history) == self._history.maxlen:
+            self._compacted = self._history[0]["revision"]
+        self._history.append(event)
         for w in list(self._watchers):
             w.push(dict(event))
 
@@ -511,6 +569,41 @@ class MemoryStateStore:
     def samples(self) -> list[InterferenceSampleRecord]:
         with self._lock:
             return list(self._samples)
+
+    def revision(self) -> int:
+        with self._lock:
+            self._expire()
+            return self._revision
+
+    def list_state(self) -> StateListing:
+        with self._lock:
+            self._expire()
+            return StateListing(self._revision, dict(self._inventories), dict(sorted(self._gpus.items())),
+                                dict(self._jobs), list(self._samples))
+
+    def changes(self, start_revision: int, *, idle_s: float) -> Iterator[ChangeBatch]:
+        """See :meth:`StateStore.changes`; the history holds the last ``history`` changes."""
+        if idle_s <= 0:
+            raise ValueError(f"idle_s must be > 0, got {idle_s}")
+        with self._lock:
+            if start_revision <= self._compacted:
+                raise HistoryCompacted(f"revision {start_revision} is compacted (kept from {self._compacted + 1})")
+            w = _MemoryWatch(self, self.keys.prefix + "/", idle_s, revisions=True)
+            for event in self._history:
+                if event["revision"] >= start_revision:
+                    w.push(dict(event))
+            self._watchers.add(w)
+        return self._follow(w)
+
+    def _follow(self, w: _MemoryWatch) -> Iterator[ChangeBatch]:
+        for event in w:
+            rev = int(event["revision"])
+            try:
+                change = self.keys.decode_change(event["key"], event.get("value") if event["type"] == "put" else None, rev)
+            except RecordError as exc:
+                log.warning("skipping a malformed record: %s", exc)
+                change = None
+            yield ChangeBatch(rev, (change,) if change is not None else ())
 
     def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:
         """Events under ``<prefix>/<what>`` (a plain string prefix: end ``what`` with ``/`` to

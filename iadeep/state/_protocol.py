@@ -17,7 +17,8 @@ Nothing is written when a method raises.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 from iadeep.state._records import (
     Assignment,
@@ -29,7 +30,8 @@ from iadeep.state._records import (
     TuningRequest,
 )
 
-__all__ = ["StateStore", "StoreUnavailable", "AllocationConflict"]
+__all__ = ["StateStore", "StoreUnavailable", "AllocationConflict", "HistoryCompacted", "Change", "ChangeBatch",
+           "StateListing"]
 
 
 class StoreUnavailable(RuntimeError):
@@ -38,6 +40,53 @@ class StoreUnavailable(RuntimeError):
 
 class AllocationConflict(RuntimeError):
     """A reservation does not fit; the message says which GPU and why."""
+
+
+class HistoryCompacted(RuntimeError):
+    """:meth:`StateStore.changes` was asked for revisions the store no longer keeps (etcd
+    compaction): list the state again (:meth:`StateStore.list_state`) and follow from there."""
+
+
+ChangeKind = Literal["inventory", "gpu", "job", "sample"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of a followed record (see :meth:`StateStore.changes`).
+
+    Attributes:
+        kind: ``inventory`` (key ``nodes/<node>``), ``gpu`` (``gpus/<node>/<gpu>``), ``job``
+            (``jobs/<pod_uid>``) or ``sample`` (``samples/<seq>``).
+        name: the node name, ``(node, gpu index)``, the pod UID or the sample's sequence key.
+        record: the new record; ``None`` when it was deleted.
+        revision: store revision of the change.
+    """
+
+    kind: ChangeKind
+    name: str | tuple[str, int]
+    record: NodeInventory | GpuState | JobRecord | InterferenceSampleRecord | None
+    revision: int
+
+
+@dataclass(frozen=True)
+class ChangeBatch:
+    """Changes delivered together, oldest first; ``revision``: the store revision they bring a
+    follower up to (also when none of them concern the followed kinds)."""
+
+    revision: int
+    changes: tuple[Change, ...] = ()
+
+
+@dataclass(frozen=True)
+class StateListing:
+    """The followed records, all as of one store ``revision`` (what :meth:`StateStore.changes`
+    continues from, with ``start_revision=revision + 1``)."""
+
+    revision: int
+    inventories: dict[str, NodeInventory] = field(default_factory=dict)
+    gpu_states: dict[tuple[str, int], GpuState] = field(default_factory=dict)
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    samples: list[InterferenceSampleRecord] = field(default_factory=list)
 
 
 class StateStore(Protocol):
@@ -104,6 +153,23 @@ class StateStore(Protocol):
 
     def samples(self) -> list[InterferenceSampleRecord]:
         """All learned samples, oldest first."""
+
+    # following the state (the extender's cache: list once, then apply changes)
+    def revision(self) -> int:
+        """The store's current revision (increases with every change)."""
+
+    def list_state(self) -> StateListing:
+        """Inventories, GPU states, jobs and learned samples at one revision."""
+
+    def changes(self, start_revision: int, *, idle_s: float) -> Iterator[ChangeBatch]:
+        """Changes of inventories, GPU states, jobs and samples from ``start_revision`` on, in
+        revision order, until ``idle_s`` passes without any change in the store; malformed
+        records are logged and skipped.
+
+        Raises:
+            HistoryCompacted: ``start_revision`` is older than the history the store keeps.
+            StoreUnavailable: the store cannot be reached (at the call or while following).
+        """
 
     def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:
         """Yield change events (``{"type": "put"|"delete", "key": ...}``) under ``<prefix>/<what>``

@@ -73,7 +73,7 @@ def store(etcd_settings: StateSettings) -> Iterator[EtcdStateStore]:
 def settings(etcd_settings: StateSettings, throughputs_path: Path) -> ExtenderSettings:
     """Extender settings for in-process tests: fast refresh, no sweep thread."""
     return ExtenderSettings(etcd=etcd_settings, throughputs_file=throughputs_path,
-                            cache={"refresh_interval_s": 0.2, "inventory_interval_s": 0.2, "samples_interval_s": 0.2,
+                            cache={"watch_idle_s": 0.5,
                                    "max_age_s": 5.0, "sweep_interval_s": 0})
 
 
