@@ -15,6 +15,7 @@ for that). The client plays kube-scheduler:
 2. throughput: one scheduling loop (filter + prioritize, one pod at a time, as kube-scheduler's
    scheduling cycle) hands binds to ``--bind-workers`` threads (kube-scheduler binds
    asynchronously); sustained pods/s over ``--pods`` pods;
+   with the CPU time (user + system) each process spent per pod in that phase;
 3. breakdown (in this process, same data): the policy core's ``filter`` and ``score`` over the
    candidate nodes, and one etcd reservation transaction — to show what dominates.
 
@@ -232,11 +233,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        procs = {"extender": psutil.Process(proc.pid), "etcd": psutil.Process(etcd.proc.pid), "client": psutil.Process()}
+        cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
         t0 = time.perf_counter()
         with ThreadPoolExecutor(args.bind_workers) as pool:
             futures = [pool.submit(bind, schedule(i)[2], i) for i in range(start, start + args.pods)]
             bind_lat = [f.result() for f in futures]
         wall = time.perf_counter() - t0
+        cpu_ms = {k: round(1e3 * (sum(p.cpu_times()[:2]) - cpu0[k]) / args.pods, 2) for k, p in procs.items()}
         stop.set()
         sampler.join()
         rss_end = psutil.Process(proc.pid).memory_info().rss
@@ -267,7 +271,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "throughput": {"pods_per_s": round(args.pods / wall, 1), "wall_s": round(wall, 2),
                        "bind_p50_ms_under_load": round(1e3 * statistics.median(bind_lat), 2),
                        "bind_p99_ms_under_load": round(1e3 * pct(bind_lat, 99), 2),
-                       "binds_refused_and_rescheduled": retries[0]},
+                       "binds_refused_and_rescheduled": retries[0],
+                       "cpu_ms_per_pod": cpu_ms},
         "rss_mib": {"idle": round(rss_idle / mib, 1), "peak": round(max(peak[0], rss_end) / mib, 1), "end": round(rss_end / mib, 1)},
         "breakdown_ms": breakdown,
     }

@@ -183,7 +183,7 @@ class StateCache:
                 # an own reservation is confirmed once the watch shows its pod on every GPU it took
                 self._pending = [p for p in self._pending if now - p[0] < _PENDING_TTL_S and not all(
                     a.pod_uid in snap.gpu_states.get((a.node, a.gpu), _EMPTY).pods for a in p[3])]
-                if inventories or (len(base.pods) > _COMPACT_MIN_ROWS and 2 * base.dead_rows > len(base.pods)):
+                if inventories or (len(base.pods) > _COMPACT_MIN_ROWS and base.mostly_dead()):
                     base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
                 else:
                     base = base.with_jobs(jobs, self.types, now_s=now)

@@ -2,9 +2,9 @@
 
 :class:`ExtenderService` owns the policy instance (not thread-safe: calls are serialised by a
 lock), the :class:`~iadeep.extender._cache.StateCache` and the injected :class:`PodApi`. It makes
-no placement decision itself: ``filter`` is :meth:`Policy.filter`, ``prioritize`` is
-:meth:`Policy.score` and ``bind`` applies :meth:`Policy.place` on a view restricted to the node
-kube-scheduler picked. Every failure ends up in the wire format's ``Error`` field.
+no placement decision itself: ``filter`` and ``prioritize`` answer with :meth:`Policy.assess`
+(:meth:`Policy.filter` and :meth:`Policy.score` in one pass) and ``bind`` applies
+:meth:`Policy.place` on a view restricted to the node kube-scheduler picked. Every failure ends up in the wire format's ``Error`` field.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import gc
 import logging
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,11 +41,12 @@ from iadeep.extender._wire import (
     Pod,
 )
 from iadeep.interference import InterferenceModel, InterferenceSample
-from iadeep.policy import Placement, make_policy
+from iadeep.policy import FilterResult, Placement, make_policy
 from iadeep.state import (
     AllocationConflict,
     Assignment,
     InterferenceSampleRecord,
+    NodeRecords,
     RecordError,
     StateStore,
     StoreUnavailable,
@@ -58,7 +58,8 @@ log = logging.getLogger("iadeep.extender")
 
 _NO_INVENTORY = "node has no GPU inventory published by the iadeep device plugin"
 _DEMAND_CACHE = 10_000
-_FILTER_CACHE = 8  # prioritize follows filter at once; each entry holds every feasible node
+_ASSESSED = 8  # pods whose filter scores are kept for their prioritize (it follows at once)
+_ASSESSED_TTL_S = 10.0
 
 
 class ExtenderService:
@@ -90,8 +91,8 @@ class ExtenderService:
         self._node_locks: dict[str, threading.Lock] = {}
         self._node_locks_guard = threading.Lock()
         self._demands: OrderedDict[str, PodDemand] = OrderedDict()
-        # pod UID -> (the ViewBase, nodes judged, feasible nodes): prioritize follows filter
-        self._filtered: OrderedDict[str, tuple[weakref.ref[ViewBase], frozenset[str], dict[str, tuple[int, ...]]]] = OrderedDict()
+        # pod UID -> (monotonic time, nodes judged, scores): prioritize follows filter
+        self._assessed: OrderedDict[str, tuple[float, frozenset[str], dict[str, int]]] = OrderedDict()
         self._memo_lock = threading.Lock()
         self._pending_release: set[str] = set()
         self._stop = threading.Event()
@@ -201,17 +202,18 @@ class ExtenderService:
             return f"pod needs {demand.mem_gib:g} GiB on each of {demand.num_gpus} GPU(s); {big} GPU(s) of the node are that large"
         return None
 
-    def _feasible(self, demand: PodDemand, type_id: int, base: ViewBase, names: list[str]):
-        job = demand.job_record(self.clock())
-        view, request = base.with_job(job, type_id, now_s=self.clock())
+    def _assess(self, demand: PodDemand, type_id: int, base: ViewBase, names: list[str]) -> tuple[FilterResult, dict[str, int]]:
+        """Filter and score ``names`` for the pod on ``base``; remembered for the pod's ``prioritize``."""
+        now = self.clock()
+        view, request = base.with_job(demand.job_record(now), type_id, now_s=now)
         with self._policy_lock:
-            result = self.policy.filter(request, view, names)
+            result, scores = self.policy.assess(request, view, names)
         with self._memo_lock:
-            self._filtered[demand.uid] = (weakref.ref(base), frozenset(names), result.feasible)
-            self._filtered.move_to_end(demand.uid)
-            while len(self._filtered) > _FILTER_CACHE:
-                self._filtered.popitem(last=False)
-        return view, request, result
+            self._assessed[demand.uid] = (time.monotonic(), frozenset(names), scores)
+            self._assessed.move_to_end(demand.uid)
+            while len(self._assessed) > _ASSESSED:
+                self._assessed.popitem(last=False)
+        return result, scores
 
     # -- verbs -------------------------------------------------------------------------------
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
@@ -231,7 +233,7 @@ class ExtenderService:
             _, base = self.cache.current()
         except StoreUnavailable as exc:
             return ExtenderFilterResult.failure(f"iadeep: {exc}")
-        _, _, result = self._feasible(demand, type_id, base, names)
+        result, _ = self._assess(demand, type_id, base, names)
         passed, failed, unresolvable = [], {}, {}
         for n in names:
             if n in result.feasible:
@@ -251,6 +253,11 @@ class ExtenderService:
     def prioritize(self, args: ExtenderArgs) -> HostPriorityList:
         """Scores 0..10 of the candidate nodes (see :meth:`Policy.score`); 0 for nodes it cannot take.
 
+        The scores are those computed by this pod's ``filter`` call when it judged these nodes in
+        the last ``_ASSESSED_TTL_S`` seconds: like kube-scheduler, which filters and scores one
+        scheduling cycle against one snapshot, filter and prioritize then agree even when other
+        binds changed the state in between. Otherwise the current state is assessed.
+
         Raises:
             StoreUnavailable: the state is unknown (the route answers with an error status).
         """
@@ -262,19 +269,13 @@ class ExtenderService:
             demand, type_id = None, None
         if demand is None or type_id is None:
             return HostPriorityList.model_validate([{"Host": n, "Score": 0} for n in names])
-        _, base = self.cache.current()
+        _, base = self.cache.current()  # an unknown state fails prioritize, remembered scores or not
         with self._memo_lock:
-            memo = self._filtered.get(demand.uid)
-        job = demand.job_record(self.clock())
-        view, request = base.with_job(job, type_id, now_s=self.clock())
-        if memo is not None and memo[0]() is base and memo[1].issuperset(names):
-            wanted = set(names)
-            feasible = {n: g for n, g in memo[2].items() if n in wanted}
+            memo = self._assessed.get(demand.uid)
+        if memo is not None and time.monotonic() - memo[0] <= _ASSESSED_TTL_S and memo[1].issuperset(names):
+            scores = memo[2]
         else:
-            with self._policy_lock:
-                feasible = dict(self.policy.filter(request, view, names).feasible)
-        with self._policy_lock:
-            scores = self.policy.score(request, view, feasible)
+            _, scores = self._assess(demand, type_id, base, names)
         # one validation of the whole list (pydantic-core), not a model object per node
         return HostPriorityList.model_validate([{"Host": n, "Score": scores.get(n, 0)} for n in names])
 
@@ -354,8 +355,10 @@ class ExtenderService:
             if not isinstance(decision, Placement):
                 return f"wait: {decision.reason}"
             gpus = [int(view.gpu_local_index[g]) for g in decision.gpus]
+            inv = snap.inventories.get(node)
+            known = None if inv is None else NodeRecords(inv, {g.index: snap.gpu_states.get((node, g.index)) for g in inv.gpus})
             try:
-                assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now)
+                assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now, known=known)
             except AllocationConflict as exc:
                 held = [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
                 if held:

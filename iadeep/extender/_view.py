@@ -173,8 +173,8 @@ class ViewBase:
     Built from a :class:`Snapshot` by :meth:`from_snapshot` (one pass, ``O(G + J)`` Python) and
     then kept up to date change by change with :meth:`with_gpu_states` and :meth:`with_jobs`
     (array copies, Python work only for the changed GPUs and jobs). Handles are never reused: a
-    pod that left keeps its (unreferenced) job row until the next :meth:`from_snapshot`;
-    :attr:`dead_rows` says how many there are.
+    pod that left keeps its (unreferenced) job row until the next :meth:`from_snapshot`
+    (:meth:`mostly_dead` says when that is due).
 
     Attributes:
         node_names: shape ``(n_nodes,)``; node_start: first GPU of each node, shape ``(n_nodes + 1,)``.
@@ -206,11 +206,10 @@ class ViewBase:
     def n_gpus(self) -> int:
         return int(self.gpu_node.shape[0])
 
-    @property
-    def dead_rows(self) -> int:
-        """Job rows no GPU refers to any more."""
-        live = np.unique(self.slots[self.slots >= 0]).shape[0]
-        return len(self.pods) - live
+    def mostly_dead(self) -> bool:
+        """More than half of the job rows belong to pods no GPU holds any more (cheap test: a live
+        row fills at least one slot)."""
+        return len(self.pods) > 2 * int(np.count_nonzero(self.slots >= 0))
 
     def node_index(self, name: str) -> int | None:
         """Position of ``name`` in :attr:`node_names`, ``None`` when unknown."""
@@ -323,9 +322,10 @@ class ViewBase:
 
     def with_jobs(self, jobs: Mapping[str, JobRecord | None], types: TypeResolver, *, now_s: float) -> ViewBase:
         """A copy where the rows of pods already in the view follow their new job records (type,
-        GPUs, work left as of ``now_s``); records of pods not in the view are ignored (they are
-        read when the pod shows up on a GPU), and so are deletions (the row goes with the pod)."""
-        rows = [(self.handles[uid], rec) for uid, rec in jobs.items() if rec is not None and uid in self.handles]
+        GPUs, work left as of ``now_s``; a deleted record makes the row the default type, as a pod
+        without a record gets in :meth:`from_snapshot`); records of pods not in the view are
+        ignored (they are read when the pod shows up on a GPU)."""
+        rows = [(self.handles[uid], rec) for uid, rec in jobs.items() if uid in self.handles]
         if not rows:
             return self
         jtype, jgpus, jleft, jupd = (a.copy() for a in (self.job_type, self.job_num_gpus, self.job_work_left_s, self.job_updated_s))

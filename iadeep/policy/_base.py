@@ -104,6 +104,28 @@ class Policy(ABC):
             nodes: restrict to these node names (unknown names fail with a reason).
         """
         mask, reason = self.eligible(job, view)
+        return self._filter(job, view, nodes, mask, reason)
+
+    def score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+        """Node priorities 0..10 (kube-scheduler extender scale): best GPU utility on the node x 10
+        (rounded half to even); 0 for nodes with no feasible GPU."""
+        mask, _ = self.eligible(job, view)
+        return self._score(job, view, feasible, mask)
+
+    def assess(self, job: JobRequest, view: ClusterView, nodes: list[str] | None = None) -> tuple[FilterResult, dict[str, int]]:
+        """:meth:`filter` and :meth:`score` of its feasible nodes in one pass (one eligibility
+        computation); what the extender answers ``filter`` and then ``prioritize`` with."""
+        mask, reason = self.eligible(job, view)
+        result = self._filter(job, view, nodes, mask, reason)
+        return result, self._score(job, view, result.feasible, mask)
+
+    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult) -> FilterResult:
+        """Hook of :meth:`filter`: a policy may fail nodes the eligibility rules let through
+        (default: none)."""
+        return result
+
+    def _filter(self, job: JobRequest, view: ClusterView, nodes: list[str] | None, mask: np.ndarray,
+                reason: np.ndarray) -> FilterResult:
         n_nodes = len(view.node_names)
         node = view.gpu_node
         cand = np.flatnonzero(mask)
@@ -138,12 +160,12 @@ class Policy(ABC):
                     failed[name] = "node has no GPUs"
                 else:
                     failed[name] = f"needs {need} GPU(s), {ok[k]} eligible; {REASONS[common[k]]}"
-        return FilterResult(feasible, failed)
+        return self.veto(job, view, FilterResult(feasible, failed))
 
-    def score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
-        """Node priorities 0..10 (kube-scheduler extender scale): best GPU utility on the node x 10
-        (rounded half to even)."""
-        mask, _ = self.eligible(job, view)
+    def _score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, tuple[int, ...]],
+               mask: np.ndarray) -> dict[str, int]:
+        if not feasible:
+            return {}
         util = np.clip(self.utility(job, view, mask), 0.0, 1.0)
         best = np.zeros(len(view.node_names))
         np.maximum.at(best, view.gpu_node[mask], util[mask])

@@ -93,10 +93,9 @@ class IADeep(Policy):
         """Predicted pairwise normalised throughput, shape ``(n_types, n_types)``."""
         return self.model.norm if self.predictor == "oracle" else self.learner.matrix()
 
-    def filter(self, job: JobRequest, view: ClusterView, nodes: list[str] | None = None) -> FilterResult:
-        """As the base filter, but when :meth:`place` would make the job wait (co-location predicted
-        worse than waiting), every node fails with that reason, so the extender's filter and bind agree."""
-        result = super().filter(job, view, nodes)
+    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult) -> FilterResult:
+        """When :meth:`place` would make the job wait (co-location predicted worse than waiting),
+        every node fails with that reason, so the extender's filter and bind agree."""
         if result.feasible:
             decision = self.place(job, view)
             if isinstance(decision, Wait):

@@ -71,7 +71,14 @@ from iadeep.state._memory import (
     reservation_from_json,
     reservation_json,
 )
-from iadeep.state._protocol import AllocationConflict, ChangeBatch, HistoryCompacted, StateListing, StoreUnavailable
+from iadeep.state._protocol import (
+    AllocationConflict,
+    ChangeBatch,
+    HistoryCompacted,
+    NodeRecords,
+    StateListing,
+    StoreUnavailable,
+)
 from iadeep.state._records import (
     Assignment,
     GpuState,
@@ -166,6 +173,13 @@ def _same_rev(key: str, kv: _KV | None) -> dict[str, Any]:
     if kv is None:
         return {"key": _b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": 0}
     return {"key": _b64(key), "result": "EQUAL", "target": "MOD", "mod_revision": kv.mod_revision}
+
+
+def _same_value(key: str, record: Any | None) -> dict[str, Any]:
+    """Compare: ``key`` holds exactly ``record`` as this module writes it (absent when ``None``)."""
+    if record is None:
+        return {"key": _b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": 0}
+    return {"key": _b64(key), "result": "EQUAL", "target": "VALUE", "value": _b64(to_json(record))}
 
 
 def _first(response: Mapping[str, Any]) -> _KV | None:
@@ -550,8 +564,13 @@ class EtcdStateStore:
         return dict(sorted(out.items()))
 
     def reserve(
-        self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float
+        self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float,
+        known: NodeRecords | None = None,
     ) -> list[Assignment]:
+        """See :meth:`StateStore.reserve`. Without ``known`` (or after it proved wrong) the node's
+        records are read first and compared by mod revision; with it, the one transaction
+        compares their values with ``known`` (a mismatch returns the current records, as a lost
+        race does)."""
         check_name("JobRecord.pod_uid", job.pod_uid)
         check_name("node", node)
         gpus = [int(g) for g in gpus]
@@ -560,26 +579,39 @@ class EtcdStateStore:
         k_gpus = [self.keys.gpu(node, g) for g in unique]
         reads = [_range_op(k_node), _range_op(k_res)] + [_range_op(k) for k in k_gpus]
         nonce = secrets.token_hex(8)
-        snapshot = self._read(reads)
+        snapshot = None if known is not None else self._read(reads)
         maybe_committed = False  # a commit failed on the wire: it may have landed
         attempts = self.settings.retry.conflict_attempts
         for attempt in range(attempts):
-            inv_kv, res_kv, gpu_kvs = _first(snapshot[0]), _first(snapshot[1]), [_first(r) for r in snapshot[2:]]
-            held = reservation_from_json(res_kv.value) if res_kv else None
-            if held and maybe_committed and held[1] == nonce:
-                return held[0]  # our own earlier try landed
-            plan = plan_reserve(
-                job,
-                node,
-                gpus,
-                inventory=_parse(NodeInventory, inv_kv) if inv_kv else None,
-                states={g: _parse(GpuState, kv) if kv else None for g, kv in zip(unique, gpu_kvs, strict=True)},
-                held=held[0] if held else None,
-                colocation_limit=colocation_limit,
-                now_s=now_s,
-            )
-            compare = [_same_rev(k_node, inv_kv), _same_rev(k_res, None)]
-            compare += [_same_rev(k, kv) for k, kv in zip(k_gpus, gpu_kvs, strict=True)]
+            plan = None
+            if snapshot is None:  # decide from the caller's records; the compares check them
+                assert known is not None
+                states = {g: known.gpu_states.get(g) for g in unique}
+                compare = [_same_value(k_node, known.inventory), _same_rev(k_res, None)]
+                compare += [_same_value(k, states[g]) for k, g in zip(k_gpus, unique, strict=True)]
+                try:
+                    plan = plan_reserve(job, node, gpus, inventory=known.inventory, states=states, held=None,
+                                        colocation_limit=colocation_limit, now_s=now_s)
+                except AllocationConflict:
+                    snapshot = self._read(reads)  # the caller's records refuse it: judge the real ones
+            if plan is None:
+                assert snapshot is not None
+                inv_kv, res_kv, gpu_kvs = _first(snapshot[0]), _first(snapshot[1]), [_first(r) for r in snapshot[2:]]
+                held = reservation_from_json(res_kv.value) if res_kv else None
+                if held and maybe_committed and held[1] == nonce:
+                    return held[0]  # our own earlier try landed
+                plan = plan_reserve(
+                    job,
+                    node,
+                    gpus,
+                    inventory=_parse(NodeInventory, inv_kv) if inv_kv else None,
+                    states={g: _parse(GpuState, kv) if kv else None for g, kv in zip(unique, gpu_kvs, strict=True)},
+                    held=held[0] if held else None,
+                    colocation_limit=colocation_limit,
+                    now_s=now_s,
+                )
+                compare = [_same_rev(k_node, inv_kv), _same_rev(k_res, None)]
+                compare += [_same_rev(k, kv) for k, kv in zip(k_gpus, gpu_kvs, strict=True)]
             ops = [_put_op(self.keys.job(job.pod_uid), to_json(job))]
             for a, st, t in zip(plan.assignments, plan.gpu_states, plan.tuning, strict=True):
                 ops.append(_put_op(self.keys.assignment(a.node, a.gpu, a.pod_uid), to_json(a)))

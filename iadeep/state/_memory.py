@@ -35,6 +35,7 @@ from iadeep.state._protocol import (
     ChangeBatch,
     ChangeKind,
     HistoryCompacted,
+    NodeRecords,
     StateListing,
 )
 from iadeep.state._records import (
@@ -479,8 +480,10 @@ class MemoryStateStore:
             return dict(sorted(self._gpus.items()))
 
     def reserve(
-        self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float
+        self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float,
+        known: NodeRecords | None = None,
     ) -> list[Assignment]:
+        """See :meth:`StateStore.reserve`; ``known`` is not needed here (one lock, no round trips)."""
         with self._lock:
             self._expire()
             plan = plan_reserve(

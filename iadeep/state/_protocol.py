@@ -31,7 +31,7 @@ from iadeep.state._records import (
 )
 
 __all__ = ["StateStore", "StoreUnavailable", "AllocationConflict", "HistoryCompacted", "Change", "ChangeBatch",
-           "StateListing"]
+           "StateListing", "NodeRecords"]
 
 
 class StoreUnavailable(RuntimeError):
@@ -89,6 +89,20 @@ class StateListing:
     samples: list[InterferenceSampleRecord] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class NodeRecords:
+    """What a caller believes one node's records are (e.g. from its followed copy), handed to
+    :meth:`StateStore.reserve` so that it need not read them first.
+
+    Attributes:
+        inventory: the node's inventory (``None``: not published).
+        gpu_states: GPU index -> its state (``None`` or absent: no record).
+    """
+
+    inventory: NodeInventory | None
+    gpu_states: Mapping[int, GpuState | None] = field(default_factory=dict)
+
+
 class StateStore(Protocol):
     """Shared state of the live system (see the module docstring for guarantees)."""
 
@@ -118,10 +132,14 @@ class StateStore(Protocol):
     def gpu_states(self) -> dict[tuple[str, int], GpuState]:
         """Memory used and pods per ``(node, gpu)``; GPUs without assignments may be absent."""
 
-    def reserve(self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float) -> list[Assignment]:
+    def reserve(self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float,
+                known: NodeRecords | None = None) -> list[Assignment]:
         """Atomically reserve ``job.mem_gib`` on each of ``gpus`` of ``node`` and store the job.
 
-        Also sets a :class:`TuningRequest` for each GPU whose co-location set changed.
+        Also sets a :class:`TuningRequest` for each GPU whose co-location set changed. ``known``
+        is a hint: when it matches the store, the reservation is decided from it without reading
+        first (one etcd round trip); when it does not, the store reads and decides again. It never
+        makes a reservation the current records would refuse.
 
         Raises:
             AllocationConflict: memory or co-location limit exceeded, unknown node/GPU, or the pod

@@ -57,6 +57,11 @@ def test_filter_and_score_follow_extender_rules(model, workload, name):
     scores = sim.policy.score(job, view, res.feasible)
     assert set(scores) == set(res.feasible)
     assert all(isinstance(s, int) and 0 <= s <= 10 for s in scores.values())
+    # assess (what the extender answers with) is filter and score in one pass
+    for h in range(12, 30):
+        job = sim._request(h, 0, 0)
+        res = sim.policy.filter(job, view)
+        assert sim.policy.assess(job, view) == (res, sim.policy.score(job, view, res.feasible))
 
 
 def test_memory_and_oom_pairs_are_refused(model):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from extender_support import gpu_pod, wire
 
 from iadeep.extender import PodSpecError, Snapshot, TypeResolver, ViewBase, build_view, pod_demand
@@ -158,3 +160,60 @@ def test_pod_demand_sums_containers_and_takes_the_larger_init_container():
 def test_pod_demand_rejects_what_cannot_be_served(mem, gpus, annotations, message):
     with pytest.raises(PodSpecError, match=message.replace("(", r"\(").replace(".", r"\.")):
         _demand(gpu_pod("p", mem=mem, gpus=gpus, uid="u", annotations=annotations))
+
+
+# -- incremental updates (what the extender's cache applies per watch batch) -------------------
+
+_NODES = {"a": _inv("a", 3, 32.0), "b": _inv("b", 2)}
+_PODS = [f"p{i}" for i in range(6)]
+_KINDS = [("ResNet-18", 64), ("Transformer", 32), ("LM", 20), ("NoSuchModel", 8)]
+
+gpu_change = st.tuples(st.just("gpu"), st.sampled_from([("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("zz", 0)]),
+                       st.one_of(st.none(), st.tuples(st.lists(st.sampled_from(_PODS), unique=True, max_size=3),
+                                                      st.floats(0.0, 30.0))))
+job_change = st.tuples(st.just("job"), st.sampled_from(_PODS),
+                       st.one_of(st.none(), st.tuples(st.sampled_from(_KINDS), st.integers(1, 2), st.floats(0.0, 1e4))))
+
+
+def _canonical(base: ViewBase) -> tuple:
+    """What a view means, independent of handle numbering, slot width and dead rows."""
+    gpus = []
+    for g in range(base.n_gpus):
+        pods = tuple(base.pods[h] for h in base.slots[g] if h >= 0)
+        rows = tuple((int(base.job_type[base.handles[p]]), int(base.job_num_gpus[base.handles[p]]),
+                      float(base.job_work_left_s[base.handles[p]])) for p in pods)
+        gpus.append((base.node_names[base.gpu_node[g]], int(base.gpu_local_index[g]),
+                     float(base.gpu_mem_used_gib[g]), pods, rows))
+    return tuple(gpus)
+
+
+@settings(max_examples=80, deadline=None)
+@given(batches=st.lists(st.lists(st.one_of(gpu_change, job_change), min_size=1, max_size=6), max_size=12))
+def test_incremental_updates_equal_a_fresh_build(types, batches):
+    snap = Snapshot(_NODES, {}, {}, taken_at_s=0.0)
+    base = ViewBase.from_snapshot(snap, types, slots=2)
+    for batch in batches:
+        gpus, jobs = {}, {}
+        for kind, key, value in batch:
+            if kind == "gpu":
+                gpus[key] = None if value is None else GpuState(key[0], key[1], value[1], tuple(value[0]))
+            else:
+                jobs[key] = None if value is None else JobRecord(key, "ns", key, value[0][0], value[0][1], value[1], 1.0,
+                                                                 remaining_s=value[2])
+        snap = snap.with_changes(gpu_states=gpus, jobs=jobs)
+        base = base.with_jobs(jobs, types, now_s=1.0)
+        base = base.with_gpu_states({k: snap.gpu_states.get(k) for k in gpus}, snap.jobs, types, now_s=1.0)
+        assert _canonical(base) == _canonical(ViewBase.from_snapshot(snap, types, slots=2))
+
+
+def test_reservation_then_release_by_pod(snapshot, types):
+    base = ViewBase.from_snapshot(snapshot, types, slots=2)
+    job = _job("new", "LM", 20, mem=5.0)
+    a = [Assignment("new", "a", 2, 5.0, 1.0)]
+    snap2 = snapshot.with_reservation(job, a)
+    base2 = base.with_reservation(job, types.resolve("LM", 20), a)
+    assert _canonical(base2) == _canonical(ViewBase.from_snapshot(snap2, types, slots=2))
+    snap3 = snap2.without_pod("new")
+    base3 = base2.with_gpu_states(snap2.without_pod_states("new"), snap3.jobs, types, now_s=2.0)
+    assert _canonical(base3) == _canonical(ViewBase.from_snapshot(snap3, types, slots=2))
+    assert not base3.mostly_dead()
