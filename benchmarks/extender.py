@@ -8,9 +8,12 @@ What runs: a real etcd (``LocalEtcd``, fsync on unless ``--no-fsync``) holding 1
 node inventories; the extender as its own process (``uvicorn``, one worker, as deployed), so its
 RSS is its own; with ``--kube controlplane`` the local control plane (``make controlplane``) with
 the pods created up front (their Bindings go to the 1,000 node names; no Node objects are needed
-for that). The client plays kube-scheduler:
+for that). The client (``--client go``: ``benchmarks/extenderload``, Go like kube-scheduler itself, so its own
+cost per pod is small; ``--client python``: httpx from this process) plays kube-scheduler:
 
-1. latency: for each pod in turn ``filter`` (all candidate nodes, ``NodeNames``), ``prioritize``,
+1. latency: for each pod in turn ``filter`` (the candidate nodes, ``NodeNames``: as many as
+   kube-scheduler sends, see :func:`feasible_nodes_to_find`, in a window that moves round the
+   cluster as kube-scheduler's search does), ``prioritize``,
    ``bind`` — client-side latency of each call (HTTP on loopback included): p50/p99;
 2. throughput: one scheduling loop (filter + prioritize, one pod at a time, as kube-scheduler's
    scheduling cycle) hands binds to ``--bind-workers`` threads (kube-scheduler binds
@@ -28,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -87,6 +91,18 @@ def serve(argv: list[str]) -> None:
 
 
 # -- the client -------------------------------------------------------------------------------
+
+def feasible_nodes_to_find(n_nodes: int, percentage: int = 0) -> int:
+    """How many feasible nodes kube-scheduler looks for before it stops filtering, i.e. how many it
+    hands to an extender's filter: ``numFeasibleNodesToFind`` in kube-scheduler's
+    ``pkg/scheduler/schedule_one.go`` (v1.36.3): adaptive ``50 - n/125`` percent (at least 5 %)
+    when ``percentageOfNodesToScore`` is unset, and never fewer than 100 nodes."""
+    if n_nodes < 100:
+        return n_nodes
+    if percentage == 0:
+        percentage = max(50 - n_nodes // 125, 5)
+    return max(n_nodes * percentage // 100, 100)
+
 
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
@@ -173,53 +189,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             return (names[k:] + names[:k])[: args.candidates]
 
         candidates = window(0)
-        bodies = [json.dumps({"Pod": pod_body(i, namespace, uids[i]), "NodeNames": window(i)}).encode() for i in range(total)]
-        headers = {"content-type": "application/json"}
-        rng = random.Random(0)
-
-        def call(path: str, body: bytes) -> tuple[float, Any]:
-            t = time.perf_counter()
-            r = http.post(path, content=body, headers=headers)
-            dt = time.perf_counter() - t
-            if r.status_code != 200:
-                raise RuntimeError(f"{path}: HTTP {r.status_code}: {r.text[:300]}")
-            return dt, r.json()
-
-        def schedule(i: int) -> tuple[float, float, bytes]:
-            df, f = call("/iadeep/filter", bodies[i])
-            if f["Error"] or not f["NodeNames"]:
-                raise RuntimeError(f"filter: {f['Error'] or 'no feasible node'}")
-            dp, scores = call("/iadeep/prioritize", bodies[i])
-            top = max(h["Score"] for h in scores)
-            best = rng.choice([h["Host"] for h in scores if h["Score"] == top])  # kube-scheduler breaks ties at random
-            bind = json.dumps({"PodName": f"bench-{i}", "PodNamespace": namespace, "PodUID": uids[i], "Node": best}).encode()
-            return df, dp, bind
-
-        retries = [0]
-
-        def bind(body: bytes, i: int | None = None) -> float:
-            """One bind; a refused one is scheduled again (as kube-scheduler requeues the pod)."""
-            for _ in range(5):
-                db, b = call("/iadeep/bind", body)
-                if not b["Error"]:
-                    return db
-                retries[0] += 1
-                if i is None:
-                    break
-                body = schedule(i)[2]
-            raise RuntimeError(f"bind: {b['Error']}")
-
-        for i in range(args.warmup):
-            bind(schedule(i)[2], i)
-        lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
-        start = args.warmup
-        for i in range(start, start + args.latency_pods):
-            df, dp, body = schedule(i)
-            lat["filter"].append(df)
-            lat["prioritize"].append(dp)
-            lat["bind"].append(bind(body, i))
-
-        start += args.latency_pods
+        pods = [{"name": f"bench-{i}", "namespace": namespace, "uid": uids[i],
+                 "args": {"Pod": pod_body(i, namespace, uids[i]), "NodeNames": window(i)}} for i in range(total)]
         peak = [0]
         stop = threading.Event()
 
@@ -234,13 +205,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         procs = {"extender": psutil.Process(proc.pid), "etcd": psutil.Process(etcd.proc.pid), "client": psutil.Process()}
-        cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(args.bind_workers) as pool:
-            futures = [pool.submit(bind, schedule(i)[2], i) for i in range(start, start + args.pods)]
-            bind_lat = [f.result() for f in futures]
-        wall = time.perf_counter() - t0
-        cpu_ms = {k: round(1e3 * (sum(p.cpu_times()[:2]) - cpu0[k]) / args.pods, 2) for k, p in procs.items()}
+        if cp is not None:  # the control plane's API server and its own etcd take CPU too
+            procs["kube-apiserver"] = psutil.Process(cp.procs["kube-apiserver"].pid)
+            procs["apiserver-etcd"] = psutil.Process(cp.procs["etcd"].pid)
+        client_run = _go_client if args.client == "go" else _python_client
+        measured = client_run(url, pods, args, work, procs)
         stop.set()
         sampler.join()
         rss_end = psutil.Process(proc.pid).memory_info().rss
@@ -263,19 +232,131 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         etcd.stop()
 
     mib = 1024 * 1024
+    lat = measured["latency_ms"]
+    bind_lat = measured["bind_ms_under_load"]
     return {
         "setup": {"nodes": args.nodes, "gpus_per_node": args.gpus, "candidates_per_call": len(candidates),
-                  "kube": args.kube, "etcd_fsync": args.fsync, "latency_pods": args.latency_pods,
+                  "kube": args.kube, "etcd_fsync": args.fsync, "client": args.client, "latency_pods": args.latency_pods,
                   "throughput_pods": args.pods, "bind_workers": args.bind_workers, "cpus": os.cpu_count()},
-        "latency_ms": {v: {"p50": round(1e3 * statistics.median(x), 2), "p99": round(1e3 * pct(x, 99), 2)} for v, x in lat.items()},
-        "throughput": {"pods_per_s": round(args.pods / wall, 1), "wall_s": round(wall, 2),
-                       "bind_p50_ms_under_load": round(1e3 * statistics.median(bind_lat), 2),
-                       "bind_p99_ms_under_load": round(1e3 * pct(bind_lat, 99), 2),
-                       "binds_refused_and_rescheduled": retries[0],
-                       "cpu_ms_per_pod": cpu_ms},
+        "latency_ms": {v: {"p50": round(statistics.median(x), 2), "p99": round(pct(x, 99), 2)} for v, x in lat.items()},
+        "throughput": {"pods_per_s": round(args.pods / measured["throughput_wall_s"], 1),
+                       "wall_s": round(measured["throughput_wall_s"], 2),
+                       "bind_p50_ms_under_load": round(statistics.median(bind_lat), 2),
+                       "bind_p99_ms_under_load": round(pct(bind_lat, 99), 2),
+                       "binds_refused_and_rescheduled": measured["binds_refused_and_rescheduled"],
+                       "cpu_ms_per_pod": measured["cpu_ms_per_pod"]},
         "rss_mib": {"idle": round(rss_idle / mib, 1), "peak": round(max(peak[0], rss_end) / mib, 1), "end": round(rss_end / mib, 1)},
         "breakdown_ms": breakdown,
     }
+
+
+def _cpu_s(procs: dict[str, Any]) -> dict[str, float]:
+    """User + system CPU seconds of each process so far (the client's includes its children)."""
+    out = {}
+    for k, p in procs.items():
+        t = p.cpu_times()
+        out[k] = t.user + t.system + (t.children_user + t.children_system if k == "client" else 0.0)
+    return out
+
+
+def _go_client(url: str, pods: list[dict], args: argparse.Namespace, work: Path, procs: dict[str, Any]) -> dict[str, Any]:
+    """Run ``benchmarks/extenderload`` (Go, built here with the Go toolchain): warm-up, latency and
+    throughput phases; the throughput phase's CPU is read from psutil around a second run that
+    only does that phase, so that the latency phase does not count."""
+    binary = work / "extenderload"
+    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=REPO / "benchmarks" / "extenderload", check=True,
+                   env=dict(os.environ, CGO_ENABLED="0"))
+    n1 = args.warmup + args.latency_pods
+    phases = [(pods[:n1], args.warmup, args.latency_pods, 0), (pods[n1:], 0, 0, args.pods)]
+    results = []
+    for chunk, warmup, latency, throughput in phases:
+        requests = work / "requests.json"
+        requests.write_text(json.dumps({"prefix": "/iadeep", "pods": chunk}))
+        cpu0 = _cpu_s(procs)
+        done = subprocess.run([str(binary), "-requests", str(requests), "-url", url, "-warmup", str(warmup),
+                               "-latency", str(latency), "-throughput", str(throughput),
+                               "-bind-workers", str(args.bind_workers)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"extenderload failed: {done.stderr.strip()}")
+        cpu1 = _cpu_s(procs)
+        results.append((json.loads(done.stdout), {k: cpu1[k] - cpu0[k] for k in cpu0}))
+    (lat, _), (thr, cpu) = results
+    return {"latency_ms": lat["latency_ms"], "throughput_wall_s": thr["throughput_wall_s"],
+            "bind_ms_under_load": thr["bind_ms_under_load"],
+            "binds_refused_and_rescheduled": lat["binds_refused_and_rescheduled"] + thr["binds_refused_and_rescheduled"],
+            "cpu_ms_per_pod": {k: round(1e3 * v / args.pods, 2) for k, v in cpu.items()}}
+
+
+def _python_client(url: str, pods: list[dict], args: argparse.Namespace, work: Path, procs: dict[str, Any]) -> dict[str, Any]:
+    """The same phases as ``extenderload`` with httpx from this process (``--client python``)."""
+    import httpx
+
+    http = httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+    headers = {"content-type": "application/json"}
+    bodies = [json.dumps(p["args"]).encode() for p in pods]
+    rng = random.Random(0)
+    sched = threading.Lock()
+
+    def call(path: str, body: bytes) -> tuple[float, Any]:
+        t = time.perf_counter()
+        r = http.post(path, content=body, headers=headers)
+        dt = 1e3 * (time.perf_counter() - t)
+        if r.status_code != 200:
+            raise RuntimeError(f"{path}: HTTP {r.status_code}: {r.text[:300]}")
+        return dt, r.json()
+
+    def schedule(i: int) -> tuple[float, float, bytes]:
+        df, f = call("/iadeep/filter", bodies[i])
+        if f["Error"] or not f["NodeNames"]:
+            raise RuntimeError(f"filter: {f['Error'] or 'no feasible node'}")
+        feasible = set(f["NodeNames"])
+        dp, scores = call("/iadeep/prioritize", bodies[i])
+        top = max(h["Score"] for h in scores if h["Host"] in feasible)
+        best = rng.choice([h["Host"] for h in scores if h["Score"] == top and h["Host"] in feasible])
+        p = pods[i]
+        bind = json.dumps({"PodName": p["name"], "PodNamespace": p["namespace"], "PodUID": p["uid"], "Node": best}).encode()
+        return df, dp, bind
+
+    retries = [0]
+
+    def bind(body: bytes, i: int) -> float:
+        """One bind; a refused one is scheduled again (as kube-scheduler requeues the pod)."""
+        for _ in range(5):
+            db, b = call("/iadeep/bind", body)
+            if not b["Error"]:
+                return db
+            with sched:
+                retries[0] += 1
+                body = schedule(i)[2]
+        raise RuntimeError(f"bind: {b['Error']}")
+
+    try:
+        for i in range(args.warmup):
+            bind(schedule(i)[2], i)
+        lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
+        start = args.warmup
+        for i in range(start, start + args.latency_pods):
+            df, dp, body = schedule(i)
+            lat["filter"].append(df)
+            lat["prioritize"].append(dp)
+            lat["bind"].append(bind(body, i))
+        start += args.latency_pods
+        cpu0 = _cpu_s(procs)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(args.bind_workers) as pool:
+            futures = []
+            for i in range(start, start + args.pods):
+                with sched:
+                    body = schedule(i)[2]
+                futures.append(pool.submit(bind, body, i))
+            bind_lat = [f.result() for f in futures]
+        wall = time.perf_counter() - t0
+        cpu1 = _cpu_s(procs)
+    finally:
+        http.close()
+    return {"latency_ms": lat, "throughput_wall_s": wall, "bind_ms_under_load": bind_lat,
+            "binds_refused_and_rescheduled": retries[0],
+            "cpu_ms_per_pod": {k: round(1e3 * (cpu1[k] - cpu0[k]) / args.pods, 2) for k in cpu0}}
 
 
 def _breakdown(throughputs: Path, store: Any, names: list[str], candidates: list[str], args: argparse.Namespace) -> dict[str, float]:
@@ -336,16 +417,22 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=1000)
     p.add_argument("--gpus", type=int, default=8, help="GPUs per node")
     p.add_argument("--gpu-mem-gib", type=float, default=32.0)
-    p.add_argument("--candidates", type=int, default=1000, help="nodes per filter/prioritize call (kube-scheduler sends those its own filters passed)")
+    p.add_argument("--candidates", type=int, default=None,
+                   help="nodes per filter/prioritize call (default: as many as kube-scheduler sends with our manifests' "
+                        "default percentageOfNodesToScore, 420 of 1,000; 1000 = percentageOfNodesToScore: 100)")
     p.add_argument("--latency-pods", type=int, default=300)
     p.add_argument("--pods", type=int, default=1000, help="pods in the throughput phase")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--bind-workers", type=int, default=16)
     p.add_argument("--kube", choices=["controlplane", "null"], default="controlplane")
+    p.add_argument("--client", choices=["go", "python"], default="go" if shutil.which("go") else "python",
+                   help="the kube-scheduler stand-in: benchmarks/extenderload (Go, default when go is installed) or httpx")
     p.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--throughputs", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
+    if args.candidates is None:
+        args.candidates = feasible_nodes_to_find(args.nodes)
     result = run(args)
     text = json.dumps(result, indent=2)
     print(text)

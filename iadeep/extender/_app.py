@@ -39,6 +39,7 @@ from iadeep.extender._wire import (
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
+    HostPriorityList,
     describe_validation_error,
 )
 from iadeep.state import StoreUnavailable
@@ -50,8 +51,9 @@ log = logging.getLogger("iadeep.extender")
 M = TypeVar("M", bound=BaseModel)
 
 
-def _json(model: BaseModel, status: int = 200) -> Response:
-    return Response(model.model_dump_json(by_alias=True), status_code=status, media_type="application/json")
+def _json(model: BaseModel | HostPriorityList, status: int = 200) -> Response:
+    body = model.to_json() if isinstance(model, HostPriorityList) else model.model_dump_json(by_alias=True)
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -106,7 +108,7 @@ def create_app(settings: ExtenderSettings | None = None, *, service: ExtenderSer
             metrics.requests.labels(verb, "invalid").inc()
             return _error(400, f"invalid {verb} request: {describe_validation_error(exc)}")
 
-    async def run(verb: str, fn: Callable[[Any], BaseModel], args: Any,
+    async def run(verb: str, fn: Callable[[Any], BaseModel | HostPriorityList], args: Any,
                   on_error: Callable[[str], Response], *, inline: bool = False) -> Response:
         t0 = time.perf_counter()
         try:

@@ -153,23 +153,29 @@ class KubernetesPodApi:
         from kubernetes import client, config
 
         if api_client is None:
+            cfg = client.Configuration()
             if settings.in_cluster:
-                config.load_incluster_config()
-                api_client = client.ApiClient()
+                config.load_incluster_config(client_configuration=cfg)
             else:
-                api_client = config.new_client_from_config(
-                    config_file=str(settings.kubeconfig) if settings.kubeconfig else None, context=settings.context)
+                config.load_kube_config(config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
+                                        context=settings.context, client_configuration=cfg)
+            cfg.connection_pool_maxsize = settings.max_connections
+            api_client = client.ApiClient(cfg)
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.timeout_s = settings.request_timeout_s
-        self._client = client
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
-            return fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+            # raw response (no model objects); reading it whole hands the connection back to the
+            # pool; an unread one is dropped and the next call pays a new TLS handshake
+            resp = fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+            resp.data  # noqa: B018 - read and keep the body
+            resp.release_conn()
+            return resp
         except ApiException as exc:
             status, message = _status_message(exc)
             raise KubeError(f"{what}: {status} {message}", status) from None
@@ -186,9 +192,9 @@ class KubernetesPodApi:
                    _content_type="application/merge-patch+json")
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        c = self._client
-        body = c.V1Binding(metadata=c.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
-                           target=c.V1ObjectReference(api_version="v1", kind="Node", name=node))
+        # a plain dict: the client's model classes deep-copy its whole Configuration per object
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         # POST pods/<name>/binding (RBAC: pods/binding create), as kube-scheduler does; the client's
         # create_namespaced_binding would need the separate `bindings` resource.
         self._call(f"bind pod {namespace}/{name} to {node}", self.core.create_namespaced_pod_binding, name, namespace, body)

@@ -268,7 +268,7 @@ class ExtenderService:
         except PodSpecError:
             demand, type_id = None, None
         if demand is None or type_id is None:
-            return HostPriorityList.model_validate([{"Host": n, "Score": 0} for n in names])
+            return HostPriorityList(names, [0] * len(names))
         _, base = self.cache.current()  # an unknown state fails prioritize, remembered scores or not
         with self._memo_lock:
             memo = self._assessed.get(demand.uid)
@@ -276,8 +276,8 @@ class ExtenderService:
             scores = memo[2]
         else:
             _, scores = self._assess(demand, type_id, base, names)
-        # one validation of the whole list (pydantic-core), not a model object per node
-        return HostPriorityList.model_validate([{"Host": n, "Score": scores.get(n, 0)} for n in names])
+        get = scores.get
+        return HostPriorityList(names, [get(n, 0) for n in names])
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         """Choose the GPU(s) on ``args.node``, reserve, annotate, bind (see :mod:`._bind`)."""

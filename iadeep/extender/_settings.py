@@ -37,12 +37,16 @@ class KubeSettings(BaseModel):
         context: kubeconfig context; ``None``: its current context.
         request_timeout_s: per API call; kube-scheduler's ``httpTimeout`` (30 s in our manifest) must
             cover a bind's two calls, so 10 s each leaves room for the etcd transaction.
+        max_connections: kept-alive connections to the API server. At least as many as binds run
+            at once (the server's worker threads, 40): a smaller pool closes the surplus after
+            each call and the next call pays a new TLS handshake (the client's default is 5 per CPU).
     """
 
     in_cluster: bool = False
     kubeconfig: Path | None = None
     context: str | None = None
     request_timeout_s: float = Field(10.0, gt=0)
+    max_connections: int = Field(40, ge=1)
 
 
 class CacheSettings(BaseModel):

@@ -1,0 +1,3 @@
+module iadeep.dev/benchmarks/extenderload
+
+go 1.26
