@@ -106,7 +106,7 @@ class Policy(ABC):
         mask, reason = self.eligible(job, view)
         return self._filter(job, view, nodes, mask, reason)
 
-    def score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    def score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, int]) -> dict[str, int]:
         """Node priorities 0..10 (kube-scheduler extender scale): best GPU utility on the node x 10
         (rounded half to even); 0 for nodes with no feasible GPU."""
         mask, _ = self.eligible(job, view)
@@ -119,32 +119,25 @@ class Policy(ABC):
         result = self._filter(job, view, nodes, mask, reason)
         return result, self._score(job, view, result.feasible, mask)
 
-    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult) -> FilterResult:
+    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult, mask: np.ndarray,
+             reason: np.ndarray) -> FilterResult:
         """Hook of :meth:`filter`: a policy may fail nodes the eligibility rules let through
-        (default: none)."""
+        (default: none). ``mask``/``reason``: :meth:`eligible`'s answer for this job and view."""
         return result
 
     def _filter(self, job: JobRequest, view: ClusterView, nodes: list[str] | None, mask: np.ndarray,
                 reason: np.ndarray) -> FilterResult:
         n_nodes = len(view.node_names)
         node = view.gpu_node
-        cand = np.flatnonzero(mask)
-        cand_node = node[cand]
-        order = np.argsort(cand_node, kind="stable")
-        ok_on = np.bincount(cand_node, minlength=n_nodes)
-        # one Python list and list slices, not one numpy array per node: filter answers for
-        # thousands of nodes per pod in the extender
-        cand_list = cand[order].tolist()
-        bounds = np.concatenate(([0], np.cumsum(ok_on))).tolist()
-        ok = ok_on.tolist()
+        ok = np.bincount(node[mask], minlength=n_nodes).tolist()
         index = view.node_positions()
         need = job.num_gpus
-        feasible: dict[str, tuple[int, ...]] = {}
+        feasible: dict[str, int] = {}
         rejected: list[tuple[str, int | None]] = []
         for name in nodes if nodes is not None else view.node_names:
             k = index.get(name)
             if k is not None and ok[k] >= need:
-                feasible[name] = tuple(cand_list[bounds[k]:bounds[k + 1]])
+                feasible[name] = ok[k]
             else:
                 rejected.append((name, k))
         failed: dict[str, str] = {}
@@ -160,9 +153,9 @@ class Policy(ABC):
                     failed[name] = "node has no GPUs"
                 else:
                     failed[name] = f"needs {need} GPU(s), {ok[k]} eligible; {REASONS[common[k]]}"
-        return self.veto(job, view, FilterResult(feasible, failed))
+        return self.veto(job, view, FilterResult(feasible, failed), mask, reason)
 
-    def _score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, tuple[int, ...]],
+    def _score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, int],
                mask: np.ndarray) -> dict[str, int]:
         if not feasible:
             return {}
@@ -171,12 +164,15 @@ class Policy(ABC):
         np.maximum.at(best, view.gpu_node[mask], util[mask])
         points = np.rint(10 * best).astype(np.int64).tolist()
         index = view.node_positions()
-        return {name: points[index[name]] if gpus and name in index else 0 for name, gpus in feasible.items()}
+        return {name: points[index[name]] if count and name in index else 0 for name, count in feasible.items()}
 
     # -- simulator/extender placement --------------------------------------------------------
     def place(self, job: JobRequest, view: ClusterView) -> Placement | Wait:
         """Choose GPUs for ``job`` now, or say why it must wait."""
-        mask, reason = self.eligible(job, view)
+        return self._place(job, view, *self.eligible(job, view))
+
+    def _place(self, job: JobRequest, view: ClusterView, mask: np.ndarray, reason: np.ndarray) -> Placement | Wait:
+        """:meth:`place` given :meth:`eligible`'s answer (subclasses override this one)."""
         if int(mask.sum()) < job.num_gpus:
             return Wait(job.job_id, _wait_reason(job, mask, reason))
         util = self.utility(job, view, mask)

@@ -149,11 +149,12 @@ class FilterResult:
     """Which nodes can take a job (kube-scheduler extender ``filter`` semantics).
 
     Attributes:
-        feasible: node name -> GPU ids on it that can take one worker of the job.
+        feasible: node name -> how many of its GPUs can take one worker of the job (at least
+            the job's ``num_gpus``; which ones is :meth:`Policy.place`'s choice at bind time).
         failed: node name -> reason it cannot.
     """
 
-    feasible: Mapping[str, tuple[int, ...]]
+    feasible: Mapping[str, int]
     failed: Mapping[str, str]
 
 

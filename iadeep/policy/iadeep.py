@@ -93,11 +93,12 @@ class IADeep(Policy):
         """Predicted pairwise normalised throughput, shape ``(n_types, n_types)``."""
         return self.model.norm if self.predictor == "oracle" else self.learner.matrix()
 
-    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult) -> FilterResult:
+    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult, mask: np.ndarray,
+             reason: np.ndarray) -> FilterResult:
         """When :meth:`place` would make the job wait (co-location predicted worse than waiting),
         every node fails with that reason, so the extender's filter and bind agree."""
         if result.feasible:
-            decision = self.place(job, view)
+            decision = self._place(job, view, mask, reason)
             if isinstance(decision, Wait):
                 return FilterResult({}, {**result.failed, **{name: decision.reason for name in result.feasible}})
         return result
@@ -127,9 +128,8 @@ class IADeep(Policy):
         need = max(job.num_gpus - n_free, 1) + job.gpus_ahead
         return float(np.partition(left, min(need, len(left)) - 1)[min(need, len(left)) - 1])
 
-    def place(self, job: JobRequest, view: ClusterView) -> Placement | Wait:
+    def _place(self, job: JobRequest, view: ClusterView, mask: np.ndarray, reason: np.ndarray) -> Placement | Wait:
         """Free GPUs first; otherwise co-locate only where it beats waiting (module docstring)."""
-        mask, reason = self.eligible(job, view)
         occupied = view.slots >= 0
         njobs = row_count(occupied)
         free = mask & (njobs == 0)
