@@ -53,9 +53,14 @@ class NullPodApi:
     """A :class:`~iadeep.extender.PodApi` that binds nothing (``--kube null``)."""
 
     def read_pod(self, namespace: str, name: str) -> Any:
+        """The benchmark's pod ``bench-<i>`` as the API server would return it (a bind that reaches
+        a replica or worker that did not filter the pod reads it)."""
         from iadeep.extender import KubeError
+        from iadeep.extender._wire import Pod
 
-        raise KubeError("no Kubernetes API in this benchmark", 404)
+        if not name.startswith("bench-") or not name[6:].isdigit():
+            raise KubeError(f"pods {name!r} not found", 404)
+        return Pod.model_validate(pod_body(int(name[6:]), namespace, null_uid(namespace, name)))
 
     def annotate(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -70,24 +75,56 @@ class NullPodApi:
         pass
 
 
-def serve(argv: list[str]) -> None:
-    """The extender process: ``extender.py _serve PORT NULL|KUBECONFIG`` (etcd from IADEEP_ETCD_*)."""
-    import logging
+def null_uid(namespace: str, name: str) -> str:
+    """The UID of a benchmark pod without Kubernetes (``--kube null``): derived from its name, so
+    that :class:`NullPodApi` can answer a read of it."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"iadeep-bench/{namespace}/{name}"))
 
-    import uvicorn
 
+def bench_app() -> Any:
+    """The extender app of the benchmark (uvicorn factory; settings from the environment, the
+    Kubernetes side from ``IADEEP_BENCH_KUBE``: ``null`` or a kubeconfig)."""
     from iadeep.extender import ExtenderService, ExtenderSettings, KubernetesPodApi, create_app
     from iadeep.interference import InterferenceModel
     from iadeep.state import EtcdStateStore
 
-    port, kube = int(argv[0]), argv[1]
-    logging.basicConfig(level="WARNING")
-    settings = ExtenderSettings(port=port, kube={"kubeconfig": None if kube == "null" else kube},
-                                cache={"sweep_interval_s": 0})
+    kube = os.environ["IADEEP_BENCH_KUBE"]
+    settings = ExtenderSettings(kube={"kubeconfig": None if kube == "null" else kube}, cache={"sweep_interval_s": 0})
     api = NullPodApi() if kube == "null" else KubernetesPodApi(settings.kube)
     model = InterferenceModel.from_file(settings.throughputs_file)
-    svc = ExtenderService(settings, store=EtcdStateStore(settings.etcd), pod_api=api, model=model)
-    uvicorn.run(create_app(service=svc), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    return create_app(service=ExtenderService(settings, store=EtcdStateStore(settings.etcd), pod_api=api, model=model))
+
+
+def serve(argv: list[str]) -> None:
+    """The extender process: ``extender.py _serve PORT NULL|KUBECONFIG WORKERS`` (etcd from IADEEP_ETCD_*),
+    uvicorn as ``iadeep extender serve`` runs it."""
+    import logging
+
+    import uvicorn
+
+    port, kube, workers = int(argv[0]), argv[1], int(argv[2])
+    logging.basicConfig(level="WARNING")
+    os.environ["IADEEP_BENCH_KUBE"] = kube
+    uvicorn.run("extender:bench_app", factory=True, workers=workers, app_dir=str(Path(__file__).parent),
+                host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+class ProcessTree:
+    """CPU and RSS of a process and its children (uvicorn's workers), summed (psutil)."""
+
+    def __init__(self, pid: int):
+        import psutil
+
+        self.root = psutil.Process(pid)
+
+    def _all(self) -> list[Any]:
+        return [self.root, *self.root.children(recursive=True)]
+
+    def cpu_s(self) -> float:
+        return sum(p.cpu_times().user + p.cpu_times().system for p in self._all())
+
+    def rss(self) -> int:
+        return sum(p.memory_info().rss for p in self._all())
 
 
 # -- the client -------------------------------------------------------------------------------
@@ -142,7 +179,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                                               for g in range(args.gpus)))), names))
         total = args.warmup + args.latency_pods + args.pods
         namespace = "bench"
-        uids = [str(uuid.uuid4()) for _ in range(total)]
+        uids = [null_uid(namespace, f"bench-{i}") for i in range(total)]
         kube = "null"
         if args.kube == "controlplane":
             from kubernetes import client
@@ -169,7 +206,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env = dict(os.environ, IADEEP_ETCD_ENDPOINTS=etcd.endpoint, IADEEP_ETCD_PREFIX="/bench",
                    IADEEP_EXTENDER_THROUGHPUTS_FILE=str(throughputs))
         log = (work / "extender.log").open("wb")
-        proc = subprocess.Popen([sys.executable, __file__, "_serve", str(port), kube], env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, __file__, "_serve", str(port), kube, str(args.workers)], env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         http = httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
         deadline = time.monotonic() + 60
@@ -182,7 +220,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"extender did not get ready; log: {work / 'extender.log'}")
             time.sleep(0.1)
-        rss_idle = psutil.Process(proc.pid).memory_info().rss
+        tree = ProcessTree(proc.pid)
+        rss_idle = tree.rss()
         # kube-scheduler starts each cycle's node search where the last one stopped: rotate the window
         def window(i: int) -> list[str]:
             k = (i * args.candidates) % len(names)
@@ -195,24 +234,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stop = threading.Event()
 
         def sample() -> None:
-            p = psutil.Process(proc.pid)
             while not stop.wait(0.05):
                 try:
-                    peak[0] = max(peak[0], p.memory_info().rss)
+                    peak[0] = max(peak[0], tree.rss())
                 except psutil.Error:
                     return
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        procs = {"extender": psutil.Process(proc.pid), "etcd": psutil.Process(etcd.proc.pid), "client": psutil.Process()}
+        procs = {"extender": tree, "etcd": ProcessTree(etcd.proc.pid), "client": _Client()}
         if cp is not None:  # the control plane's API server and its own etcd take CPU too
-            procs["kube-apiserver"] = psutil.Process(cp.procs["kube-apiserver"].pid)
-            procs["apiserver-etcd"] = psutil.Process(cp.procs["etcd"].pid)
+            procs["kube-apiserver"] = ProcessTree(cp.procs["kube-apiserver"].pid)
+            procs["apiserver-etcd"] = ProcessTree(cp.procs["etcd"].pid)
         client_run = _go_client if args.client == "go" else _python_client
         measured = client_run(url, pods, args, work, procs)
         stop.set()
         sampler.join()
-        rss_end = psutil.Process(proc.pid).memory_info().rss
+        rss_end = tree.rss()
         assignments = store.assignments()
         per_gpu: dict[tuple[str, int], float] = {}
         for a in assignments:
@@ -237,7 +275,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "setup": {"nodes": args.nodes, "gpus_per_node": args.gpus, "candidates_per_call": len(candidates),
                   "kube": args.kube, "etcd_fsync": args.fsync, "client": args.client, "latency_pods": args.latency_pods,
-                  "throughput_pods": args.pods, "bind_workers": args.bind_workers, "cpus": os.cpu_count()},
+                  "throughput_pods": args.pods, "bind_workers": args.bind_workers, "extender_workers": args.workers,
+                  "cpus": os.cpu_count()},
         "latency_ms": {v: {"p50": round(statistics.median(x), 2), "p99": round(pct(x, 99), 2)} for v, x in lat.items()},
         "throughput": {"pods_per_s": round(args.pods / measured["throughput_wall_s"], 1),
                        "wall_s": round(measured["throughput_wall_s"], 2),
@@ -250,13 +289,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+class _Client:
+    """This process and its finished children (the Go client runs as one): CPU seconds."""
+
+    def cpu_s(self) -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+
 def _cpu_s(procs: dict[str, Any]) -> dict[str, float]:
-    """User + system CPU seconds of each process so far (the client's includes its children)."""
-    out = {}
-    for k, p in procs.items():
-        t = p.cpu_times()
-        out[k] = t.user + t.system + (t.children_user + t.children_system if k == "client" else 0.0)
-    return out
+    """User + system CPU seconds of each process (tree) so far."""
+    return {k: p.cpu_s() for k, p in procs.items()}
 
 
 def _go_client(url: str, pods: list[dict], args: argparse.Namespace, work: Path, procs: dict[str, Any]) -> dict[str, Any]:
@@ -424,6 +467,7 @@ def main() -> None:
     p.add_argument("--pods", type=int, default=1000, help="pods in the throughput phase")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--bind-workers", type=int, default=16)
+    p.add_argument("--workers", type=int, default=1, help="extender server processes (iadeep extender serve --workers)")
     p.add_argument("--kube", choices=["controlplane", "null"], default="controlplane")
     p.add_argument("--client", choices=["go", "python"], default="go" if shutil.which("go") else "python",
                    help="the kube-scheduler stand-in: benchmarks/extenderload (Go, default when go is installed) or httpx")

@@ -129,6 +129,7 @@ func (c *client) schedule(p pod) (filterDt, prioDt time.Duration, bind []byte, e
 
 // bind binds; a refused bind is scheduled again, as kube-scheduler requeues the pod.
 func (c *client) bind(p pod, body []byte, sched *sync.Mutex, retries *int) (time.Duration, error) {
+	last := ""
 	for attempt := 0; attempt < 5; attempt++ {
 		var r bindingResult
 		dt, err := c.post("bind", body, &r)
@@ -138,6 +139,7 @@ func (c *client) bind(p pod, body []byte, sched *sync.Mutex, retries *int) (time
 		if r.Error == "" {
 			return dt, nil
 		}
+		last = r.Error
 		sched.Lock()
 		*retries++
 		_, _, body, err = c.schedule(p)
@@ -146,7 +148,7 @@ func (c *client) bind(p pod, body []byte, sched *sync.Mutex, retries *int) (time
 			return 0, err
 		}
 	}
-	return 0, fmt.Errorf("bind %s/%s: refused 5 times", p.Namespace, p.Name)
+	return 0, fmt.Errorf("bind %s/%s: refused 5 times, last: %s", p.Namespace, p.Name, last)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }

@@ -44,7 +44,7 @@ from iadeep.extender._wire import (
 )
 from iadeep.state import StoreUnavailable
 
-__all__ = ["create_app", "build_service"]
+__all__ = ["create_app", "build_service", "app_from_environment"]
 
 log = logging.getLogger("iadeep.extender")
 
@@ -74,6 +74,12 @@ def build_service(settings: ExtenderSettings) -> ExtenderService:
     model = InterferenceModel.from_file(path, settings.gpu_type)
     store = EtcdStateStore(settings.etcd)
     return ExtenderService(settings, store=store, pod_api=KubernetesPodApi(settings.kube), model=model)
+
+
+def app_from_environment() -> FastAPI:
+    """The app with settings from the environment: the factory each uvicorn worker calls
+    (``iadeep extender serve --workers N``)."""
+    return create_app(ExtenderSettings())
 
 
 def create_app(settings: ExtenderSettings | None = None, *, service: ExtenderService | None = None) -> FastAPI:

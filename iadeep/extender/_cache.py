@@ -178,6 +178,11 @@ class StateCache:
             if self._state is None:
                 return
             snap, base = self._state
+            # changes the copy already has (this process's own reservations, applied at bind time)
+            # cost nothing: no copy of the snapshot or the arrays for them
+            gpus = {k: v for k, v in gpus.items() if snap.gpu_states.get(k) != v}
+            jobs = {k: v for k, v in jobs.items() if snap.jobs.get(k) != v}
+            inventories = {k: v for k, v in inventories.items() if snap.inventories.get(k) != v}
             if inventories or gpus or jobs:
                 snap = snap.with_changes(inventories=inventories, gpu_states=gpus, jobs=jobs)
                 # an own reservation is confirmed once the watch shows its pod on every GPU it took

@@ -20,19 +20,51 @@ def _group() -> None:
     """The kube-scheduler extender (a command group even with one command)."""
 
 
+def _environment(overrides: dict[str, Any], prefix: str = "IADEEP_EXTENDER_") -> dict[str, str]:
+    """``overrides`` as the environment variables :class:`ExtenderSettings` reads (nested with ``__``)."""
+    out: dict[str, str] = {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            out.update(_environment(value, f"{prefix}{key.upper()}__"))
+        else:
+            out[f"{prefix}{key.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
 def run(overrides: dict[str, Any]) -> None:
-    """Build the settings (environment, then ``overrides``) and serve until interrupted."""
+    """Build the settings (environment, then ``overrides``) and serve until interrupted.
+
+    With ``workers > 1`` uvicorn starts that many processes; they read their settings from the
+    environment (the overrides are exported to it first) and share their Prometheus counters
+    through a temporary ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode).
+    """
     import logging
+    import os
+    import shutil
+    import tempfile
 
     import uvicorn
 
-    from iadeep.extender._app import create_app
     from iadeep.extender._settings import ExtenderSettings
 
     settings = ExtenderSettings(**{k: v for k, v in overrides.items() if v is not None})
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                access_log=False, timeout_graceful_shutdown=5)
+    common = {"host": settings.host, "port": settings.port, "log_level": settings.log_level.lower(),
+              "access_log": False, "timeout_graceful_shutdown": 5}
+    if settings.workers == 1:
+        from iadeep.extender._app import create_app
+
+        uvicorn.run(create_app(settings), **common)
+        return
+    os.environ.update(_environment(overrides))
+    metrics_dir = tempfile.mkdtemp(prefix="iadeep-extender-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    try:
+        uvicorn.run("iadeep.extender._app:app_from_environment", factory=True, workers=settings.workers, **common)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 @app.command()
@@ -46,8 +78,9 @@ def serve(
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default $KUBECONFIG / ~/.kube/config).")] = None,
     in_cluster: Annotated[bool | None, typer.Option("--in-cluster/--no-in-cluster", help="Use the pod's service account.")] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (default info).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Server processes sharing the port (default 1).", min=1)] = None,
 ) -> None:
     """Serve filter, prioritize and bind for kube-scheduler (plus /healthz, /readyz, /metrics, /inspect)."""
     kube = {k: v for k, v in {"kubeconfig": kubeconfig, "in_cluster": in_cluster}.items() if v is not None}
     run({"host": host, "port": port, "url_prefix": url_prefix, "policy": policy, "colocation_limit": colocation_limit,
-         "throughputs_file": throughputs_file, "log_level": log_level, "kube": kube or None})
+         "throughputs_file": throughputs_file, "log_level": log_level, "workers": workers, "kube": kube or None})

@@ -29,10 +29,12 @@ State metrics (computed at scrape time from the current snapshot):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -86,7 +88,12 @@ class ExtenderMetrics:
 
     def __init__(self, state_rows: Callable[[], dict[str, Any]]):
         self.registry = CollectorRegistry()
-        r = self.registry
+        # several server processes (``workers``): counters live in files under
+        # PROMETHEUS_MULTIPROC_DIR and every scrape sums them over the processes
+        multiproc = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if multiproc:
+            MultiProcessCollector(self.registry, path=multiproc)
+        r = None if multiproc else self.registry
         self.requests = Counter("iadeep_extender_requests", "Extender calls", ["verb", "outcome"], registry=r)
         self.latency = Histogram("iadeep_extender_request_seconds", "Extender call latency (s)", ["verb"],
                                  buckets=_BUCKETS, registry=r)
@@ -95,5 +102,5 @@ class ExtenderMetrics:
         self.retries = Counter("iadeep_extender_reservation_retries", "Placements retried after a reservation conflict",
                                registry=r)
         self.samples = Gauge("iadeep_extender_samples_learned", "Learned interference samples loaded from the store",
-                             registry=r)
-        r.register(_StateCollector(state_rows))
+                             registry=r, multiprocess_mode="max")
+        self.registry.register(_StateCollector(state_rows))

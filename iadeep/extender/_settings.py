@@ -5,6 +5,7 @@ One root class, :class:`ExtenderSettings`, read from environment variables prefi
 
     IADEEP_EXTENDER_HOST=0.0.0.0
     IADEEP_EXTENDER_PORT=8888
+    IADEEP_EXTENDER_WORKERS=1
     IADEEP_EXTENDER_URL_PREFIX=/iadeep
     IADEEP_EXTENDER_POLICY=iadeep
     IADEEP_EXTENDER_COLOCATION_LIMIT=2
@@ -101,6 +102,11 @@ class ExtenderSettings(BaseSettings):
         gpu_type: which GPU type's measurements to use.
         bind_attempts: placements tried per bind when the reservation meets a concurrent change.
         log_level: uvicorn and ``iadeep`` log level.
+        workers: server processes (uvicorn workers) sharing the port. Each keeps its own copy of
+            the state; etcd's transactions keep them (like several replicas) from taking the same
+            GPU memory. One process is bound by Python's GIL to about one CPU core, so more workers
+            help on a host with cores to spare; on the 2-core development machine, shared with
+            etcd and the load generator, two workers were no faster (README, Performance).
     """
 
     model_config = SettingsConfigDict(
@@ -118,6 +124,7 @@ class ExtenderSettings(BaseSettings):
     gpu_type: str = "v100"
     bind_attempts: int = Field(3, ge=1)
     log_level: str = "info"
+    workers: int = Field(1, ge=1)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     kube: KubeSettings = Field(default_factory=KubeSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
