@@ -84,7 +84,7 @@ def offered_load(df: pd.DataFrame, cluster_gpus: int) -> LoadStats:
     order = np.argsort(t, kind="stable")
     t, work = t[order], work[order]
     span = float(t[-1] - t[0])
-    if span <= 0:
+    if span <= 0 or PEAK_WINDOW_FRACTION * span <= 0:  # all at once (or within a denormal instant)
         load = math.inf if total > 0 else math.nan
         return LoadStats(int(cluster_gpus), n, 0.0, total, load, load, 0.0, float(t[0]))
     mean = total / (cluster_gpus * span)
