@@ -12,7 +12,7 @@ compacted history (or an outage) makes the cache list again.
 
 Reservations this process makes are applied to the copy at once (:meth:`apply`), so the next
 ``filter`` already sees them, and re-applied over any change of the same GPU that the watch
-delivers before the reservation itself. ``bind`` never trusts the copy for correctness: the
+delivers before the reservation itself (recognised by the job record its transaction wrote). ``bind`` never trusts the copy for correctness: the
 store's reservation transaction is the arbiter, and after a conflict :meth:`sync` waits until
 the copy has caught up with the store before placing again.
 
@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 
 from iadeep.extender._view import Snapshot, TypeResolver, ViewBase
 from iadeep.state import (
@@ -51,6 +52,7 @@ Clock = Callable[[], float]
 
 _PENDING_TTL_S = 60.0  # an own reservation not confirmed by the watch for this long is dropped
 _COMPACT_MIN_ROWS = 1024  # compaction is not worth it below this many job rows
+_DELIVERED = 4096  # job records remembered as delivered by the watch (binds in flight are far fewer)
 
 
 class StateCache:
@@ -84,6 +86,8 @@ class StateCache:
         self._caught_up = threading.Condition(self._write)
         # own reservations not yet seen in the watch: (applied at, job, type id, assignments)
         self._pending: list[tuple[float, JobRecord, int, tuple[Assignment, ...]]] = []
+        # job records the watch delivered lately: (pod UID, record) -> None, oldest first
+        self._delivered: OrderedDict[tuple[str, JobRecord], None] = OrderedDict()
         self._samples_seen = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -183,11 +187,19 @@ class StateCache:
             gpus = {k: v for k, v in gpus.items() if snap.gpu_states.get(k) != v}
             jobs = {k: v for k, v in jobs.items() if snap.jobs.get(k) != v}
             inventories = {k: v for k, v in inventories.items() if snap.inventories.get(k) != v}
+            # an own reservation is confirmed once the watch delivers the job record its
+            # transaction wrote (the very record: an older one of the same pod does not count);
+            # later changes in the same batch, a release say, then apply as they are
+            written = {(c.name, c.record) for c in batch.changes if c.kind == "job" and c.record is not None}
+            for w in written:
+                self._delivered[w] = None
+            while len(self._delivered) > _DELIVERED:
+                self._delivered.popitem(last=False)
+            if self._pending:
+                self._pending = [p for p in self._pending
+                                 if now - p[0] < _PENDING_TTL_S and (p[1].pod_uid, p[1]) not in written]
             if inventories or gpus or jobs:
                 snap = snap.with_changes(inventories=inventories, gpu_states=gpus, jobs=jobs)
-                # an own reservation is confirmed once the watch shows its pod on every GPU it took
-                self._pending = [p for p in self._pending if now - p[0] < _PENDING_TTL_S and not all(
-                    a.pod_uid in snap.gpu_states.get((a.node, a.gpu), _EMPTY).pods for a in p[3])]
                 if inventories or (len(base.pods) > _COMPACT_MIN_ROWS and base.mostly_dead()):
                     base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
                 else:
@@ -216,6 +228,8 @@ class StateCache:
         """Add a reservation this process just made to the copy."""
         now = self.clock()
         with self._write:
+            if (job.pod_uid, job) in self._delivered:
+                return  # the watch was faster: the copy has it (and anything that followed it)
             if self._state is None:
                 self._pending.append((now, job, type_id, tuple(assignments)))
                 return
@@ -304,5 +318,3 @@ class StateCache:
             self._thread.join(timeout=10)
             self._thread = None
 
-
-_EMPTY = GpuState("", 0)

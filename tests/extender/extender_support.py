@@ -167,3 +167,16 @@ def scheduler_config(port: int) -> dict[str, Any]:
         ext["urlPrefix"] = f"http://127.0.0.1:{port}/iadeep"
         ext["httpTimeout"] = "10s"
     return config
+
+
+def view_meaning(base: Any) -> tuple:
+    """What a :class:`~iadeep.extender.ViewBase` means, independent of handle numbering, slot
+    width and dead job rows: per GPU its node, index, used memory, pods and their job rows."""
+    gpus = []
+    for g in range(base.n_gpus):
+        pods = tuple(base.pods[h] for h in base.slots[g] if h >= 0)
+        rows = tuple((int(base.job_type[base.handles[p]]), int(base.job_num_gpus[base.handles[p]]),
+                      float(base.job_work_left_s[base.handles[p]])) for p in pods)
+        gpus.append((base.node_names[base.gpu_node[g]], int(base.gpu_local_index[g]),
+                     float(base.gpu_mem_used_gib[g]), pods, rows))
+    return tuple(gpus)

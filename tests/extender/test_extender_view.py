@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from extender_support import gpu_pod, wire
+from extender_support import gpu_pod, view_meaning, wire
 
 from iadeep.extender import PodSpecError, Snapshot, TypeResolver, ViewBase, build_view, pod_demand
 from iadeep.extender._wire import Pod
@@ -175,18 +175,6 @@ job_change = st.tuples(st.just("job"), st.sampled_from(_PODS),
                        st.one_of(st.none(), st.tuples(st.sampled_from(_KINDS), st.integers(1, 2), st.floats(0.0, 1e4))))
 
 
-def _canonical(base: ViewBase) -> tuple:
-    """What a view means, independent of handle numbering, slot width and dead rows."""
-    gpus = []
-    for g in range(base.n_gpus):
-        pods = tuple(base.pods[h] for h in base.slots[g] if h >= 0)
-        rows = tuple((int(base.job_type[base.handles[p]]), int(base.job_num_gpus[base.handles[p]]),
-                      float(base.job_work_left_s[base.handles[p]])) for p in pods)
-        gpus.append((base.node_names[base.gpu_node[g]], int(base.gpu_local_index[g]),
-                     float(base.gpu_mem_used_gib[g]), pods, rows))
-    return tuple(gpus)
-
-
 @settings(max_examples=80, deadline=None)
 @given(batches=st.lists(st.lists(st.one_of(gpu_change, job_change), min_size=1, max_size=6), max_size=12))
 def test_incremental_updates_equal_a_fresh_build(types, batches):
@@ -203,7 +191,7 @@ def test_incremental_updates_equal_a_fresh_build(types, batches):
         snap = snap.with_changes(gpu_states=gpus, jobs=jobs)
         base = base.with_jobs(jobs, types, now_s=1.0)
         base = base.with_gpu_states({k: snap.gpu_states.get(k) for k in gpus}, snap.jobs, types, now_s=1.0)
-        assert _canonical(base) == _canonical(ViewBase.from_snapshot(snap, types, slots=2))
+        assert view_meaning(base) == view_meaning(ViewBase.from_snapshot(snap, types, slots=2))
 
 
 def test_reservation_then_release_by_pod(snapshot, types):
@@ -212,8 +200,8 @@ def test_reservation_then_release_by_pod(snapshot, types):
     a = [Assignment("new", "a", 2, 5.0, 1.0)]
     snap2 = snapshot.with_reservation(job, a)
     base2 = base.with_reservation(job, types.resolve("LM", 20), a)
-    assert _canonical(base2) == _canonical(ViewBase.from_snapshot(snap2, types, slots=2))
+    assert view_meaning(base2) == view_meaning(ViewBase.from_snapshot(snap2, types, slots=2))
     snap3 = snap2.without_pod("new")
     base3 = base2.with_gpu_states(snap2.without_pod_states("new"), snap3.jobs, types, now_s=2.0)
-    assert _canonical(base3) == _canonical(ViewBase.from_snapshot(snap3, types, slots=2))
+    assert view_meaning(base3) == view_meaning(ViewBase.from_snapshot(snap3, types, slots=2))
     assert not base3.mostly_dead()
