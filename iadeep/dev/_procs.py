@@ -10,7 +10,6 @@ stop goes through :meth:`Proc.stop` first anyway.)
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -19,15 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
-
+from iadeep._parent import die_with_parent
 
 def _pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass
+    die_with_parent(signal.SIGKILL)
 
 
 @dataclass

@@ -78,7 +78,16 @@ def build_service(settings: ExtenderSettings) -> ExtenderService:
 
 def app_from_environment() -> FastAPI:
     """The app with settings from the environment: the factory each uvicorn worker calls
-    (``iadeep extender serve --workers N``)."""
+    (``iadeep extender serve --workers N``). A worker gets SIGTERM when the server that started
+    it dies, even by SIGKILL, so that none is left serving on the port."""
+    import os
+    import signal
+
+    from iadeep._parent import die_with_parent
+
+    parent = os.environ.get("IADEEP_EXTENDER_PARENT_PID", "")
+    if parent.isdigit():
+        die_with_parent(signal.SIGTERM, int(parent))
     return create_app(ExtenderSettings())
 
 

@@ -145,6 +145,9 @@ class KubernetesPodApi:
     Args:
         settings: in-cluster or kubeconfig, and the per-call timeout.
         api_client: an existing ``kubernetes.client.ApiClient`` (tests); built from ``settings`` otherwise.
+
+    Raises:
+        KubeError: the configuration cannot be loaded (the message says which and how to set it).
     """
 
     COMPONENT = "iadeep-extender"
@@ -154,11 +157,17 @@ class KubernetesPodApi:
 
         if api_client is None:
             cfg = client.Configuration()
-            if settings.in_cluster:
-                config.load_incluster_config(client_configuration=cfg)
-            else:
-                config.load_kube_config(config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
-                                        context=settings.context, client_configuration=cfg)
+            try:
+                if settings.in_cluster:
+                    config.load_incluster_config(client_configuration=cfg)
+                else:
+                    config.load_kube_config(config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
+                                            context=settings.context, client_configuration=cfg)
+            except (config.ConfigException, OSError) as exc:
+                where = "in-cluster service account" if settings.in_cluster else \
+                    f"kubeconfig {settings.kubeconfig or '($KUBECONFIG or ~/.kube/config)'}"
+                raise KubeError(f"cannot load the Kubernetes configuration ({where}): {exc}; set --kubeconfig "
+                                "(IADEEP_EXTENDER_KUBE__KUBECONFIG) or --in-cluster") from None
             cfg.connection_pool_maxsize = settings.max_connections
             api_client = client.ApiClient(cfg)
         self.api_client = api_client

@@ -146,7 +146,11 @@ class StateCache:
             raise
         now = self.clock()
         snap = Snapshot(listing.inventories, listing.gpu_states, listing.jobs, now)
-        base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
+        try:
+            base = ViewBase.from_snapshot(snap, self.types, slots=self.slots)
+        except Exception as exc:
+            self._error = f"could not build the state copy: {type(exc).__name__}: {exc}"
+            raise
         fresh: list[InterferenceSampleRecord] = []
         with self._write:
             self._pending = [p for p in self._pending if now - p[0] < _PENDING_TTL_S]

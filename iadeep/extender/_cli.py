@@ -5,6 +5,9 @@ Flags override the ``IADEEP_EXTENDER_*`` environment (see :class:`ExtenderSettin
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,17 +36,49 @@ def _environment(overrides: dict[str, Any], prefix: str = "IADEEP_EXTENDER_") ->
     return out
 
 
+METRICS_DIR_PREFIX = "iadeep-extender-metrics-"
+
+
+def _clean_stale_metrics_dirs(parent: Path) -> None:
+    """Remove metrics folders left by servers that are gone (a SIGKILLed parent cannot clean up);
+    each folder is named after the pid of the server that made it."""
+    for d in parent.glob(f"{METRICS_DIR_PREFIX}*"):
+        pid = d.name[len(METRICS_DIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _check_kube(settings: Any) -> None:
+    """Fail now, in one line, when the Kubernetes configuration cannot be loaded."""
+    from iadeep.extender._bind import KubeError, KubernetesPodApi
+
+    try:
+        KubernetesPodApi(settings.kube).close()
+    except KubeError as exc:
+        typer.echo(f"iadeep extender: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 def run(overrides: dict[str, Any]) -> None:
     """Build the settings (environment, then ``overrides``) and serve until interrupted.
 
     With ``workers > 1`` uvicorn starts that many processes; they read their settings from the
-    environment (the overrides are exported to it first) and share their Prometheus counters
-    through a temporary ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode).
+    environment (the overrides are exported to it first), share their Prometheus counters
+    through a ``PROMETHEUS_MULTIPROC_DIR`` of this server's own (prometheus_client's
+    multiprocess mode; removed at exit, or at the next start if this process was killed) and get
+    SIGTERM when this process dies.
     """
     import logging
-    import os
-    import shutil
-    import tempfile
 
     import uvicorn
 
@@ -51,6 +86,7 @@ def run(overrides: dict[str, Any]) -> None:
 
     settings = ExtenderSettings(**{k: v for k, v in overrides.items() if v is not None})
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _check_kube(settings)
     common = {"host": settings.host, "port": settings.port, "log_level": settings.log_level.lower(),
               "access_log": False, "timeout_graceful_shutdown": 5}
     if settings.workers == 1:
@@ -59,8 +95,11 @@ def run(overrides: dict[str, Any]) -> None:
         uvicorn.run(create_app(settings), **common)
         return
     os.environ.update(_environment(overrides))
-    metrics_dir = tempfile.mkdtemp(prefix="iadeep-extender-metrics-")
+    tmp = Path(tempfile.gettempdir())
+    _clean_stale_metrics_dirs(tmp)
+    metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-", dir=tmp)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    os.environ["IADEEP_EXTENDER_PARENT_PID"] = str(os.getpid())
     try:
         uvicorn.run("iadeep.extender._app:app_from_environment", factory=True, workers=settings.workers, **common)
     finally:

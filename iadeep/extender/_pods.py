@@ -127,6 +127,8 @@ def _quantity(value: object, what: str) -> Decimal:
         raise PodSpecError(f"{what}: {value!r} is not a quantity") from None
     if not q.is_finite():
         raise PodSpecError(f"{what}: {value!r} is not a finite quantity")
+    if q and q.adjusted() > _MAX_QUANTITY_DIGITS:  # Kubernetes' own quantities stop at 2^63
+        raise PodSpecError(f"{what}: {value!r} is out of range")
     return q
 
 
@@ -146,6 +148,9 @@ def _effective(pod: Pod, resource: str) -> Decimal:
     main = sum(_resource(pod.spec.containers, resource, "container"), Decimal(0))
     init = _resource(pod.spec.initContainers, resource, "init container")
     return max([main, *init])
+
+
+_MAX_QUANTITY_DIGITS = 18
 
 
 def _int_annotation(pod: Pod, key: str, default: int) -> int:

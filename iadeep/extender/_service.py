@@ -112,6 +112,8 @@ class ExtenderService:
             self.cache.refresh()
         except StoreUnavailable as exc:
             log.warning("state store not reachable at start: %s", exc)
+        except Exception:  # noqa: BLE001 - serve anyway: /readyz reports it and the follower retries
+            log.exception("could not load the state at start")
         gc.collect()
         gc.freeze()
         self.cache.start()
@@ -151,10 +153,9 @@ class ExtenderService:
             try:
                 a = types[self.types.resolve(r.job_model, r.job_batch_size)]
                 b = types[self.types.resolve(r.partner_model, r.partner_batch_size)]
-            except PodSpecError:
-                log.warning("ignoring a learned sample of an unknown job type: %s", r)
-                continue
-            samples.append(InterferenceSample(a, b, float(r.normalised_throughput)))
+                samples.append(InterferenceSample(a, b, float(r.normalised_throughput)))
+            except (PodSpecError, TypeError, ValueError) as exc:
+                log.warning("ignoring a learned sample (%s): %s", exc, r)
         with self._policy_lock:
             if learner is not None:
                 learner.observe_many(samples)

@@ -230,6 +230,7 @@ class EtcdStateStore:
         self._leases: dict[str, int] = {}
         self._stats = {"requests": 0, "retries": 0, "txn_conflicts": 0}
         self._closed = False
+        self._cluster_id: str | None = None  # etcd's cluster ID as first seen by changes()
 
     # -- transport --------------------------------------------------------------------------
 
@@ -757,11 +758,7 @@ class EtcdStateStore:
         for revision, events in self._watch_batches(self.keys.prefix + "/", start_revision, idle_s, strict=True):
             out = []
             for deleted, kv in events:
-                try:
-                    change = self.keys.decode_change(kv.key, None if deleted else kv.value, kv.mod_revision)
-                except RecordError as exc:
-                    log.warning("skipping a malformed record: %s", exc)
-                    continue
+                change = self.keys.decode_or_absent(kv.key, None if deleted else kv.value, kv.mod_revision)
                 if change is not None:
                     out.append(change)
             yield ChangeBatch(revision, tuple(out))
@@ -796,7 +793,12 @@ class EtcdStateStore:
                        strict: bool) -> Iterator[tuple[int, list[tuple[bool, _KV]]]]:
         """``(revision, [(deleted, kv), ...])`` per watch response with events, from ``start``,
         until ``timeout_s`` without one. A compacted start revision raises
-        :class:`HistoryCompacted` when ``strict``, else the watch goes on from the oldest kept."""
+        :class:`HistoryCompacted` when ``strict``, else the watch goes on from the oldest kept.
+
+        When ``strict``, each (re)opened stream also checks etcd's answer header: a cluster ID
+        other than the one this store saw first, or a current revision below what was delivered,
+        means the store was replaced or restored from a backup (etcd would otherwise just wait
+        for the "future" revision): :class:`HistoryCompacted` too, so the follower lists again."""
         create = {"key": _b64(prefix), "range_end": _range_end(prefix)}
         connect_s = self.settings.timeouts.connect_s
         failures = 0
@@ -835,6 +837,13 @@ class EtcdStateStore:
                         if "error" in msg:  # the gateway lost etcd (e.g. it is shutting down)
                             raise _Transient(endpoint, f"watch failed: {self._message(json.dumps(msg['error']))}")
                         result = msg.get("result", {})
+                        if strict and result.get("created"):
+                            header = result.get("header", {})
+                            seen, self._cluster_id = self._cluster_id, header.get("cluster_id") or self._cluster_id
+                            if (seen and self._cluster_id != seen) or int(header.get("revision", start)) < start - 1:
+                                raise HistoryCompacted(
+                                    f"etcd at {endpoint} was replaced or restored (cluster {header.get('cluster_id')}, "
+                                    f"revision {header.get('revision')}; this follower had reached {start - 1})")
                         if result.get("canceled"):
                             compacted = int(result.get("compact_revision", 0))
                             if strict and compacted:

@@ -115,12 +115,12 @@ class Keys:
     def lock(self, name: str) -> str:
         return f"{self.prefix}/locks/{name}"
 
-    def decode_change(self, key: str, value: str | bytes | None, revision: int) -> Change | None:
-        """What a put (``value``) or delete (``value=None``) of ``key`` means to a follower of
-        inventories, GPU states, jobs and samples; ``None`` for any other key.
+    def followed(self, key: str) -> tuple[ChangeKind, str | tuple[str, int]] | None:
+        """``(kind, name)`` of a key an extender follows (inventories, GPU states, jobs, samples),
+        ``None`` for any other key.
 
         Raises:
-            RecordError: the key or the record is malformed (names the key).
+            RecordError: a GPU key without ``<node>/<gpu index>``.
         """
         if not key.startswith(self.prefix + "/"):
             return None
@@ -128,18 +128,49 @@ class Keys:
         spec = _FOLLOWED.get(folder)
         if spec is None or not rest:
             return None
-        kind, cls = spec
-        name: str | tuple[str, int] = rest
-        if kind == "gpu":
-            node, _, index = rest.rpartition("/")
-            if not node or not index.isdigit():
-                raise RecordError(f"{key}: expected gpus/<node>/<gpu index>")
-            name = (node, int(index))
+        if spec[0] != "gpu":
+            return spec[0], rest
+        node, _, index = rest.rpartition("/")
+        if not node or not index.isdigit():
+            raise RecordError(f"{key}: expected gpus/<node>/<gpu index>")
+        return "gpu", (node, int(index))
+
+    def decode_change(self, key: str, value: str | bytes | None, revision: int) -> Change | None:
+        """What a put (``value``) or delete (``value=None``) of ``key`` means to a follower of
+        inventories, GPU states, jobs and samples; ``None`` for any other key.
+
+        Raises:
+            RecordError: the key or the record is malformed, or the record names another node,
+                GPU or pod than its key (the message names the key).
+        """
+        found = self.followed(key)
+        if found is None:
+            return None
+        kind, name = found
+        if value is None:
+            return Change(kind, name, None, revision)
         try:
-            record = None if value is None else from_json(cls, value)
+            record = from_json(_FOLLOWED_TYPES[kind], value)
         except RecordError as exc:
             raise RecordError(f"{key}: {exc}") from None
+        identity = {"inventory": lambda r: r.node, "gpu": lambda r: (r.node, r.gpu), "job": lambda r: r.pod_uid,
+                    "sample": lambda r: name}[kind](record)
+        if identity != name:
+            raise RecordError(f"{key}: the record is for {identity!r}, not {name!r}")
         return Change(kind, name, record, revision)
+
+    def decode_or_absent(self, key: str, value: str | bytes | None, revision: int) -> Change | None:
+        """:meth:`decode_change`, with a malformed record logged and reported as absent (deleted),
+        as a listing skips it: a follower and a fresh listing then agree."""
+        try:
+            return self.decode_change(key, value, revision)
+        except RecordError as exc:
+            log.warning("malformed record, treated as absent: %s", exc)
+            try:
+                found = self.followed(key)
+            except RecordError:
+                return None
+            return None if found is None else Change(found[0], found[1], None, revision)
 
 
 _FOLLOWED: dict[str, tuple[ChangeKind, type]] = {
@@ -148,6 +179,7 @@ _FOLLOWED: dict[str, tuple[ChangeKind, type]] = {
     "jobs": ("job", JobRecord),
     "samples": ("sample", InterferenceSampleRecord),
 }
+_FOLLOWED_TYPES: dict[str, type] = {kind: cls for kind, cls in _FOLLOWED.values()}
 
 
 def new_seqs(n: int) -> list[str]:
@@ -601,11 +633,7 @@ class MemoryStateStore:
     def _follow(self, w: _MemoryWatch) -> Iterator[ChangeBatch]:
         for event in w:
             rev = int(event["revision"])
-            try:
-                change = self.keys.decode_change(event["key"], event.get("value") if event["type"] == "put" else None, rev)
-            except RecordError as exc:
-                log.warning("skipping a malformed record: %s", exc)
-                change = None
+            change = self.keys.decode_or_absent(event["key"], event.get("value") if event["type"] == "put" else None, rev)
             yield ChangeBatch(rev, (change,) if change is not None else ())
 
     def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:

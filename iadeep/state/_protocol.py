@@ -177,12 +177,14 @@ class StateStore(Protocol):
         """The store's current revision (increases with every change)."""
 
     def list_state(self) -> StateListing:
-        """Inventories, GPU states, jobs and learned samples at one revision."""
+        """Inventories, GPU states, jobs and learned samples at one revision (malformed records,
+        as :meth:`changes` describes them, are logged and left out)."""
 
     def changes(self, start_revision: int, *, idle_s: float) -> Iterator[ChangeBatch]:
         """Changes of inventories, GPU states, jobs and samples from ``start_revision`` on, in
-        revision order, until ``idle_s`` passes without any change in the store; malformed
-        records are logged and skipped.
+        revision order, until ``idle_s`` passes without any change in the store. A malformed
+        record (bad JSON, a mistyped or non-finite field, a record naming another node, GPU or
+        pod than its key) is logged and reported as deleted, as :meth:`list_state` leaves it out.
 
         Raises:
             HistoryCompacted: ``start_revision`` is older than the history the store keeps.

@@ -23,8 +23,12 @@ key                                             value
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, TypeVar
+
+import msgspec
 
 __all__ = [
     "GpuInfo",
@@ -68,10 +72,6 @@ class NodeInventory:
 
     node: str
     gpus: tuple[GpuInfo, ...]
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "NodeInventory":
-        return cls(str(d["node"]), tuple(GpuInfo(**g) for g in d["gpus"]))
 
 
 @dataclass(frozen=True)
@@ -117,10 +117,6 @@ class GpuState:
     mem_used_gib: float = 0.0
     pods: tuple[str, ...] = ()
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "GpuState":
-        return cls(str(d["node"]), int(d["gpu"]), float(d["mem_used_gib"]), tuple(d["pods"]))
-
 
 @dataclass(frozen=True)
 class Measurement:
@@ -140,10 +136,6 @@ class TuningRequest:
     gpu: int
     pods: tuple[str, ...]
     requested_at: float
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TuningRequest":
-        return cls(str(d["node"]), int(d["gpu"]), tuple(d["pods"]), float(d["requested_at"]))
 
 
 @dataclass(frozen=True)
@@ -182,10 +174,12 @@ def to_json(record: Any) -> str:
 
 
 def from_json(cls: type[R], text: str | bytes) -> R:
-    """Parse JSON into ``cls``.
+    """Parse JSON into ``cls``, checking every field's type (msgspec), that numbers are finite,
+    and the record's own rules (:data:`_RULES`).
 
     Raises:
-        RecordError: invalid JSON or missing/unknown fields (names ``cls`` and the field).
+        RecordError: invalid JSON, a missing, unknown or mistyped field, a non-finite number, or
+            a broken rule; the message names ``cls`` and the field (e.g. ``$.gpus[0].mem_gib``).
     """
     try:
         d = json.loads(text)
@@ -197,8 +191,64 @@ def from_json(cls: type[R], text: str | bytes) -> R:
     unknown = set(d) - names
     if unknown:
         raise RecordError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+    where = _non_finite(d, "$")
+    if where:
+        raise RecordError(f"{cls.__name__}: {where}: not a finite number")
     try:
-        factory = getattr(cls, "from_dict", None)
-        return factory(d) if factory else cls(**d)  # type: ignore[call-arg]
-    except (KeyError, TypeError, ValueError) as exc:
+        record = msgspec.convert(d, cls)
+    except msgspec.ValidationError as exc:
         raise RecordError(f"{cls.__name__}: {exc}") from None
+    for check in _RULES.get(cls, ()):
+        problem = check(record)
+        if problem:
+            raise RecordError(f"{cls.__name__}: {problem}")
+    return record
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """Path of the first NaN or infinite number in parsed JSON (``1e400`` parses as infinity)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else where
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _non_finite(v, f"{where}.{k}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _non_finite(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _inventory_rules(inv: NodeInventory) -> str | None:
+    indexes = [g.index for g in inv.gpus]
+    if len(set(indexes)) != len(indexes):
+        return f"$.gpus: GPU indexes repeat: {indexes}"
+    for i, g in enumerate(inv.gpus):
+        if g.index < 0 or g.mem_gib <= 0:
+            return f"$.gpus[{i}]: index must be >= 0 and mem_gib > 0, got {g.index} and {g.mem_gib}"
+    return None
+
+
+def _gpu_rules(st: GpuState) -> str | None:
+    if st.gpu < 0 or st.mem_used_gib < 0:
+        return f"gpu must be >= 0 and mem_used_gib >= 0, got {st.gpu} and {st.mem_used_gib}"
+    if len(set(st.pods)) != len(st.pods):
+        return f"$.pods: a pod is listed twice: {list(st.pods)}"
+    return None
+
+
+def _job_rules(job: JobRecord) -> str | None:
+    if job.batch_size < 1 or job.num_gpus < 1 or job.mem_gib <= 0 or job.remaining_s < 0:
+        return "batch_size and num_gpus must be >= 1, mem_gib > 0, remaining_s >= 0"
+    return None
+
+
+#: Rules a parsed record must keep beyond its field types (each returns what is wrong, or None).
+_RULES: dict[type, tuple[Callable[[Any], str | None], ...]] = {
+    NodeInventory: (_inventory_rules,),
+    GpuState: (_gpu_rules,),
+    JobRecord: (_job_rules,),
+}

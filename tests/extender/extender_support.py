@@ -126,6 +126,17 @@ class ProcessServer:
                 raise RuntimeError(f"extender not ready after {timeout}s:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.1)
 
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM to the server process (not its group: it stops its own workers); its exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return int(self.proc.returncode)
+
     def kill(self) -> None:
         """SIGKILL, no shutdown handlers (a crash)."""
         if self.proc is not None and self.proc.poll() is None:

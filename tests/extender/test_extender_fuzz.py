@@ -31,7 +31,7 @@ quantities = st.one_of(
     st.integers(-10**20, 10**20), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
 )
 annotation_values = st.one_of(st.sampled_from(["ResNet-18", "ResNet-50", "LM", "A3C", "GPT-9", "", "16", "-1", "0",
-                                               "nan", "1e400", "99999999999999999999"]), st.text(max_size=12))
+                                               "nan", "1e400", "99999999999999999999", "9e99999999"]), st.text(max_size=12))
 resource_names = st.sampled_from(["iadeep.io/gpu-mem", "iadeep.io/gpu-mem", "iadeep.io/gpu-count", "cpu", "nvidia.com/gpu"])
 
 

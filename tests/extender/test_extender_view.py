@@ -155,7 +155,9 @@ def test_pod_demand_sums_containers_and_takes_the_larger_init_container():
     ("8", None, {"iadeep.io/batch-size": "big"}, "annotation iadeep.io/batch-size='big' is not an integer"),
     ("8", None, {"iadeep.io/batch-size": "0"}, "must be >= 1"),
     ("8", None, {"iadeep.io/duration-s": "nan"}, "must be a finite number"),
-    ("1e999999", None, {}, "is not a usable amount"),
+    ("1e999999", None, {}, "is out of range"),
+    ("9e99999999", None, {}, "is out of range"),  # summing it overflowed Decimal's context
+    ("8", "1e999999999999", {}, "is out of range"),
 ])
 def test_pod_demand_rejects_what_cannot_be_served(mem, gpus, annotations, message):
     with pytest.raises(PodSpecError, match=message.replace("(", r"\(").replace(".", r"\.")):

@@ -4,14 +4,16 @@ both serve requests."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import psutil
 import pytest
-from extender_support import SCHEDULER, ProcessServer, extender_args, gpu_pod, publish, wait_for
+from extender_support import SCHEDULER, ProcessServer, extender_args, free_port, gpu_pod, publish, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -75,5 +77,48 @@ def test_two_workers_share_the_state_and_the_metrics(k8s_client, k8s_namespace, 
         assert _metric(metrics, 'iadeep_extender_binds_total{outcome="bound"}') == 4
         busy = [p.cpu_times().user + p.cpu_times().system - before[p.pid] for p in workers]
         assert min(busy) > 0.05, f"CPU seconds per worker while probing: {busy}"
+
+        # SIGTERM: the workers stop and the shared metrics folder goes with them
+        folders = list(Path(tempfile.gettempdir()).glob(f"iadeep-extender-metrics-{server.proc.pid}-*"))
+        assert len(folders) == 1
+        assert server.stop() == 0
+        assert not folders[0].exists()
+        assert not any(_running(p) for p in workers)
     finally:
         server.kill()
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_workers_die_with_a_killed_server_and_its_folder_is_reclaimed(control_plane, etcd_settings, store,
+                                                                      throughputs_path, tmp_path):
+    publish(store, ["k0"])
+    env = {
+        "IADEEP_ETCD_ENDPOINTS": ",".join(etcd_settings.endpoints),
+        "IADEEP_ETCD_PREFIX": etcd_settings.prefix,
+        "IADEEP_EXTENDER_THROUGHPUTS_FILE": str(throughputs_path),
+        "IADEEP_EXTENDER_KUBE__KUBECONFIG": str(control_plane.kubeconfig),
+        "IADEEP_EXTENDER_WORKERS": "2",
+        "IADEEP_EXTENDER_LOG_LEVEL": "warning",
+    }
+    port = free_port()
+    first = ProcessServer(env, port, tmp_path / "first.log").start()
+    workers = psutil.Process(first.proc.pid).children(recursive=True)
+    folders = list(Path(tempfile.gettempdir()).glob(f"iadeep-extender-metrics-{first.proc.pid}-*"))
+    assert len(folders) == 1
+    first.proc.kill()  # the server only, by SIGKILL: no cleanup of its own
+    first.proc.wait(timeout=10)
+    wait_for(lambda: [p for p in workers if _running(p)], lambda alive: not alive, timeout=15,
+             what="the workers to exit after their server died")
+    assert folders[0].exists()  # nobody could remove it ...
+    second = ProcessServer(env, port, tmp_path / "second.log").start()
+    try:
+        assert not folders[0].exists()  # ... until the next server started
+        assert httpx.get(f"{second.url}/readyz").status_code == 200
+    finally:
+        assert second.stop() == 0

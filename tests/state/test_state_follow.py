@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from state_support import inventory, job
+from state_support import etcd_settings, inventory, job
 
 from iadeep.state import (
     AllocationConflict,
@@ -102,17 +102,32 @@ def test_etcd_compacted_history_is_reported(etcd_store):
         list(etcd_store.changes(old, idle_s=0.5))
 
 
-def test_etcd_malformed_record_is_skipped(etcd_store, caplog):
+@pytest.mark.parametrize("folder, value", [
+    ("gpus/a/0", b"{not json"),
+    ("gpus/a/0", b'{"node":"a","gpu":0,"mem_used_gib":"lots","pods":[]}'),  # mistyped
+    ("gpus/a/0", b'{"node":"a","gpu":0,"mem_used_gib":1e400,"pods":[]}'),  # not finite
+    ("gpus/a/0", b'{"node":"a","gpu":0,"mem_used_gib":1.0,"pods":"abc"}'),  # a string is no list
+    ("gpus/a/0", b'{"node":"b","gpu":0,"mem_used_gib":1.0,"pods":[]}'),  # another node's record
+    ("nodes/a", b'{"node":"a","gpus":[{"index":0,"mem_gib":"abc"}]}'),
+    ("nodes/a", b'{"node":"a","gpus":[{"index":0,"mem_gib":8},{"index":0,"mem_gib":8}]}'),  # index twice
+    ("jobs/j", b'{"pod_uid":"j","namespace":"n","name":"j","model":"m","batch_size":"big","num_gpus":1,"mem_gib":1}'),
+])
+def test_etcd_malformed_record_reads_as_absent(etcd_store, caplog, folder, value):
+    """The watch reports a malformed record as deleted, the listing leaves it out: they agree."""
     etcd_store.put_inventory(inventory("a", gpus=1))
+    etcd_store.reserve(job("j"), "a", [0], colocation_limit=2, now_s=1.0)
     start = etcd_store.revision() + 1
-    key = etcd_store.keys.gpu("a", 0)
+    key = f"{etcd_store.keys.prefix}/{folder}"
     etcd_store._post("/kv/put", {"key": base64.b64encode(key.encode()).decode(),
-                                 "value": base64.b64encode(b"{not json").decode()})
+                                 "value": base64.b64encode(value).decode()})
     etcd_store.put_inventory(inventory("b", gpus=1))
     changes = _collect(etcd_store, start, etcd_store.revision())
-    assert [c.name for c in changes] == ["b"]
+    assert [(c.name, c.record is None) for c in changes][0][1] is True
+    assert changes[-1].name == "b" and changes[-1].record is not None
     assert "malformed" in caplog.text and key in caplog.text
-    assert ("a", 0) not in etcd_store.list_state().gpu_states  # listing skips it too
+    listing = etcd_store.list_state()
+    gone = changes[0].name
+    assert gone not in {**listing.inventories, **listing.gpu_states, **listing.jobs}
 
 
 # -- reservations from the caller's copy ------------------------------------------------------
@@ -181,3 +196,36 @@ def test_hinted_reservations_race_without_double_allocation(etcd_store):
     assert len(won) == 2 and len(lost) == 30
     assert st.mem_used_gib == 12.0 and sorted(st.pods) == sorted(f"p{i}" for i in won)
     assert len(etcd_store.assignments()) == 2
+
+
+def test_following_a_future_revision_means_the_store_was_replaced(etcd_store):
+    """etcd would wait silently for a revision it has not reached: a replaced or restored store."""
+    etcd_store.put_inventory(inventory("a", gpus=1))
+    with pytest.raises(HistoryCompacted, match="replaced or restored"):
+        next(iter(etcd_store.changes(etcd_store.revision() + 1000, idle_s=2.0)))
+
+
+def test_etcd_replaced_on_the_same_port_is_noticed(tmp_path):
+    """The helper-found case: etcd restarted with an empty data dir on the same port within the
+    retry window; the follower must not wait for its old revision."""
+    from iadeep.dev._cluster import free_port
+    from iadeep.state import EtcdStateStore, LocalEtcd
+
+    port, peer = free_port(), free_port()
+    first = LocalEtcd(tmp_path / "one", client_port=port, peer_port=peer).start()
+    store = EtcdStateStore(etcd_settings(first.endpoint, "/r"))
+    try:
+        for i in range(20):
+            store.put_inventory(inventory(f"n{i}", gpus=1))
+        start = store.revision() + 1
+        first.stop()
+        second = LocalEtcd(tmp_path / "two", client_port=port, peer_port=peer).start()
+        try:
+            with pytest.raises(HistoryCompacted, match="replaced or restored"):
+                for _ in store.changes(start, idle_s=3.0):
+                    pass
+        finally:
+            second.stop()
+    finally:
+        store.close()
+        first.stop()
