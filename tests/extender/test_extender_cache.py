@@ -114,3 +114,34 @@ def test_own_reservation_released_before_the_watch_delivers_it(etcd_settings, st
     assert cache.current()[0].gpu_states[("a", 0)].pods == ()
     cache.apply_batch(ChangeBatch(end + 1, ()))
     assert cache.current()[1].gpu_mem_used_gib.tolist() == [0.0]
+
+
+def test_mistyped_records_do_not_stop_the_copy(etcd_settings, store, model):
+    """A record that parses as JSON but has a mistyped field (found by a break test: it used to
+    raise while building the view, in the follower and at start) reads as absent."""
+    import base64
+
+    types = TypeResolver(model, "ResNet-50", 64)
+    publish(store, ["a", "b"], gpus=1)
+
+    def put_raw(key: str, value: bytes) -> None:
+        store._post("/kv/put", {"key": base64.b64encode(f"{store.keys.prefix}/{key}".encode()).decode(),
+                                "value": base64.b64encode(value).decode()})
+
+    cache = StateCache(EtcdStateStore(etcd_settings), types, slots=2, idle_s=0.3)
+    cache.refresh()
+    cache.start()
+    try:
+        put_raw("nodes/b", b'{"node":"b","gpus":[{"index":0,"mem_gib":"abc"}]}')
+        put_raw("jobs/ghost", b'{"pod_uid":"ghost","namespace":"n","name":"g","model":"LM","batch_size":"big",'
+                              b'"num_gpus":1,"mem_gib":1}')
+        put_raw("gpus/a/0", b'{"node":"a","gpu":0,"mem_used_gib":1.0,"pods":["ghost"]}')
+        assert cache.sync(timeout_s=10)
+        snap, base = cache.current()
+        assert set(snap.inventories) == {"a"} and "ghost" not in snap.jobs
+        assert base.node_names == ("a",) and snap.gpu_states[("a", 0)].pods == ("ghost",)
+        fresh = StateCache(EtcdStateStore(etcd_settings), types, slots=2)
+        fresh.refresh()  # a new extender starts on the same records
+        assert view_meaning(fresh.current()[1]) == view_meaning(base)
+    finally:
+        cache.stop()
