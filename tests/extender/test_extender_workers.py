@@ -20,6 +20,19 @@ pytestmark = pytest.mark.slow
 client = pytest.importorskip("kubernetes.client")
 
 
+def _env(etcd_settings, throughputs_path, control_plane, **extra: str) -> dict[str, str]:
+    """``iadeep extender serve`` with two workers on the test's etcd prefix and control plane."""
+    return {
+        "IADEEP_ETCD_ENDPOINTS": ",".join(etcd_settings.endpoints),
+        "IADEEP_ETCD_PREFIX": etcd_settings.prefix,
+        "IADEEP_EXTENDER_THROUGHPUTS_FILE": str(throughputs_path),
+        "IADEEP_EXTENDER_KUBE__KUBECONFIG": str(control_plane.kubeconfig),
+        "IADEEP_EXTENDER_WORKERS": "2",
+        "IADEEP_EXTENDER_LOG_LEVEL": "warning",
+        **extra,
+    }
+
+
 def _metric(text: str, line_start: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
 
@@ -28,15 +41,8 @@ def test_two_workers_share_the_state_and_the_metrics(k8s_client, k8s_namespace, 
                                                       throughputs_path, extender_port, tmp_path):
     names = control_plane.add_nodes(2, gpus=2, gpu_mem_gib=16, prefix=f"w{uuid.uuid4().hex[:6]}-")
     publish(store, names)
-    env = {
-        "IADEEP_ETCD_ENDPOINTS": ",".join(etcd_settings.endpoints),
-        "IADEEP_ETCD_PREFIX": etcd_settings.prefix,
-        "IADEEP_EXTENDER_THROUGHPUTS_FILE": str(throughputs_path),
-        "IADEEP_EXTENDER_KUBE__KUBECONFIG": str(control_plane.kubeconfig),
-        "IADEEP_EXTENDER_WORKERS": "2",
-        "IADEEP_EXTENDER_POLICY": "exclusive",  # one pod per GPU: the outcome does not hang on predictions
-        "IADEEP_EXTENDER_LOG_LEVEL": "warning",
-    }
+    env = _env(etcd_settings, throughputs_path, control_plane,
+               IADEEP_EXTENDER_POLICY="exclusive")  # one pod per GPU: the outcome does not hang on predictions
     server = ProcessServer(env, extender_port, tmp_path / "extender.log").start()
     try:
         def spawned() -> list[psutil.Process]:  # uvicorn's workers (not multiprocessing's resource tracker)
@@ -98,14 +104,7 @@ def _running(p: psutil.Process) -> bool:
 def test_workers_die_with_a_killed_server_and_its_folder_is_reclaimed(control_plane, etcd_settings, store,
                                                                       throughputs_path, tmp_path):
     publish(store, ["k0"])
-    env = {
-        "IADEEP_ETCD_ENDPOINTS": ",".join(etcd_settings.endpoints),
-        "IADEEP_ETCD_PREFIX": etcd_settings.prefix,
-        "IADEEP_EXTENDER_THROUGHPUTS_FILE": str(throughputs_path),
-        "IADEEP_EXTENDER_KUBE__KUBECONFIG": str(control_plane.kubeconfig),
-        "IADEEP_EXTENDER_WORKERS": "2",
-        "IADEEP_EXTENDER_LOG_LEVEL": "warning",
-    }
+    env = _env(etcd_settings, throughputs_path, control_plane)
     port = free_port()
     first = ProcessServer(env, port, tmp_path / "first.log").start()
     workers = psutil.Process(first.proc.pid).children(recursive=True)
