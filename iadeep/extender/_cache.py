@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from iadeep.extender._view import Snapshot, TypeResolver, ViewBase
+from iadeep.extender._view import Snapshot, TypeResolver, ViewBase, add_reservation, remove_pod
 from iadeep.state import (
     Assignment,
     ChangeBatch,
@@ -222,10 +222,7 @@ class StateCache:
 
     def _with_pending(self, snap: Snapshot, base: ViewBase, now: float) -> tuple[Snapshot, ViewBase]:
         for _, job, type_id, assignments in self._pending:
-            states = snap.reservation_states(assignments)
-            if states:
-                snap = snap.with_changes(gpu_states=states, jobs={job.pod_uid: job})
-                base = base.with_gpu_states(states, snap.jobs, self.types, now_s=now, type_ids={job.pod_uid: type_id})
+            snap, base = add_reservation(snap, base, job, type_id, assignments, self.types, now_s=now)
         return snap, base
 
     def apply(self, job: JobRecord, type_id: int, assignments: Sequence[Assignment]) -> None:
@@ -237,25 +234,17 @@ class StateCache:
             if self._state is None:
                 self._pending.append((now, job, type_id, tuple(assignments)))
                 return
-            snap, base = self._state
-            states = snap.reservation_states(assignments)
-            if states:  # not yet delivered by the watch: keep re-applying it until it is
+            state = add_reservation(*self._state, job, type_id, assignments, self.types, now_s=now)
+            if state[0] is not self._state[0]:  # not yet delivered by the watch: re-apply it until it is
                 self._pending.append((now, job, type_id, tuple(assignments)))
-                snap = snap.with_changes(gpu_states=states, jobs={job.pod_uid: job})
-                self._state = (snap, base.with_gpu_states(states, snap.jobs, self.types, now_s=now,
-                                                          type_ids={job.pod_uid: type_id}))
+                self._state = state
 
     def forget(self, pod_uid: str) -> None:
         """A reservation of ``pod_uid`` was released: drop it from the copy and stop re-applying it."""
         with self._write:
             self._pending = [p for p in self._pending if p[1].pod_uid != pod_uid]
-            if self._state is None:
-                return
-            snap, base = self._state
-            states = snap.without_pod_states(pod_uid)
-            if states:
-                snap = snap.with_changes(gpu_states=states)
-                self._state = (snap, base.with_gpu_states(states, snap.jobs, self.types, now_s=self.clock()))
+            if self._state is not None:
+                self._state = remove_pod(*self._state, pod_uid, self.types, now_s=self.clock())
 
     def sync(self, timeout_s: float = 2.0) -> bool:
         """Wait until the copy reflects every change the store had when called (a listing when no

@@ -7,7 +7,7 @@
 The extender keeps a :class:`ViewBase` per snapshot (the arrays of every GPU and placed job,
 built once) and derives each request's view from it with :meth:`ViewBase.with_job` in
 ``O(G + J)`` array copies, no Python loop over GPUs; :meth:`ViewBase.restrict` keeps one node
-(the bind path), :meth:`ViewBase.with_reservation` adds a reservation just made.
+(the bind path), :func:`add_reservation` adds a reservation just made to both halves of a copy.
 
 Rules of the translation:
 
@@ -37,7 +37,7 @@ from iadeep.jobtypes import JobType
 from iadeep.policy import ClusterView, JobRequest
 from iadeep.state import Assignment, GpuState, JobRecord, NodeInventory
 
-__all__ = ["Snapshot", "TypeResolver", "ViewBase", "build_view"]
+__all__ = ["Snapshot", "TypeResolver", "ViewBase", "add_reservation", "build_view", "remove_pod"]
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,6 @@ class Snapshot:
                 out[key] = GpuState(a.node, a.gpu, old.mem_used_gib + a.mem_gib, (*old.pods, a.pod_uid))
         return out
 
-    def with_reservation(self, job: JobRecord, assignments: Sequence[Assignment]) -> Snapshot:
-        """A copy that includes ``assignments`` of ``job`` (idempotent)."""
-        return self.with_changes(gpu_states=self.reservation_states(assignments), jobs={job.pod_uid: job})
-
     def without_pod_states(self, pod_uid: str) -> dict[tuple[str, int], GpuState]:
         """The GPU states once ``pod_uid`` holds nothing (its memory is its job record's ``mem_gib``
         per GPU); only the GPUs that change."""
@@ -97,10 +93,6 @@ class Snapshot:
         mem = job.mem_gib if job is not None else 0.0
         return {key: GpuState(st.node, st.gpu, max(st.mem_used_gib - mem, 0.0), tuple(p for p in st.pods if p != pod_uid))
                 for key, st in self.gpu_states.items() if pod_uid in st.pods}
-
-    def without_pod(self, pod_uid: str) -> Snapshot:
-        """A copy where ``pod_uid`` holds nothing."""
-        return self.with_changes(gpu_states=self.without_pod_states(pod_uid))
 
     def node_gpu_states(self, node: str) -> list[GpuState]:
         """The node's GPUs in inventory order (zero-use states for GPUs without a record)."""
@@ -334,27 +326,6 @@ class ViewBase:
         jtype[idx], jgpus[idx], jleft[idx], jupd[idx] = t, n, left, now_s
         return replace(self, job_type=_ro(jtype), job_num_gpus=_ro(jgpus), job_work_left_s=_ro(jleft), job_updated_s=_ro(jupd))
 
-    def with_reservation(self, job: JobRecord, type_id: int, assignments: Sequence[Assignment], *,
-                         now_s: float | None = None) -> ViewBase:
-        """A copy that includes a reservation just made (idempotent per pod and GPU)."""
-        states: dict[tuple[str, int], GpuState] = {}
-        for a in assignments:
-            g = self.gpu_pos.get((a.node, a.gpu))
-            if g is None:
-                continue
-            old = states.get((a.node, a.gpu)) or self.gpu_state(g)
-            if a.pod_uid not in old.pods:
-                states[(a.node, a.gpu)] = GpuState(a.node, a.gpu, old.mem_used_gib + a.mem_gib, (*old.pods, a.pod_uid))
-        return self.with_gpu_states(states, {job.pod_uid: job}, _NO_TYPES, type_ids={job.pod_uid: type_id},
-                                    now_s=job.submitted_at if now_s is None else now_s)
-
-    def gpu_state(self, g: int) -> GpuState:
-        """GPU ``g`` as a :class:`~iadeep.state.GpuState` (memory and pods from the arrays)."""
-        row = self.slots[g]
-        node = self.node_names[int(self.gpu_node[g])]
-        return GpuState(node, int(self.gpu_local_index[g]), float(self.gpu_mem_used_gib[g]),
-                        tuple(self.pods[int(h)] for h in row[row >= 0]))
-
     def with_job(self, job: JobRecord, type_id: int, *, now_s: float) -> tuple[ClusterView, JobRequest]:
         """The policy's inputs for ``job`` asking to be placed (it becomes handle ``J``)."""
         n = len(self.pods)
@@ -371,16 +342,25 @@ class ViewBase:
         return view, request
 
 
-class _NoTypes:
-    """Resolver for rows whose type is always given explicitly (``type_ids``)."""
+def add_reservation(snapshot: Snapshot, base: ViewBase, job: JobRecord, type_id: int,
+                    assignments: Sequence[Assignment], types: TypeResolver, *, now_s: float) -> tuple[Snapshot, ViewBase]:
+    """Both halves of a copy with a reservation just made (``job`` holding ``assignments``, its
+    row of type ``type_id``); the very same objects when the copy has it already."""
+    states = snapshot.reservation_states(assignments)
+    if not states:
+        return snapshot, base
+    snapshot = snapshot.with_changes(gpu_states=states, jobs={job.pod_uid: job})
+    return snapshot, base.with_gpu_states(states, snapshot.jobs, types, now_s=now_s, type_ids={job.pod_uid: type_id})
 
-    default_type = -1
 
-    def resolve_or_default(self, family: str, batch_size: int) -> int:
-        return -1
-
-
-_NO_TYPES: TypeResolver = _NoTypes()  # type: ignore[assignment]
+def remove_pod(snapshot: Snapshot, base: ViewBase, pod_uid: str, types: TypeResolver, *,
+               now_s: float) -> tuple[Snapshot, ViewBase]:
+    """Both halves of a copy once ``pod_uid`` holds no GPU (the same objects when it held none)."""
+    states = snapshot.without_pod_states(pod_uid)
+    if not states:
+        return snapshot, base
+    snapshot = snapshot.with_changes(gpu_states=states)
+    return snapshot, base.with_gpu_states(states, snapshot.jobs, types, now_s=now_s)
 
 
 def _job_rows(records: Sequence[JobRecord | None], types: TypeResolver) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

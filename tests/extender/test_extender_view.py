@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from extender_support import gpu_pod, view_meaning, wire
 
 from iadeep.extender import PodSpecError, Snapshot, TypeResolver, ViewBase, build_view, pod_demand
+from iadeep.extender._view import add_reservation, remove_pod
 from iadeep.extender._wire import Pod
 from iadeep.policy import Placement, make_policy
 from iadeep.state import Assignment, GpuInfo, GpuState, JobRecord, NodeInventory
@@ -77,18 +78,17 @@ def test_reservation_is_applied_once(snapshot, types):
     job = _job("new", mem=6.0)
     tid = types.resolve(job.model, job.batch_size)
     a = [Assignment("new", "a", 2, 6.0, 1.0)]
-    once = base.with_reservation(job, tid, a)
-    twice = once.with_reservation(job, tid, a)
+    snap1, once = add_reservation(snapshot, base, job, tid, a, types, now_s=1.0)
+    snap2, twice = add_reservation(snap1, once, job, tid, a, types, now_s=1.0)
     for v in (once, twice):
         assert v.gpu_mem_used_gib.tolist() == [0, 8, 6, 4, 2]
         assert v.slots[2].tolist() == [3, -1]
         assert v.pods[3] == "new"
     assert base.gpu_mem_used_gib.tolist() == [0, 8, 0, 4, 2]  # the original is untouched
-    snap2 = snapshot.with_reservation(job, a).with_reservation(job, a)
     assert snap2.gpu_states[("a", 2)] == GpuState("a", 2, 6.0, ("new",))
     assert snap2.jobs["new"] == job and "new" not in snapshot.jobs
     # a third pod on a full GPU widens the slots instead of dropping it
-    full = once.with_reservation(_job("x"), tid, [Assignment("x", "a", 1, 1.0, 1.0)])
+    _, full = add_reservation(snap1, once, _job("x"), tid, [Assignment("x", "a", 1, 1.0, 1.0)], types, now_s=1.0)
     assert full.slots.shape[1] == 3 and full.gpu_mem_used_gib[1] == 9
 
 
@@ -200,10 +200,8 @@ def test_reservation_then_release_by_pod(snapshot, types):
     base = ViewBase.from_snapshot(snapshot, types, slots=2)
     job = _job("new", "LM", 20, mem=5.0)
     a = [Assignment("new", "a", 2, 5.0, 1.0)]
-    snap2 = snapshot.with_reservation(job, a)
-    base2 = base.with_reservation(job, types.resolve("LM", 20), a)
+    snap2, base2 = add_reservation(snapshot, base, job, types.resolve("LM", 20), a, types, now_s=1.0)
     assert view_meaning(base2) == view_meaning(ViewBase.from_snapshot(snap2, types, slots=2))
-    snap3 = snap2.without_pod("new")
-    base3 = base2.with_gpu_states(snap2.without_pod_states("new"), snap3.jobs, types, now_s=2.0)
+    snap3, base3 = remove_pod(snap2, base2, "new", types, now_s=2.0)
     assert view_meaning(base3) == view_meaning(ViewBase.from_snapshot(snap3, types, slots=2))
     assert not base3.mostly_dead()
