@@ -40,6 +40,7 @@ from iadeep.extender._wire import (
     ExtenderBindingResult,
     ExtenderFilterResult,
     HostPriorityList,
+    _Go,
     describe_validation_error,
 )
 from iadeep.state import StoreUnavailable
@@ -51,9 +52,8 @@ log = logging.getLogger("iadeep.extender")
 M = TypeVar("M", bound=BaseModel)
 
 
-def _json(model: BaseModel | HostPriorityList, status: int = 200) -> Response:
-    body = model.to_json() if isinstance(model, HostPriorityList) else model.model_dump_json(by_alias=True)
-    return Response(body, status_code=status, media_type="application/json")
+def _json(answer: _Go | HostPriorityList, status: int = 200) -> Response:
+    return Response(answer.to_json(), status_code=status, media_type="application/json")
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -123,7 +123,7 @@ def create_app(settings: ExtenderSettings | None = None, *, service: ExtenderSer
             metrics.requests.labels(verb, "invalid").inc()
             return _error(400, f"invalid {verb} request: {describe_validation_error(exc)}")
 
-    async def run(verb: str, fn: Callable[[Any], BaseModel | HostPriorityList], args: Any,
+    async def run(verb: str, fn: Callable[[Any], _Go | HostPriorityList], args: Any,
                   on_error: Callable[[str], Response], *, inline: bool = False) -> Response:
         t0 = time.perf_counter()
         try:

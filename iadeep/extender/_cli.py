@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -58,15 +58,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _check_kube(settings: Any) -> None:
-    """Fail now, in one line, when the Kubernetes configuration cannot be loaded."""
+def _check_startup(settings: Any) -> None:
+    """Fail now, in one line, when the workers could not start: no measurements file, no etcd
+    endpoint, no Kubernetes configuration."""
     from iadeep.extender._bind import KubeError, KubernetesPodApi
+    from iadeep.state import EtcdStateStore, StoreUnavailable
 
+    if settings.throughputs_file is not None and not settings.throughputs_file.is_file():
+        _fail(FileNotFoundError(f"throughputs file {settings.throughputs_file} does not exist"))
     try:
+        EtcdStateStore(settings.etcd).close()
         KubernetesPodApi(settings.kube).close()
-    except KubeError as exc:
-        typer.echo(f"iadeep extender: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except (KubeError, StoreUnavailable) as exc:
+        _fail(exc)
+
+
+def _fail(exc: Exception) -> NoReturn:
+    typer.echo(f"iadeep extender: {exc}", err=True)
+    raise typer.Exit(2) from None
 
 
 def run(overrides: dict[str, Any]) -> None:
@@ -83,17 +92,23 @@ def run(overrides: dict[str, Any]) -> None:
     import uvicorn
 
     from iadeep.extender._settings import ExtenderSettings
+    from iadeep.state import StoreUnavailable
 
     settings = ExtenderSettings(**{k: v for k, v in overrides.items() if v is not None})
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _check_kube(settings)
     common = {"host": settings.host, "port": settings.port, "log_level": settings.log_level.lower(),
               "access_log": False, "timeout_graceful_shutdown": 5}
     if settings.workers == 1:
         from iadeep.extender._app import create_app
+        from iadeep.extender._bind import KubeError
 
-        uvicorn.run(create_app(settings), **common)
+        try:
+            app_ = create_app(settings)
+        except (KubeError, StoreUnavailable, OSError, ValueError) as exc:  # the message names what and where
+            _fail(exc)
+        uvicorn.run(app_, **common)
         return
+    _check_startup(settings)  # each worker would fail on its own, inside uvicorn
     os.environ.update(_environment(overrides))
     tmp = Path(tempfile.gettempdir())
     _clean_stale_metrics_dirs(tmp)

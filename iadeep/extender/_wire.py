@@ -54,6 +54,10 @@ class _Go(BaseModel):
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
+    def to_json(self) -> bytes:
+        """The message as kube-scheduler reads it (Go field names as keys)."""
+        return self.model_dump_json(by_alias=True).encode()
+
 
 class ObjectMeta(_Kube):
     """``metadata`` of a Pod or Node (``annotations`` may be absent or null)."""

@@ -153,8 +153,7 @@ class Keys:
             record = from_json(_FOLLOWED_TYPES[kind], value)
         except RecordError as exc:
             raise RecordError(f"{key}: {exc}") from None
-        identity = {"inventory": lambda r: r.node, "gpu": lambda r: (r.node, r.gpu), "job": lambda r: r.pod_uid,
-                    "sample": lambda r: name}[kind](record)
+        identity = _IDENTITY[kind](record) if kind in _IDENTITY else name
         if identity != name:
             raise RecordError(f"{key}: the record is for {identity!r}, not {name!r}")
         return Change(kind, name, record, revision)
@@ -180,6 +179,12 @@ _FOLLOWED: dict[str, tuple[ChangeKind, type]] = {
     "samples": ("sample", InterferenceSampleRecord),
 }
 _FOLLOWED_TYPES: dict[str, type] = {kind: cls for kind, cls in _FOLLOWED.values()}
+#: what a followed record says its key is (samples are keyed by sequence only)
+_IDENTITY: dict[str, Callable[[Any], str | tuple[str, int]]] = {
+    "inventory": lambda r: r.node,
+    "gpu": lambda r: (r.node, r.gpu),
+    "job": lambda r: r.pod_uid,
+}
 
 
 def new_seqs(n: int) -> list[str]:
