@@ -731,16 +731,8 @@ class EtcdStateStore:
             kvs, revision = self._scan_at(self.keys.folder(folder), revision)
             if folder == "samples/":
                 kvs.sort(key=lambda kv: (kv.create_revision, kv.key))
-            records = []
-            for kv in kvs:
-                try:
-                    change = self.keys.decode_change(kv.key, kv.value, kv.mod_revision)
-                except RecordError as exc:
-                    log.warning("skipping a malformed record: %s", exc)
-                    continue
-                if change is not None:
-                    records.append(change)
-            parsed[folder] = records
+            changes = (self.keys.decode_or_absent(kv.key, kv.value, kv.mod_revision) for kv in kvs)
+            parsed[folder] = [c for c in changes if c is not None and c.record is not None]  # malformed: absent
         assert revision is not None
         return StateListing(
             revision,
