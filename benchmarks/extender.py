@@ -8,8 +8,9 @@ What runs: a real etcd (``LocalEtcd``, fsync on unless ``--no-fsync``) holding 1
 node inventories; the extender as its own process (``uvicorn``, one worker, as deployed), so its
 RSS is its own; with ``--kube controlplane`` the local control plane (``make controlplane``) with
 the pods created up front (their Bindings go to the 1,000 node names; no Node objects are needed
-for that). The client (``--client go``: ``benchmarks/extenderload``, Go like kube-scheduler itself, so its own
-cost per pod is small; ``--client python``: httpx from this process) plays kube-scheduler:
+for that). The client, ``benchmarks/extenderload`` (Go like kube-scheduler itself, so that its own cost per pod
+is kube-scheduler's order; built here with the Go toolchain ``make controlplane`` needs anyway),
+plays kube-scheduler:
 
 1. latency: for each pod in turn ``filter`` (the candidate nodes, ``NodeNames``: as many as
    kube-scheduler sends, see :func:`feasible_nodes_to_find`, in a window that moves round the
@@ -30,8 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -246,8 +245,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if cp is not None:  # the control plane's API server and its own etcd take CPU too
             procs["kube-apiserver"] = ProcessTree(cp.procs["kube-apiserver"].pid)
             procs["apiserver-etcd"] = ProcessTree(cp.procs["etcd"].pid)
-        client_run = _go_client if args.client == "go" else _python_client
-        measured = client_run(url, pods, args, work, procs)
+        measured = _go_client(url, pods, args, work, procs)
         stop.set()
         sampler.join()
         rss_end = tree.rss()
@@ -274,7 +272,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bind_lat = measured["bind_ms_under_load"]
     return {
         "setup": {"nodes": args.nodes, "gpus_per_node": args.gpus, "candidates_per_call": len(candidates),
-                  "kube": args.kube, "etcd_fsync": args.fsync, "client": args.client, "latency_pods": args.latency_pods,
+                  "kube": args.kube, "etcd_fsync": args.fsync, "latency_pods": args.latency_pods,
                   "throughput_pods": args.pods, "bind_workers": args.bind_workers, "extender_workers": args.workers,
                   "cpus": os.cpu_count()},
         "latency_ms": {v: {"p50": round(statistics.median(x), 2), "p99": round(pct(x, 99), 2)} for v, x in lat.items()},
@@ -328,78 +326,6 @@ def _go_client(url: str, pods: list[dict], args: argparse.Namespace, work: Path,
             "bind_ms_under_load": thr["bind_ms_under_load"],
             "binds_refused_and_rescheduled": lat["binds_refused_and_rescheduled"] + thr["binds_refused_and_rescheduled"],
             "cpu_ms_per_pod": {k: round(1e3 * v / args.pods, 2) for k, v in cpu.items()}}
-
-
-def _python_client(url: str, pods: list[dict], args: argparse.Namespace, work: Path, procs: dict[str, Any]) -> dict[str, Any]:
-    """The same phases as ``extenderload`` with httpx from this process (``--client python``)."""
-    import httpx
-
-    http = httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
-    headers = {"content-type": "application/json"}
-    bodies = [json.dumps(p["args"]).encode() for p in pods]
-    rng = random.Random(0)
-    sched = threading.Lock()
-
-    def call(path: str, body: bytes) -> tuple[float, Any]:
-        t = time.perf_counter()
-        r = http.post(path, content=body, headers=headers)
-        dt = 1e3 * (time.perf_counter() - t)
-        if r.status_code != 200:
-            raise RuntimeError(f"{path}: HTTP {r.status_code}: {r.text[:300]}")
-        return dt, r.json()
-
-    def schedule(i: int) -> tuple[float, float, bytes]:
-        df, f = call("/iadeep/filter", bodies[i])
-        if f["Error"] or not f["NodeNames"]:
-            raise RuntimeError(f"filter: {f['Error'] or 'no feasible node'}")
-        feasible = set(f["NodeNames"])
-        dp, scores = call("/iadeep/prioritize", bodies[i])
-        top = max(h["Score"] for h in scores if h["Host"] in feasible)
-        best = rng.choice([h["Host"] for h in scores if h["Score"] == top and h["Host"] in feasible])
-        p = pods[i]
-        bind = json.dumps({"PodName": p["name"], "PodNamespace": p["namespace"], "PodUID": p["uid"], "Node": best}).encode()
-        return df, dp, bind
-
-    retries = [0]
-
-    def bind(body: bytes, i: int) -> float:
-        """One bind; a refused one is scheduled again (as kube-scheduler requeues the pod)."""
-        for _ in range(5):
-            db, b = call("/iadeep/bind", body)
-            if not b["Error"]:
-                return db
-            with sched:
-                retries[0] += 1
-                body = schedule(i)[2]
-        raise RuntimeError(f"bind: {b['Error']}")
-
-    try:
-        for i in range(args.warmup):
-            bind(schedule(i)[2], i)
-        lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
-        start = args.warmup
-        for i in range(start, start + args.latency_pods):
-            df, dp, body = schedule(i)
-            lat["filter"].append(df)
-            lat["prioritize"].append(dp)
-            lat["bind"].append(bind(body, i))
-        start += args.latency_pods
-        cpu0 = _cpu_s(procs)
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(args.bind_workers) as pool:
-            futures = []
-            for i in range(start, start + args.pods):
-                with sched:
-                    body = schedule(i)[2]
-                futures.append(pool.submit(bind, body, i))
-            bind_lat = [f.result() for f in futures]
-        wall = time.perf_counter() - t0
-        cpu1 = _cpu_s(procs)
-    finally:
-        http.close()
-    return {"latency_ms": lat, "throughput_wall_s": wall, "bind_ms_under_load": bind_lat,
-            "binds_refused_and_rescheduled": retries[0],
-            "cpu_ms_per_pod": {k: round(1e3 * (cpu1[k] - cpu0[k]) / args.pods, 2) for k in cpu0}}
 
 
 def _breakdown(throughputs: Path, store: Any, names: list[str], candidates: list[str], args: argparse.Namespace) -> dict[str, float]:
@@ -485,8 +411,6 @@ def main() -> None:
     p.add_argument("--bind-workers", type=int, default=16)
     p.add_argument("--workers", type=int, default=1, help="extender server processes (iadeep extender serve --workers)")
     p.add_argument("--kube", choices=["controlplane", "null"], default="controlplane")
-    p.add_argument("--client", choices=["go", "python"], default="go" if shutil.which("go") else "python",
-                   help="the kube-scheduler stand-in: benchmarks/extenderload (Go, default when go is installed) or httpx")
     p.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--throughputs", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
