@@ -292,16 +292,14 @@ class StateCache:
             except HistoryCompacted as exc:
                 log.info("state history compacted, listing again: %s", exc)
                 must_list = True
-            except StoreUnavailable as exc:
-                log.warning("following the state store failed: %s", exc)
-                self._error = str(exc)
+            except Exception as exc:  # noqa: BLE001 - keep following; /readyz reports the error meanwhile
+                if isinstance(exc, StoreUnavailable):
+                    log.warning("following the state store failed: %s", exc)
+                    self._error = str(exc)
+                else:
+                    log.exception("following the state store failed")
+                    self._error = "following the state store failed (see the extender log)"
                 must_list = True  # the store may have lost or moved its history meanwhile
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self.idle_s)
-            except Exception:  # noqa: BLE001 - keep following; the error is logged with its traceback
-                log.exception("following the state store failed")
-                self._error = "following the state store failed (see the extender log)"
-                must_list = True
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.idle_s)
 
