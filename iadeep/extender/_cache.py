@@ -12,9 +12,10 @@ compacted history (or an outage) makes the cache list again.
 
 Reservations this process makes are applied to the copy at once (:meth:`apply`), so the next
 ``filter`` already sees them, and re-applied over any change of the same GPU that the watch
-delivers before the reservation itself (recognised by the job record its transaction wrote). ``bind`` never trusts the copy for correctness: the
-store's reservation transaction is the arbiter, and after a conflict :meth:`sync` waits until
-the copy has caught up with the store before placing again.
+delivers before the reservation itself (recognised by the job record its transaction wrote).
+``bind`` never trusts the copy for correctness: the store's reservation transaction is the
+arbiter, and after a conflict :meth:`sync` waits until the copy has caught up with the store
+before placing again.
 
 Learned interference samples reach ``on_samples`` in order, each once (all of them at the first
 listing). The job rows of the view are compacted (rebuilt from the snapshot) when more than

@@ -4,7 +4,8 @@
 lock), the :class:`~iadeep.extender._cache.StateCache` and the injected :class:`PodApi`. It makes
 no placement decision itself: ``filter`` and ``prioritize`` answer with :meth:`Policy.assess`
 (:meth:`Policy.filter` and :meth:`Policy.score` in one pass) and ``bind`` applies
-:meth:`Policy.place` on a view restricted to the node kube-scheduler picked. Every failure ends up in the wire format's ``Error`` field.
+:meth:`Policy.place` on a view restricted to the node kube-scheduler picked. Every failure ends
+up in the wire format's ``Error`` field.
 """
 
 from __future__ import annotations
