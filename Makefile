@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 experiment: $(STAMP)
 	$(BIN)/iadeep experiment run $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) controlplane
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
