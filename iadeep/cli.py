@@ -24,6 +24,12 @@ def _mount() -> None:
     from iadeep.extender._cli import app as extender_app
 
     app.add_typer(extender_app, name="extender", help="The kube-scheduler extender service.")
+    from iadeep.tuner._cli import app as tuner_app
+
+    app.add_typer(tuner_app, name="tuner", help="The batch-size tuner service (optuna studies over HTTP).")
+    from iadeep.coordinator._cli import app as coordinator_app
+
+    app.add_typer(coordinator_app, name="coordinator", help="The per-node coordinator (tuning sessions).")
     from iadeep.dev._cli import app as dev_app
 
     app.add_typer(dev_app, name="dev", help="Local development cluster (etcd, kube-apiserver, kube-scheduler, kwok).")

@@ -17,7 +17,10 @@ from iadeep.state._protocol import (
     StoreUnavailable,
 )
 from iadeep.state._records import (
+    WORKLOAD_STATES,
     Assignment,
+    BatchSizeAssignment,
+    WorkloadStatus,
     GpuInfo,
     GpuState,
     InterferenceSampleRecord,
@@ -42,6 +45,9 @@ __all__ = [
     "AllocationConflict",
     "Assignment",
     "AuthSettings",
+    "BatchSizeAssignment",
+    "WorkloadStatus",
+    "WORKLOAD_STATES",
     "Change",
     "ChangeBatch",
     "HistoryCompacted",

@@ -81,6 +81,8 @@ from iadeep.state._protocol import (
 )
 from iadeep.state._records import (
     Assignment,
+    BatchSizeAssignment,
+    WorkloadStatus,
     GpuState,
     InterferenceSampleRecord,
     JobRecord,
@@ -546,6 +548,8 @@ class EtcdStateStore:
                         "range_end": _range_end(self.keys.measurement(pod_uid, "")),
                     }
                 },
+                _delete_op(self.keys.batch_size(pod_uid)),
+                _delete_op(self.keys.workload(pod_uid)),
             ],
         )
         return int(responses[0].get("response_delete_range", {}).get("deleted", 0)) > 0
@@ -720,6 +724,24 @@ class EtcdStateStore:
 
     def samples(self) -> list[InterferenceSampleRecord]:
         return [_parse(InterferenceSampleRecord, kv) for kv in self._scan_ordered(self.keys.folder("samples/"))]
+
+    # -- jobs' own records -------------------------------------------------------------------
+
+    def set_batch_size(self, assignment: BatchSizeAssignment) -> None:
+        key = self.keys.batch_size(check_name("BatchSizeAssignment.pod_uid", assignment.pod_uid))
+        self._post("/kv/put", _put_op(key, to_json(assignment))["request_put"])
+
+    def batch_size(self, pod_uid: str) -> BatchSizeAssignment | None:
+        kv = self._get(self.keys.batch_size(check_name("pod_uid", pod_uid)))
+        return _parse(BatchSizeAssignment, kv) if kv else None
+
+    def put_workload(self, status: WorkloadStatus) -> None:
+        key = self.keys.workload(check_name("WorkloadStatus.pod_uid", status.pod_uid))
+        self._post("/kv/put", _put_op(key, to_json(status))["request_put"])
+
+    def workload(self, pod_uid: str) -> WorkloadStatus | None:
+        kv = self._get(self.keys.workload(check_name("pod_uid", pod_uid)))
+        return _parse(WorkloadStatus, kv) if kv else None
 
     # -- following the state ---------------------------------------------------------------
 

@@ -40,6 +40,8 @@ from iadeep.state._protocol import (
 )
 from iadeep.state._records import (
     Assignment,
+    BatchSizeAssignment,
+    WorkloadStatus,
     GpuState,
     InterferenceSampleRecord,
     JobRecord,
@@ -111,6 +113,12 @@ class Keys:
 
     def reservation(self, pod_uid: str) -> str:
         return f"{self.prefix}/reservations/{pod_uid}"
+
+    def batch_size(self, pod_uid: str) -> str:
+        return f"{self.prefix}/batchsizes/{pod_uid}"
+
+    def workload(self, pod_uid: str) -> str:
+        return f"{self.prefix}/workloads/{pod_uid}"
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}/locks/{name}"
@@ -410,6 +418,8 @@ class MemoryStateStore:
         self._measurements: dict[str, list[Measurement]] = {}
         self._tuning: dict[tuple[str, int], TuningRequest] = {}
         self._samples: list[InterferenceSampleRecord] = []
+        self._batch_sizes: dict[str, BatchSizeAssignment] = {}
+        self._workloads: dict[str, WorkloadStatus] = {}
         self._watchers: weakref.WeakSet[_MemoryWatch] = weakref.WeakSet()
         self._closed = False
         self._revision = 0
@@ -506,6 +516,9 @@ class MemoryStateStore:
             if found:
                 self._emit("delete", self.keys.job(pod_uid))
             self._measurements.pop(pod_uid, None)
+            for table, key in ((self._batch_sizes, self.keys.batch_size), (self._workloads, self.keys.workload)):
+                if table.pop(pod_uid, None) is not None:
+                    self._emit("delete", key(pod_uid))
             return found
 
     def jobs(self) -> dict[str, JobRecord]:
@@ -609,6 +622,26 @@ class MemoryStateStore:
     def samples(self) -> list[InterferenceSampleRecord]:
         with self._lock:
             return list(self._samples)
+
+    def set_batch_size(self, assignment: BatchSizeAssignment) -> None:
+        check_name("BatchSizeAssignment.pod_uid", assignment.pod_uid)
+        with self._lock:
+            self._batch_sizes[assignment.pod_uid] = assignment
+            self._emit("put", self.keys.batch_size(assignment.pod_uid), to_json(assignment))
+
+    def batch_size(self, pod_uid: str) -> BatchSizeAssignment | None:
+        with self._lock:
+            return self._batch_sizes.get(pod_uid)
+
+    def put_workload(self, status: WorkloadStatus) -> None:
+        check_name("WorkloadStatus.pod_uid", status.pod_uid)
+        with self._lock:
+            self._workloads[status.pod_uid] = status
+            self._emit("put", self.keys.workload(status.pod_uid), to_json(status))
+
+    def workload(self, pod_uid: str) -> WorkloadStatus | None:
+        with self._lock:
+            return self._workloads.get(pod_uid)
 
     def revision(self) -> int:
         with self._lock:

@@ -22,6 +22,8 @@ from typing import Literal, Protocol
 
 from iadeep.state._records import (
     Assignment,
+    BatchSizeAssignment,
+    WorkloadStatus,
     GpuState,
     InterferenceSampleRecord,
     JobRecord,
@@ -124,7 +126,8 @@ class StateStore(Protocol):
         """Create or replace a job record."""
 
     def delete_job(self, pod_uid: str) -> bool:
-        """Forget a job record and its measurements (not its reservation); True when one was there."""
+        """Forget a job record, its measurements, batch size and workload status (not its
+        reservation); True when a job record was there."""
 
     def jobs(self) -> dict[str, JobRecord]:
         """All job records by pod UID."""
@@ -171,6 +174,19 @@ class StateStore(Protocol):
 
     def samples(self) -> list[InterferenceSampleRecord]:
         """All learned samples, oldest first."""
+
+    # jobs' own records (workload SDK, coordinator)
+    def set_batch_size(self, assignment: BatchSizeAssignment) -> None:
+        """Set the batch size a job is to train at (the job's SDK follows it by watch)."""
+
+    def batch_size(self, pod_uid: str) -> BatchSizeAssignment | None:
+        """The batch size last set for a job, ``None`` when none was."""
+
+    def put_workload(self, status: WorkloadStatus) -> None:
+        """Create or replace what a job says about itself (registration, completion)."""
+
+    def workload(self, pod_uid: str) -> WorkloadStatus | None:
+        """A job's own status, ``None`` when it never registered."""
 
     # following the state (the extender's cache: list once, then apply changes)
     def revision(self) -> int:

@@ -16,8 +16,18 @@ key                                             value
 ``<p>/tuning/<node>/<gpu>``                     :class:`TuningRequest` (set when a GPU's
                                                 co-location set changes; the coordinator's cue)
 ``<p>/samples/<seq>``                           :class:`InterferenceSampleRecord` (learned)
+``<p>/batchsizes/<pod_uid>``                    :class:`BatchSizeAssignment` (written by the node
+                                                coordinator, watched by the job's SDK; deleted
+                                                with the job record)
+``<p>/workloads/<pod_uid>``                     :class:`WorkloadStatus` (written by the job's SDK
+                                                at start and end; deleted with the job record)
 ``<p>/locks/<name>``                            etcd lock keys
 ==============================================  ==============================================
+
+Owners: the device plugin writes ``nodes/``; the extender ``jobs/``, ``assignments/``,
+``gpus/``, ``reservations/`` and ``tuning/`` (the coordinator deletes a ``tuning/`` record when it
+finished that session); jobs (``iadeep.workload``) write ``measurements/`` (at most one per second
+per job) and ``workloads/``; the coordinator writes ``batchsizes/`` and ``samples/``.
 """
 
 from __future__ import annotations
@@ -39,6 +49,9 @@ __all__ = [
     "Measurement",
     "TuningRequest",
     "InterferenceSampleRecord",
+    "BatchSizeAssignment",
+    "WorkloadStatus",
+    "WORKLOAD_STATES",
     "RecordError",
     "to_json",
     "from_json",
@@ -120,12 +133,17 @@ class GpuState:
 
 @dataclass(frozen=True)
 class Measurement:
-    """Throughput a job reported (steps/s) at a batch size, at a time (Unix seconds)."""
+    """Throughput a job reported (steps/s) at a batch size, at a time (Unix seconds).
+
+    Attributes:
+        samples: samples the job has processed since it started (cumulative; 0 when unknown).
+    """
 
     pod_uid: str
     steps_per_s: float
     batch_size: int
     at: float
+    samples: int = 0
 
 
 @dataclass(frozen=True)
@@ -151,6 +169,49 @@ class InterferenceSampleRecord:
     partner_batch_size: int
     normalised_throughput: float
     at: float = field(default=0.0)
+
+
+@dataclass(frozen=True)
+class BatchSizeAssignment:
+    """The batch size a job is to train at from its next step on (set by the node coordinator).
+
+    Attributes:
+        pod_uid: the job's pod.
+        batch_size: samples per step (per GPU).
+        session: the tuning session that set it (``""``: set outside a session).
+        trial: the session's trial number (-1 for a session's final configuration).
+        at: when it was set (Unix seconds); measurements after it are at this batch size.
+    """
+
+    pod_uid: str
+    batch_size: int
+    session: str = ""
+    trial: int = -1
+    at: float = 0.0
+
+
+#: States of :class:`WorkloadStatus`.
+WORKLOAD_STATES = ("running", "completed", "failed")
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """What a job's SDK says about itself (written at registration and at the end).
+
+    Attributes:
+        pod_uid: the job's pod.
+        state: one of :data:`WORKLOAD_STATES`.
+        batch_size: the batch size it started (or ended) at.
+        samples: samples processed so far (cumulative).
+        started_at / updated_at: Unix seconds.
+    """
+
+    pod_uid: str
+    state: str
+    batch_size: int
+    samples: int = 0
+    started_at: float = 0.0
+    updated_at: float = 0.0
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -246,9 +307,30 @@ def _job_rules(job: JobRecord) -> str | None:
     return None
 
 
+def _batch_rules(a: BatchSizeAssignment) -> str | None:
+    return None if a.batch_size >= 1 else f"$.batch_size: must be >= 1, got {a.batch_size}"
+
+
+def _measurement_rules(m: Measurement) -> str | None:
+    if m.steps_per_s < 0 or m.batch_size < 1 or m.samples < 0:
+        return "steps_per_s and samples must be >= 0, batch_size >= 1"
+    return None
+
+
+def _workload_rules(w: WorkloadStatus) -> str | None:
+    if w.state not in WORKLOAD_STATES:
+        return f"$.state: must be one of {', '.join(WORKLOAD_STATES)}, got {w.state!r}"
+    if w.batch_size < 1 or w.samples < 0:
+        return "batch_size must be >= 1 and samples >= 0"
+    return None
+
+
 #: Rules a parsed record must keep beyond its field types (each returns what is wrong, or None).
 _RULES: dict[type, tuple[Callable[[Any], str | None], ...]] = {
     NodeInventory: (_inventory_rules,),
     GpuState: (_gpu_rules,),
     JobRecord: (_job_rules,),
+    BatchSizeAssignment: (_batch_rules,),
+    Measurement: (_measurement_rules,),
+    WorkloadStatus: (_workload_rules,),
 }

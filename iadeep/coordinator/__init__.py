@@ -1,0 +1,15 @@
+"""The node coordinator: runs a tuning session whenever a GPU's co-location set changes.
+
+``iadeep coordinator serve`` (one per node, a DaemonSet) follows the node's tuning requests in
+etcd, drives the tuner by ask and tell, writes the jobs' batch sizes, measures through the jobs'
+own reports (:mod:`iadeep.workload`), applies the best configuration to every co-located job
+and stores what it learned (see :mod:`iadeep.coordinator._session`).
+"""
+
+from iadeep.coordinator._metrics import CoordinatorMetrics
+from iadeep.coordinator._service import CoordinatorService
+from iadeep.coordinator._session import SessionResult, TunerApi, run_session, session_name
+from iadeep.coordinator._settings import CoordinatorSettings, RoundSettings
+
+__all__ = ["CoordinatorMetrics", "CoordinatorService", "CoordinatorSettings", "RoundSettings", "SessionResult",
+           "TunerApi", "run_session", "session_name"]

@@ -1,0 +1,150 @@
+"""The node coordinator: follows its node's tuning requests and runs one session per GPU.
+
+Loop (one thread): list the node's pending :class:`~iadeep.state.TuningRequest` records and
+start a session thread for each GPU that has none running; then wait for a change under
+``tuning/<node>/`` with a watch bounded by ``idle_s`` (every wait on etcd is bounded; after it
+the requests are listed again, so nothing is missed between two watches). A session that fails
+(etcd or the tuner unreachable) is retried with back-off by the next pass: its request stays in
+etcd until a session acknowledges it, which is also how a coordinator killed mid-session resumes
+after a restart (same session name, so the tuner's stored study goes on).
+
+``/healthz`` answers while the process runs; ``/readyz`` is 503 while etcd does not answer;
+``/metrics`` is Prometheus text (``iadeep_coordinator_*``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from iadeep.coordinator._metrics import CoordinatorMetrics
+from iadeep.coordinator._session import SessionResult, TunerApi, run_session
+from iadeep.coordinator._settings import CoordinatorSettings
+from iadeep.interference import InterferenceModel
+from iadeep.state import StateStore, StoreUnavailable, TuningRequest
+
+__all__ = ["CoordinatorService"]
+
+log = logging.getLogger(__name__)
+
+
+class CoordinatorService:
+    """One node's coordinator.
+
+    Args:
+        settings: node, timing, round settings.
+        store: the state store.
+        tuner: the tuner (its HTTP client).
+        model: the interference model.
+    """
+
+    def __init__(self, settings: CoordinatorSettings, *, store: StateStore, tuner: TunerApi,
+                 model: InterferenceModel) -> None:
+        self.settings = settings
+        self.store = store
+        self.tuner = tuner
+        self.model = model
+        self.metrics = CoordinatorMetrics()
+        self.results: list[tuple[TuningRequest, SessionResult]] = []
+        self._running: dict[int, threading.Thread] = {}
+        self._failures: dict[int, tuple[int, float]] = {}  # gpu -> (failures, retry not before)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> CoordinatorService:
+        """Follow the requests on a background thread."""
+        self._thread = threading.Thread(target=self.run, name="iadeep-coordinator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop following; running sessions finish their current wait first."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        for t in list(self._running.values()):
+            t.join(timeout_s)
+
+    def run(self) -> None:
+        """Follow until :meth:`stop` (never raises: etcd failures are retried with back-off)."""
+        backoff = self.settings.retry_backoff_s
+        node = self.settings.node
+        log.info("coordinator of node %s following tuning requests", node)
+        while not self._stop.is_set():
+            try:
+                events = self.store.watch(f"tuning/{node}/", timeout_s=self.settings.idle_s)
+                self._dispatch([r for r in self.store.tuning_requests() if r.node == node])
+                for _ in events:
+                    break  # something changed: list again
+                events.close()  # type: ignore[attr-defined]
+                backoff = self.settings.retry_backoff_s
+            except StoreUnavailable as exc:
+                log.warning("etcd unavailable, retrying in %.1f s: %s", backoff, exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _dispatch(self, requests: list[TuningRequest]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for req in requests:
+                t = self._running.get(req.gpu)
+                if t is not None and t.is_alive():
+                    continue
+                _, not_before = self._failures.get(req.gpu, (0, 0.0))
+                if now < not_before:
+                    continue
+                t = threading.Thread(target=self._session, args=(req,), name=f"iadeep-session-{req.gpu}", daemon=True)
+                self._running[req.gpu] = t
+                t.start()
+
+    def _session(self, req: TuningRequest) -> None:
+        self.metrics.active_sessions.inc()
+        try:
+            result = run_session(req, store=self.store, tuner=self.tuner, model=self.model,
+                                 rounds=self.settings.round, metrics=self.metrics)
+            self.metrics.sessions.labels(result.outcome).inc()
+            if result.applied:
+                self.metrics.best_progress.labels(str(req.gpu)).set(result.progress)
+            with self._lock:
+                self.results.append((req, result))
+                self._failures.pop(req.gpu, None)
+            log.info("GPU %d: session %s after %d rounds, applied %s", req.gpu, result.outcome, result.rounds,
+                     result.applied)
+        except Exception as exc:  # noqa: BLE001 - any failure: retry the request later, never die
+            self.metrics.sessions.labels("error").inc()
+            with self._lock:
+                n, _ = self._failures.get(req.gpu, (0, 0.0))
+                wait = min(self.settings.retry_backoff_s * 2**n, 30.0)
+                self._failures[req.gpu] = (n + 1, time.monotonic() + wait)
+            log.warning("GPU %d: session failed, retrying in %.1f s: %s: %s", req.gpu, wait, type(exc).__name__, exc)
+        finally:
+            self.metrics.active_sessions.dec()
+
+    # -- HTTP -----------------------------------------------------------------------------------
+
+    def app(self) -> FastAPI:
+        """Health and metrics endpoints."""
+        app = FastAPI(title="iadeep coordinator", docs_url=None, redoc_url=None, openapi_url=None)
+
+        @app.get("/healthz")
+        def healthz() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @app.get("/readyz")
+        def readyz() -> JSONResponse:
+            ok = self.store.healthy()
+            return JSONResponse({"status": "ok" if ok else "etcd unreachable"}, status_code=200 if ok else 503)
+
+        @app.get("/metrics")
+        def metrics() -> Response:
+            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+        return app

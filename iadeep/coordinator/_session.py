@@ -1,0 +1,260 @@
+"""One tuning session of one GPU, run by the node coordinator.
+
+A session follows a :class:`~iadeep.state.TuningRequest` (a GPU whose co-location set changed):
+
+1. the jobs are read from their records (model, submitted batch size, memory reserved for the
+   pod) and their current batch sizes; a session of one job returns it to its submitted size;
+2. the tuner gets a session named after the request (``<node>.<gpu>.<requested_at µs>``: the same
+   name after a coordinator restart, so the tuner's stored study resumes) and a warm start, the
+   configurations the learned interference model predicts best;
+3. rounds: ask the tuner; write every job's batch size (``batchsizes/<pod>``); wait until every
+   job reported at its new size once (they all switched), then for ``reports`` more reports of
+   each, at most ``deadline_s``; tell the tuner the normalised throughputs (steps/s over the
+   type's isolated steps/s); repeat until the tuner is done;
+4. the best configuration is written to **every** co-located job (trial ``-1``), the measured
+   pairs are stored as interference samples (the extender's predictions learn from them), the
+   request is acknowledged and the tuner's study deleted.
+
+A session ends early, cleanly, when a job finishes (its SDK reports ``completed``/``failed``),
+when the request changes (a job left or came: the new request starts a new session), or when a
+round passes its deadline (the configuration measured best so far is applied).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
+from iadeep.jobtypes import JobType
+from iadeep.state import (
+    BatchSizeAssignment,
+    InterferenceSampleRecord,
+    Measurement,
+    RecordError,
+    StateStore,
+    TuningRequest,
+    from_json,
+)
+from iadeep.tuner import Outcome, Proposal, SearchSpace, StopRule, TunedJob
+from iadeep.coordinator._metrics import CoordinatorMetrics
+from iadeep.coordinator._settings import RoundSettings
+
+__all__ = ["TunerApi", "SessionResult", "run_session", "session_name"]
+
+log = logging.getLogger(__name__)
+
+
+class TunerApi(Protocol):
+    """What a session needs of the tuner (:class:`iadeep.tuner.TunerClient` over HTTP)."""
+
+    def open(self, name: str, jobs: Sequence[TunedJob], warm_start: Sequence[Mapping[str, int]] = (),
+             stop: StopRule | None = None) -> Outcome: ...
+
+    def ask(self, name: str) -> tuple[Proposal | None, Outcome]: ...
+
+    def tell(self, name: str, trial: int, normalised: Mapping[str, float]) -> Outcome: ...
+
+    def close_session(self, name: str) -> bool: ...
+
+
+@dataclass
+class SessionResult:
+    """How a session ended.
+
+    Attributes:
+        outcome: ``converged``, ``single_job``, ``job_left``, ``superseded`` or ``deadline``.
+        applied: pod UID -> batch size written at the end (empty when nothing was applied).
+        rounds: rounds measured by this run of the session.
+        progress: summed progress rate of the applied configuration as measured (NaN if not).
+    """
+
+    outcome: str
+    applied: dict[str, int] = field(default_factory=dict)
+    rounds: int = 0
+    progress: float = math.nan
+
+
+def session_name(request: TuningRequest) -> str:
+    """The tuner session of a request (URL-safe, stable across coordinator restarts)."""
+    return f"{request.node}.{request.gpu}.{round(request.requested_at * 1e6)}"
+
+
+def _nearest(model: InterferenceModel, family: str, batch: int) -> int:
+    sizes = model.batch_sizes(family)
+    return min(sizes, key=lambda b: (abs(b - batch), b)) if sizes else batch
+
+
+class _Superseded(Exception):
+    def __init__(self, outcome: str, why: str) -> None:
+        super().__init__(why)
+        self.outcome = outcome
+
+
+def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, model: InterferenceModel,
+                rounds: RoundSettings, metrics: CoordinatorMetrics | None = None,
+                clock: Callable[[], float] = time.time) -> SessionResult:
+    """Run one session to its end (module docstring).
+
+    Raises:
+        StoreUnavailable: etcd failed (the request stays; the caller retries the session).
+        TunerUnavailable, TunerError: the tuner failed (likewise).
+    """
+    t0 = time.monotonic()
+    records = store.jobs()
+    pods = [p for p in request.pods if p in records]
+    name = session_name(request)
+    if len(pods) <= 1:
+        applied = {}
+        for p in pods:
+            job = records[p]
+            size = _nearest(model, job.model, job.batch_size)
+            store.set_batch_size(BatchSizeAssignment(p, size, name, -1, clock()))
+            applied[p] = size
+        store.complete_tuning(request)
+        return SessionResult("single_job", applied)
+    jobs = []
+    for p in pods:
+        job = records[p]
+        base = _nearest(model, job.model, job.batch_size)
+        current = store.batch_size(p)
+        jobs.append(TunedJob(p, job.model, base, current.batch_size if current else base, job.mem_gib,
+                             tunable=job.num_gpus == 1))
+    space = SearchSpace(model, jobs)
+    warm = _warm_start(space, store, model, rounds.warm_start)
+    tuner.open(name, jobs, warm)
+    done_rounds = 0
+    outcome: Outcome | None = None
+    samples: list[InterferenceSampleRecord] = []
+    ending = "converged"
+    try:
+        while True:
+            _check_still_valid(request, store, pods)
+            proposal, outcome = tuner.ask(name)
+            if proposal is None:
+                break
+            r0 = time.monotonic()
+            normalised = _measure(name, proposal, jobs, store, model, rounds, clock)
+            if normalised is None:
+                if metrics:
+                    metrics.measurement_timeouts.inc()
+                _check_still_valid(request, store, pods)  # a job that left explains the silence
+                ending = "deadline"
+                log.warning("session %s: trial %d got no measurement from every job within %.0f s; "
+                            "applying the best measured so far", name, proposal.trial, rounds.deadline_s)
+                break
+            outcome = tuner.tell(name, proposal.trial, normalised)
+            done_rounds += 1
+            samples += _samples(proposal.config, jobs, normalised, clock())
+            if metrics:
+                metrics.rounds.inc()
+                metrics.round_seconds.observe(time.monotonic() - r0)
+            log.info("session %s: trial %d %s -> %s (best %.3f after %d)", name, proposal.trial, proposal.config,
+                     {k: round(v, 3) for k, v in normalised.items()}, outcome.best_objective, outcome.trials)
+    except _Superseded as exc:
+        ending = exc.outcome
+        log.info("session %s ends early: %s", name, exc)
+    if samples:
+        store.add_samples(samples)
+    result = SessionResult(ending, rounds=done_rounds)
+    if ending != "superseded":
+        best = outcome.best if outcome is not None else space.current()
+        live = [j for j in jobs if j.key in best and _alive(store, j.key)]
+        for j in live:
+            store.set_batch_size(BatchSizeAssignment(j.key, best[j.key], name, -1, clock()))
+        result.applied = {j.key: best[j.key] for j in live}
+        result.progress = outcome.best_objective if outcome is not None else math.nan
+        store.complete_tuning(request)
+    tuner.close_session(name)
+    if metrics:
+        metrics.session_seconds.observe(time.monotonic() - t0)
+    return result
+
+
+def _alive(store: StateStore, pod: str) -> bool:
+    st = store.workload(pod)
+    return st is None or st.state == "running"
+
+
+def _check_still_valid(request: TuningRequest, store: StateStore, pods: Sequence[str]) -> None:
+    """Raise :class:`_Superseded` when the request changed or a job finished."""
+    current = next((t for t in store.tuning_requests() if (t.node, t.gpu) == (request.node, request.gpu)), None)
+    if current != request:
+        raise _Superseded("superseded", "the GPU's co-location set changed")
+    for p in pods:
+        if not _alive(store, p):
+            raise _Superseded("job_left", f"job {p} finished")
+
+
+def _warm_start(space: SearchSpace, store: StateStore, model: InterferenceModel, n: int) -> list[dict[str, int]]:
+    """The ``n`` configurations the online learner (fed with every stored sample) predicts best."""
+    if n <= 0:
+        return []
+    learner = OnlineInterferenceLearner(model.types)
+    known = set(model.types)
+    for s in store.samples():
+        a, b = JobType(s.job_model, s.job_batch_size), JobType(s.partner_model, s.partner_batch_size)
+        if a in known and b in known:
+            learner.observe(InterferenceSample(a, b, s.normalised_throughput))
+    predicted = np.where(model.fits, learner.matrix(), 0.0)
+    return [c for _, c in space.ranked(predicted)[:n]]
+
+
+def _measure(name: str, proposal: Proposal, jobs: Sequence[TunedJob], store: StateStore, model: InterferenceModel,
+             rounds: RoundSettings, clock: Callable[[], float]) -> dict[str, float] | None:
+    """Write the trial's batch sizes and wait for the jobs' normalised throughputs at them.
+
+    Returns:
+        job key -> normalised throughput, or ``None`` when the deadline passed first.
+    """
+    deadline = time.monotonic() + rounds.deadline_s
+    events = store.watch("measurements/", timeout_s=rounds.deadline_s)  # opened before the writes
+    t_set = clock()
+    for j in jobs:
+        store.set_batch_size(BatchSizeAssignment(j.key, proposal.config[j.key], name, proposal.trial, t_set))
+    switched: dict[str, float] = {}  # pod -> time of its first report at the new size
+    collected: dict[str, list[float]] = {j.key: [] for j in jobs}
+    keys = {j.key for j in jobs}
+    for ev in events:
+        if time.monotonic() > deadline:
+            break
+        if ev.get("type") != "put":
+            continue
+        try:
+            m = from_json(Measurement, ev["value"])
+        except RecordError:
+            continue
+        if m.pod_uid not in keys or m.batch_size != proposal.config[m.pod_uid] or m.at <= t_set:
+            continue
+        if len(switched) < len(keys):
+            switched.setdefault(m.pod_uid, m.at)
+            continue
+        if m.at > max(switched.values()):  # every job had switched before this window began
+            collected[m.pod_uid].append(m.steps_per_s)
+        if all(len(v) >= rounds.reports for v in collected.values()):
+            break
+    if hasattr(events, "close"):
+        events.close()  # type: ignore[union-attr]
+    if not all(collected.values()):
+        return None
+    out = {}
+    for j in jobs:
+        tid = model.type_id(JobType(j.model, proposal.config[j.key]))
+        out[j.key] = float(np.mean(collected[j.key][: rounds.reports])) / float(model.isolated_steps_per_s[tid])
+    return out
+
+
+def _samples(config: Mapping[str, int], jobs: Sequence[TunedJob], normalised: Mapping[str, float],
+             at: float) -> list[InterferenceSampleRecord]:
+    """One sample per ordered pair of a two-job configuration (more jobs: not a pair measurement)."""
+    if len(jobs) != 2:
+        return []
+    a, b = jobs
+    return [InterferenceSampleRecord(x.model, config[x.key], y.model, config[y.key], float(normalised[x.key]), at)
+            for x, y in ((a, b), (b, a))]

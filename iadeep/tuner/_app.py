@@ -1,0 +1,165 @@
+"""The tuner's HTTP API (FastAPI, served by uvicorn as the extender).
+
+==========================================  =================================================
+route                                       answer
+==========================================  =================================================
+``POST /sessions``                          create (or reopen, same jobs) a session:
+                                            ``{"name", "space": {job: [sizes]}, "outcome"}``
+``POST /sessions/{name}/ask``               ``{"trial", "config": {job: size}, "outcome"}``;
+                                            ``trial`` and ``config`` are null when done
+``POST /sessions/{name}/tell``              ``{"outcome"}`` after ``{"trial",
+                                            "normalised_throughputs": {job: x}}``
+``GET /sessions/{name}``                    ``{"outcome"}``
+``DELETE /sessions/{name}``                 ``{"deleted": bool}``
+``GET /healthz``, ``/readyz``               readyz is 503 when the storage does not answer
+==========================================  =================================================
+
+``outcome`` is ``{"done", "best": {job: size}, "best_objective", "trials", "reason"}``: always a
+well-formed answer, never a bare value (``best_objective`` is null before any measurement).
+Errors: a malformed body gets 400 ``{"error": "<field>: <what>"}`` (e.g.
+``jobs.0.model: Field required``); an unknown model or batch size 400 naming the job; an unknown
+session 404; a session name reused with other jobs, or a tell for a trial not in flight, 409.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from iadeep.tuner._service import TunerService
+from iadeep.tuner._space import SpaceError, TunedJob
+from iadeep.tuner._study import Outcome, StopRule, StudyMismatch
+
+__all__ = ["create_app", "SessionRequest", "TellRequest", "JobSpec"]
+
+log = logging.getLogger(__name__)
+
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class JobSpec(BaseModel):
+    """A co-located job (see :class:`iadeep.tuner.TunedJob`)."""
+
+    key: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    base_batch_size: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    mem_limit_gib: float | None = Field(None, gt=0, allow_inf_nan=False)
+    tunable: bool = True
+
+
+class StopSpec(BaseModel):
+    budget: int = Field(10, ge=1)
+    patience: int = Field(4, ge=1)
+    min_improvement: float = Field(0.01, ge=0, lt=1)
+
+
+class SessionRequest(BaseModel):
+    """Body of ``POST /sessions``."""
+
+    name: str = Field(min_length=1, max_length=200)
+    jobs: list[JobSpec] = Field(min_length=1)
+    warm_start: list[dict[str, int]] = Field(default_factory=list)
+    stop: StopSpec | None = None
+
+
+class TellRequest(BaseModel):
+    """Body of ``POST /sessions/{name}/tell``."""
+
+    trial: int = Field(ge=0)
+    normalised_throughputs: dict[str, NonNegative]
+
+
+def outcome_json(o: Outcome) -> dict[str, Any]:
+    """The wire form of an :class:`Outcome` (NaN becomes null)."""
+    return {"done": o.done, "best": o.best, "trials": o.trials, "reason": o.reason,
+            "best_objective": None if math.isnan(o.best_objective) else round(o.best_objective, 6)}
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def create_app(service: TunerService) -> FastAPI:
+    """The ASGI app over ``service``."""
+    app = FastAPI(title="iadeep tuner", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for err in exc.errors():
+            loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+            parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+        return _error(400, "; ".join(parts))
+
+    @app.exception_handler(Exception)
+    async def internal(_: Request, exc: Exception) -> JSONResponse:  # pragma: no cover - last resort
+        log.exception("unhandled error", exc_info=exc)
+        return _error(500, f"iadeep tuner: internal error: {type(exc).__name__}")
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        ok = service.healthy()
+        return JSONResponse({"status": "ok" if ok else "storage unreachable"}, status_code=200 if ok else 503)
+
+    @app.post("/sessions")
+    def create(req: SessionRequest) -> JSONResponse:
+        jobs = [TunedJob(**j.model_dump()) for j in req.jobs]
+        keys = {j.key for j in jobs}
+        for i, config in enumerate(req.warm_start):
+            if set(config) != keys:
+                return _error(400, f"warm_start.{i}: must name exactly the jobs {sorted(keys)}")
+        stop = StopRule(**req.stop.model_dump()) if req.stop else None
+        try:
+            study = service.open(req.name, jobs, req.warm_start, stop)
+        except SpaceError as exc:
+            return _error(400, f"jobs: {exc}")
+        except StudyMismatch as exc:
+            return _error(409, str(exc))
+        return JSONResponse({"name": req.name, "space": {k: list(v) for k, v in study.space.options.items()},
+                             "outcome": outcome_json(study.outcome())})
+
+    @app.post("/sessions/{name}/ask")
+    def ask(name: str) -> JSONResponse:
+        try:
+            proposal, outcome = service.ask(name)
+        except KeyError as exc:
+            return _error(404, str(exc.args[0]))
+        return JSONResponse({"trial": proposal.trial if proposal else None,
+                             "config": proposal.config if proposal else None, "outcome": outcome_json(outcome)})
+
+    @app.post("/sessions/{name}/tell")
+    def tell(name: str, req: TellRequest) -> JSONResponse:
+        try:
+            service.get(name)
+        except KeyError as exc:
+            return _error(404, str(exc.args[0]))
+        try:
+            outcome = service.tell(name, req.trial, req.normalised_throughputs)
+        except KeyError as exc:
+            msg = str(exc.args[0])
+            return _error(400 if msg.startswith("normalised_throughputs") else 409, msg)
+        return JSONResponse({"outcome": outcome_json(outcome)})
+
+    @app.get("/sessions/{name}")
+    def status(name: str) -> JSONResponse:
+        try:
+            return JSONResponse({"outcome": outcome_json(service.get(name).outcome())})
+        except KeyError as exc:
+            return _error(404, str(exc.args[0]))
+
+    @app.delete("/sessions/{name}")
+    def delete(name: str) -> JSONResponse:
+        return JSONResponse({"deleted": service.close(name)})
+
+    return app

@@ -1,0 +1,98 @@
+"""The tuner service's state: open sessions by name, over one optuna storage.
+
+Thread-safe: routes run on a thread pool; each session has a lock (ask and tell of one session
+are serialised), the table of sessions has its own. A session not in memory (after a restart) is
+reopened from the storage on first use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+
+import optuna
+
+from iadeep.interference import InterferenceModel
+from iadeep.tuner._space import TunedJob
+from iadeep.tuner._study import Outcome, Proposal, StopRule, TuningStudy
+
+__all__ = ["TunerService"]
+
+
+class TunerService:
+    """Sessions of one tuner.
+
+    Args:
+        model: the interference model.
+        storage: optuna storage URL (``sqlite:///...``) or object.
+        stop: the default stop rule of new sessions.
+        seed: sampler seed.
+    """
+
+    def __init__(self, model: InterferenceModel, storage: str | optuna.storages.BaseStorage, *,
+                 stop: StopRule = StopRule(), seed: int = 0) -> None:
+        self.model = model
+        self.storage = optuna.storages.RDBStorage(storage) if isinstance(storage, str) else storage
+        self.stop = stop
+        self.seed = seed
+        self._sessions: dict[str, TuningStudy] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def healthy(self) -> bool:
+        """True when the storage answers."""
+        try:
+            self.storage.get_all_studies()
+            return True
+        except Exception:  # noqa: BLE001 - any storage failure means not ready
+            return False
+
+    def _session_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(name, threading.Lock())
+
+    def open(self, name: str, jobs: Sequence[TunedJob], warm_start: Sequence[Mapping[str, int]] = (),
+             stop: StopRule | None = None) -> TuningStudy:
+        """Create a session, or reopen the stored one of that name (same jobs).
+
+        Raises:
+            SpaceError: unknown model or batch size. StudyMismatch: same name, other jobs.
+        """
+        with self._session_lock(name):
+            study = TuningStudy(self.model, jobs, name=name, storage=self.storage, warm_start=warm_start,
+                                stop=stop or self.stop, seed=self.seed)
+            self._sessions[name] = study
+            return study
+
+    def get(self, name: str) -> TuningStudy:
+        """An open session, reopened from storage when needed.
+
+        Raises:
+            KeyError: no such session.
+        """
+        study = self._sessions.get(name)
+        if study is None:
+            with self._session_lock(name):
+                study = self._sessions.get(name) or TuningStudy.resume(self.model, name, self.storage, self.seed)
+                self._sessions[name] = study
+        return study
+
+    def ask(self, name: str) -> tuple[Proposal | None, Outcome]:
+        study = self.get(name)
+        with self._session_lock(name):
+            return study.ask(), study.outcome()
+
+    def tell(self, name: str, trial: int, normalised: Mapping[str, float]) -> Outcome:
+        study = self.get(name)
+        with self._session_lock(name):
+            return study.tell(trial, normalised)
+
+    def close(self, name: str) -> bool:
+        """Forget a finished session (its study is deleted from the storage); False when unknown."""
+        with self._session_lock(name):
+            self._sessions.pop(name, None)
+            try:
+                optuna.delete_study(study_name=name, storage=self.storage)
+                return True
+            except KeyError:
+                return False

@@ -1,0 +1,132 @@
+"""The coordinator with the real tuner, a real etcd and emulated jobs (processes using the SDK,
+whose steps/s come from Gavel's measured interference plus noise): a session converges and the
+final batch sizes run in every co-located job; a job ends mid-session; the coordinator is
+SIGKILLed mid-session and restarted."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from prometheus_client import generate_latest
+
+from iadeep.jobtypes import JobType
+from iadeep.coordinator import CoordinatorService, CoordinatorSettings, RoundSettings
+from iadeep.state import EtcdStateStore, GpuInfo, JobRecord, NodeInventory
+from iadeep.testing import wait_for
+from iadeep.testing.services import CoordinatorProcess
+from iadeep.tuner import TunerClient
+
+NODE = "n1"
+A = ("pod-a", "ResNet-50", 64, 10.0)
+B = ("pod-b", "Transformer", 64, 6.0)
+
+
+def place(store: EtcdStateStore, *jobs) -> None:
+    """What the extender's bind does: reserve each pod on GPU 0 (writes the tuning request)."""
+    store.put_inventory(NodeInventory(NODE, (GpuInfo(0, 32.0, "GPU-0000"),)))
+    for pod, model, batch, mem in jobs:
+        store.reserve(JobRecord(pod, "default", pod, model, batch, 1, mem, 3600.0, time.time()), NODE, [0],
+                      colocation_limit=2, now_s=time.time())
+
+
+def in_effect(store: EtcdStateStore, sizes: dict[str, int]) -> bool:
+    """Every job's latest report is at its assigned size (the size runs, not only is written)."""
+    for pod, size in sizes.items():
+        ms = store.measurements(pod)
+        if not ms or ms[-1].batch_size != size:
+            return False
+    return True
+
+
+def settings(tuner, throughputs_path, etcd_settings, deadline_s: float = 20.0) -> CoordinatorSettings:
+    return CoordinatorSettings(node=NODE, tuner_url=tuner.url, throughputs_file=throughputs_path, idle_s=1.0,
+                               round=RoundSettings(deadline_s=deadline_s), etcd=etcd_settings)
+
+
+def test_session_converges_and_every_job_runs_the_final_sizes(etcd_store, etcd_settings, tuner, jobs,
+                                                              interference_model, throughputs_path) -> None:
+    store = etcd_store
+    place(store, A, B)
+    for pod, model, batch, _ in (A, B):
+        jobs.start(pod, model, batch)
+    svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
+                             tuner=TunerClient(tuner.url), model=interference_model).start()
+    try:
+        wait_for(lambda: svc.results, bool, timeout=120, what="a finished session")
+        req, result = svc.results[0]
+        assert set(req.pods) == {"pod-a", "pod-b"}
+        assert result.outcome == "converged" and 1 <= result.rounds <= 4
+        assert set(result.applied) == {"pod-a", "pod-b"}  # every co-located job, not only the newest
+        assert store.tuning_requests() == []
+        for pod, size in result.applied.items():
+            a = store.batch_size(pod)
+            assert a is not None and a.batch_size == size and a.trial == -1
+        wait_for(lambda: in_effect(store, result.applied), bool, timeout=20, what="final sizes in effect")
+        samples = store.samples()
+        assert len(samples) == 2 * result.rounds
+        assert {(s.job_model, s.partner_model) for s in samples} == {("ResNet-50", "Transformer"), ("Transformer", "ResNet-50")}
+        # the measured normalised throughputs come from the emulated (Gavel) speeds plus 3 % noise
+        m = interference_model
+        for s in samples:
+            x = m.norm[m.type_id(JobType(s.job_model, s.job_batch_size)), m.type_id(JobType(s.partner_model, s.partner_batch_size))]
+            assert abs(s.normalised_throughput - x) < 0.25 * x + 0.05
+        metrics = generate_latest(svc.metrics.registry).decode()
+        assert f"iadeep_coordinator_rounds_total {float(result.rounds)}" in metrics
+        assert 'iadeep_coordinator_sessions_total{outcome="converged"} 1.0' in metrics
+    finally:
+        svc.stop(timeout_s=30)
+
+
+def test_job_ending_mid_session_ends_it_cleanly(etcd_store, etcd_settings, tuner, jobs, interference_model,
+                                                throughputs_path) -> None:
+    store = etcd_store
+    place(store, A, B)
+    for pod, model, batch, _ in (A, B):
+        jobs.start(pod, model, batch)
+    svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings, deadline_s=10), store=store,
+                             tuner=TunerClient(tuner.url), model=interference_model).start()
+    try:
+        wait_for(lambda: store.batch_size("pod-b"), lambda a: a is not None and a.trial >= 0, timeout=60,
+                 what="first trial written")
+        assert jobs.finish("pod-b") == 0
+        assert store.workload("pod-b").state == "completed"
+        wait_for(lambda: svc.results, bool, timeout=60, what="session ended")
+        _, first = svc.results[0]
+        assert first.outcome == "job_left"
+        assert set(first.applied) == {"pod-a"}  # the finished job gets nothing
+        # the extender releases the finished pod: the GPU's new set is A alone -> back to its size
+        store.release("pod-b", now_s=time.time())
+        wait_for(lambda: len(svc.results), lambda n: n >= 2, timeout=30, what="second session")
+        _, second = svc.results[1]
+        assert second.outcome == "single_job" and second.applied == {"pod-a": 64}
+        wait_for(lambda: in_effect(store, {"pod-a": 64}), bool, timeout=20, what="A back at 64")
+        assert store.tuning_requests() == []
+    finally:
+        svc.stop(timeout_s=30)
+
+
+def test_coordinator_killed_mid_session_resumes(etcd_store, etcd_settings, tuner, jobs, throughputs_path) -> None:
+    store = etcd_store
+    place(store, A, B)
+    for pod, model, batch, _ in (A, B):
+        jobs.start(pod, model, batch)
+    env = {"IADEEP_COORDINATOR_IDLE_S": "1", "IADEEP_COORDINATOR_ROUND__DEADLINE_S": "20"}
+    coord = CoordinatorProcess(NODE, tuner.url, throughputs_path, etcd_settings, env=env).start()
+    try:
+        wait_for(lambda: store.batch_size("pod-a"), lambda a: a is not None and a.trial >= 1, timeout=60,
+                 what="second trial written")
+        coord.kill()  # SIGKILL mid-session
+        assert len(store.tuning_requests()) == 1  # not acknowledged: the session is owed
+        tuned_before = TunerClient(tuner.url).outcome(f"{NODE}.0.{round(store.tuning_requests()[0].requested_at * 1e6)}")
+        assert tuned_before.trials >= 1
+        coord.start()
+        wait_for(store.tuning_requests, lambda r: r == [], timeout=120, what="session finished after restart")
+        final = {p: store.batch_size(p) for p in ("pod-a", "pod-b")}
+        assert all(a is not None and a.trial == -1 for a in final.values())
+        wait_for(lambda: in_effect(store, {p: a.batch_size for p, a in final.items()}), bool, timeout=20,
+                 what="final sizes in effect")
+        metrics = httpx.get(coord.url + "/metrics", trust_env=False).text
+        assert 'iadeep_coordinator_sessions_total{outcome="converged"} 1.0' in metrics
+    finally:
+        coord.kill()

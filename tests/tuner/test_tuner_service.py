@@ -1,0 +1,90 @@
+"""The tuner's HTTP API: in process through the real app (routes and errors), and as a real
+``iadeep tuner serve`` process killed with SIGKILL mid-study and restarted (resumes from SQLite)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from iadeep.testing.services import TunerProcess
+from iadeep.tuner import TunedJob, TunerClient, TunerError, TunerService, create_app
+
+JOBS = [{"key": "a", "model": "ResNet-50", "base_batch_size": 64, "batch_size": 64, "mem_limit_gib": 16.0},
+        {"key": "b", "model": "Transformer", "base_batch_size": 64, "batch_size": 64}]
+
+
+@pytest.fixture
+def http(interference_model, tmp_path):
+    service = TunerService(interference_model, f"sqlite:///{tmp_path / 't.db'}")
+    with TestClient(create_app(service)) as client:
+        yield client
+
+
+def test_session_round_trip(http) -> None:
+    r = http.post("/sessions", json={"name": "n1.0.1", "jobs": JOBS, "warm_start": [{"a": 32, "b": 128}]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["space"]["a"] == [16, 32, 64, 128] and body["outcome"]["best_objective"] is None
+    ask = http.post("/sessions/n1.0.1/ask").json()
+    assert ask["config"] == {"a": 32, "b": 128}
+    told = http.post("/sessions/n1.0.1/tell", json={"trial": ask["trial"], "normalised_throughputs": {"a": 0.6, "b": 0.7}})
+    assert told.status_code == 200
+    out = told.json()["outcome"]
+    assert out["trials"] == 1 and out["best"] == {"a": 32, "b": 128} and out["best_objective"] > 0
+    assert http.get("/sessions/n1.0.1").json()["outcome"] == out
+    assert http.delete("/sessions/n1.0.1").json() == {"deleted": True}
+    assert http.get("/sessions/n1.0.1").status_code == 404
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"jobs": JOBS}, "name: Field required"),
+    ({"name": "s", "jobs": [{**JOBS[0], "model": None}]}, "jobs.0.model"),
+    ({"name": "s", "jobs": [{**JOBS[0], "batch_size": 0}]}, "jobs.0.batch_size"),
+    ({"name": "s", "jobs": []}, "jobs:"),
+    ({"name": "s", "jobs": JOBS, "warm_start": [{"a": 16}]}, "warm_start.0"),
+    ({"name": "s", "jobs": [{**JOBS[0], "batch_size": 60}]}, "job a"),
+])
+def test_malformed_session_is_400_naming_the_field(http, body, field) -> None:
+    r = http.post("/sessions", json=body)
+    assert r.status_code == 400
+    assert field in r.json()["error"]
+
+
+def test_malformed_tell_is_400_naming_the_field(http) -> None:
+    http.post("/sessions", json={"name": "s", "jobs": JOBS})
+    trial = http.post("/sessions/s/ask").json()["trial"]
+    for body, field in [({"normalised_throughputs": {"a": 1, "b": 1}}, "trial"),
+                        ({"trial": trial, "normalised_throughputs": {"a": -1, "b": 1}}, "normalised_throughputs.a"),
+                        ({"trial": trial, "normalised_throughputs": {"a": 1}}, "normalised_throughputs: no value for job 'b'")]:
+        r = http.post("/sessions/s/tell", json=body)
+        assert r.status_code == 400 and field in r.json()["error"], r.text
+    r = http.post("/sessions/s/tell", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert http.post("/sessions/s/tell", json={"trial": trial + 3, "normalised_throughputs": {"a": 1, "b": 1}}).status_code == 409
+    assert http.post("/sessions/none/ask").status_code == 404
+    # same name, other jobs: a conflict, the stored study untouched
+    assert http.post("/sessions", json={"name": "s", "jobs": JOBS[:1]}).status_code == 409
+    assert http.post("/sessions/s/ask").json()["trial"] == trial
+
+
+def test_tuner_killed_mid_study_resumes(throughputs_path, interference_model, tmp_path) -> None:
+    tuner = TunerProcess(throughputs_path, tmp_path / "tuner.db").start()
+    client = TunerClient(tuner.url, retry_deadline_s=60)
+    jobs = [TunedJob(**j) for j in JOBS]
+    try:
+        client.open("n1.0.7", jobs)
+        p1, _ = client.ask("n1.0.7")
+        client.tell("n1.0.7", p1.trial, {"a": 0.5, "b": 0.6})
+        p2, _ = client.ask("n1.0.7")
+        tuner.kill()
+        tuner.start()  # same port, same storage
+        p2_again, out = client.ask("n1.0.7")  # reopened from SQLite on first use
+        assert p2_again == p2 and out.trials == 1 and out.best == p1.config
+        out = client.tell("n1.0.7", p2.trial, {"a": 0.9, "b": 0.9})
+        assert out.trials == 2
+        with pytest.raises(TunerError) as err:
+            client.tell("n1.0.7", p2.trial, {"a": 0.9, "b": 0.9})
+        assert err.value.status == 409
+    finally:
+        client.close()
+        tuner.kill()

@@ -1,0 +1,109 @@
+"""The job reporting SDK against a real etcd: registration, reports at most once per second,
+a batch size assigned by the coordinator applied at the next step boundary, completion; and a
+local run without etcd."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from iadeep.state import BatchSizeAssignment, EtcdStateStore, WorkloadStatus
+from iadeep.testing import wait_for
+from iadeep.workload import Job, WorkloadSettings
+
+FAST = WorkloadSettings(pod_uid="p1", report_interval_s=1.0, watch_idle_s=5.0)
+
+
+def run_steps(job: Job, seconds: float, step_s: float = 0.01) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(step_s)
+        job.step()
+
+
+def test_job_registers_reports_and_completes(etcd_settings) -> None:
+    store = EtcdStateStore(etcd_settings)
+    job = Job("p1", 32, store=store, settings=FAST).start()
+    assert store.workload("p1").state == "running"
+    t0 = time.monotonic()
+    run_steps(job, 3.2)
+    elapsed = time.monotonic() - t0
+    job.complete()
+    ms = store.measurements("p1")
+    # at most one report per interval, and at least one per interval that fully passed
+    assert 2 <= len(ms) <= elapsed // 1.0 + 1
+    assert all(m.batch_size == 32 for m in ms)
+    assert all(0 < m.steps_per_s < 110 for m in ms)  # 10 ms steps: below 100/s plus rounding
+    assert [m.samples for m in ms] == sorted(m.samples for m in ms)
+    st = store.workload("p1")
+    assert isinstance(st, WorkloadStatus) and st.state == "completed"
+    assert st.samples == job.stats().samples == 32 * job.stats().steps
+    store.close()
+
+
+def test_assigned_batch_size_applies_at_the_next_step(etcd_settings) -> None:
+    store = EtcdStateStore(etcd_settings)
+    coordinator = EtcdStateStore(etcd_settings)
+    job = Job("p1", 32, store=store, settings=FAST).start()
+    coordinator.set_batch_size(BatchSizeAssignment("p1", 64, "s", 0, time.time()))
+    # the size changes only at a step boundary: before any step it is unchanged
+    time.sleep(0.5)
+    assert job.batch_size == 32
+    wait_for(lambda: job.step(), lambda b: b == 64, timeout=10, what="batch size 64 applied")
+    run_steps(job, 2.5)
+    job.complete()
+    ms = store.measurements("p1")
+    assert ms and ms[-1].batch_size == 64
+    # a measurement never mixes sizes: all reports after the first 64 are at 64
+    first64 = next(i for i, m in enumerate(ms) if m.batch_size == 64)
+    assert all(m.batch_size == 64 for m in ms[first64:])
+    assert job.stats().batch_size_changes == 1
+    coordinator.close()
+    store.close()
+
+
+def test_size_set_before_start_is_read_and_older_sizes_are_ignored(etcd_settings) -> None:
+    store = EtcdStateStore(etcd_settings)
+    now = time.time()
+    store.set_batch_size(BatchSizeAssignment("p1", 16, "s", 2, now))
+    job = Job("p1", 32, store=store, settings=FAST).start()
+    wait_for(lambda: job.step(), lambda b: b == 16, timeout=10, what="size set before start")
+    store.set_batch_size(BatchSizeAssignment("p1", 128, "s", 1, now - 10))  # stale: older than applied
+    store.set_batch_size(BatchSizeAssignment("other", 8, "s", 3, now + 1))  # not this job's
+    time.sleep(1.0)
+    assert job.step() == 16
+    job.complete()
+    store.close()
+
+
+def test_requests_per_second_stay_at_most_one(etcd_settings) -> None:
+    store = EtcdStateStore(etcd_settings)
+    before = store.stats()["requests"]
+    job = Job("p1", 32, store=store, settings=FAST).start()
+    t0 = time.monotonic()
+    run_steps(job, 4.0, step_s=0.001)  # about a thousand steps: no request per step
+    job.complete()
+    elapsed = time.monotonic() - t0
+    used = store.stats()["requests"] - before
+    # registration, one read and one watch revision read, completion: 4 fixed; reports <= 1/s
+    assert job.stats().steps > 500
+    assert used <= 4 + elapsed // 1.0 + 1
+    store.close()
+
+
+def test_local_run_logs_only(caplog, monkeypatch) -> None:
+    monkeypatch.delenv("IADEEP_ETCD_ENDPOINTS", raising=False)
+    monkeypatch.setenv("IADEEP_WORKLOAD_POD_UID", "local-1")
+    caplog.set_level(logging.INFO, logger="iadeep.workload")
+    with Job.from_env(batch_size=8) as job:
+        assert job.store is None
+        run_steps(job, 1.3)
+    assert any("steps/s at batch size 8" in r.getMessage() for r in caplog.records)
+    assert any("completed" in r.getMessage() for r in caplog.records)
+
+
+def test_bad_batch_size_is_refused() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        Job("p", 0)
