@@ -13,10 +13,11 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt iadeep/deviceplugin/v1beta1/api.proto
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[airflow,test]' -c constraints.txt
+	$(BIN)/python -m iadeep.deviceplugin._proto >/dev/null  # kubelet API stubs (grpcio-tools; not committed)
 	touch $(STAMP)
 
 experiment: $(STAMP)

@@ -30,6 +30,9 @@ def _mount() -> None:
     from iadeep.coordinator._cli import app as coordinator_app
 
     app.add_typer(coordinator_app, name="coordinator", help="The per-node coordinator (tuning sessions).")
+    from iadeep.deviceplugin._cli import app as deviceplugin_app
+
+    app.add_typer(deviceplugin_app, name="deviceplugin", help="The kubelet device plugin (GPU memory and GPUs).")
     from iadeep.dev._cli import app as dev_app
 
     app.add_typer(dev_app, name="dev", help="Local development cluster (etcd, kube-apiserver, kube-scheduler, kwok).")

@@ -1,0 +1,239 @@
+"""Which pod an ``Allocate`` serves, and what it answers.
+
+The kubelet's ``Allocate`` names device IDs only, never the pod. The extender's bind marks the
+pod it placed (``iadeep.io/bind-phase: allocating``, the GPUs' indexes and UUIDs, the memory per
+GPU and the assume time in ns; see :mod:`iadeep.extender._pods`), so a container request is
+matched to the pods bound to this node in that phase, **oldest assume time first**, and among
+them to the first whose next unserved container asks for exactly as many ``iadeep.io/gpu-mem``
+units as there are device IDs. When the device IDs lie on GPUs (device IDs carry their GPU's
+UUID), a pod whose own GPUs hold them is preferred, so two pods of the same size bound at the
+same moment each get the GPU the extender chose for them. Calls are serialised per node (one
+lock in the plugin). The answer is built from the pod's annotations, never from the device IDs:
+``NVIDIA_VISIBLE_DEVICES`` is the pod's GPU UUID(s). A request no pod matches is refused
+(:class:`NoMatchingPod`) naming the reason, never answered with some GPU.
+
+Each container of a multi-container pod gets its own share (its own units); the pod is marked
+``allocated`` when its last GPU container is served.
+
+Environment of a served container:
+
+===================================  ===================================================
+``NVIDIA_VISIBLE_DEVICES``           the pod's GPU UUID(s), comma-separated
+``IADEEP_GPU_INDEX``                 their indexes on the node
+``IADEEP_GPU_UUID``                  the same UUIDs
+``IADEEP_GPU_MEM_LIMIT_MIB``         this container's share, MiB (units x 1024)
+``IADEEP_POD_GPU_MEM_LIMIT_MIB``     the pod's total, MiB
+``IADEEP_POD``                       ``<namespace>/<name>`` (for logs)
+===================================  ===================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["BoundPod", "PodApi", "KubernetesPodApi", "NoMatchingPod", "Allocator", "device_gpu",
+           "BIND_PHASE", "ALLOCATING", "ALLOCATED"]
+
+log = logging.getLogger(__name__)
+
+BIND_PHASE = "iadeep.io/bind-phase"
+ALLOCATING = "allocating"
+ALLOCATED = "allocated"
+_GPU_INDEX, _GPU_UUID, _GPU_MEM = "iadeep.io/gpu-index", "iadeep.io/gpu-uuid", "iadeep.io/gpu-mem-gib"
+_ASSUME, _NODE = "iadeep.io/assume-time", "iadeep.io/node"
+
+
+class NoMatchingPod(LookupError):
+    """No pod bound to this node waits for an allocation of that size (the message says why)."""
+
+
+def device_gpu(device_id: str) -> str:
+    """The GPU UUID a ``iadeep.io/gpu-mem`` device ID (``<uuid>-mem-<k>``) or ``gpu-count`` ID (the UUID) names."""
+    return device_id.rsplit("-mem-", 1)[0]
+
+
+@dataclass(frozen=True)
+class BoundPod:
+    """A pod the extender bound to this node, as its annotations and spec describe it.
+
+    Attributes:
+        namespace / name / uid: the pod.
+        gpu_indexes / gpu_uuids: the GPUs reserved for it, gang order.
+        assume_ns: the reservation's time (Unix ns).
+        containers: ``(container name, iadeep.io/gpu-mem units)`` of each container asking for GPU memory.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    gpu_indexes: tuple[int, ...]
+    gpu_uuids: tuple[str, ...]
+    assume_ns: int
+    containers: tuple[tuple[str, int], ...]
+
+    @property
+    def units(self) -> int:
+        return sum(u for _, u in self.containers)
+
+
+class PodApi(Protocol):
+    """The Kubernetes side the allocator needs (:class:`KubernetesPodApi`)."""
+
+    def allocating_pods(self, node: str) -> list[BoundPod]:
+        """Pods bound to ``node`` whose bind phase is ``allocating``."""
+
+    def mark_allocated(self, pod: BoundPod) -> None:
+        """Set the pod's bind phase to ``allocated``."""
+
+
+def parse_pod(pod: dict[str, Any], node: str, resource: str) -> BoundPod | None:
+    """A :class:`BoundPod` from a pod object (as a dict), ``None`` when it is not one of ours on
+    ``node`` in phase ``allocating`` or its annotations are malformed (logged)."""
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    if ann.get(BIND_PHASE) != ALLOCATING or ann.get(_NODE, node) != node:
+        return None
+    try:
+        indexes = tuple(int(x) for x in ann[_GPU_INDEX].split(","))
+        uuids = tuple(ann.get(_GPU_UUID, "").split(","))
+        assume = int(ann[_ASSUME])
+    except (KeyError, ValueError) as exc:
+        log.warning("pod %s/%s: malformed iadeep annotations (%s), not matched", meta.get("namespace"), meta.get("name"), exc)
+        return None
+    containers = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        limits = ((c.get("resources") or {}).get("limits") or {})
+        units = limits.get(resource) or ((c.get("resources") or {}).get("requests") or {}).get(resource)
+        if units:
+            containers.append((c["name"], int(str(units))))
+    return BoundPod(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), indexes, uuids, assume,
+                    tuple(containers))
+
+
+class KubernetesPodApi:
+    """:class:`PodApi` over the Kubernetes API (``kubernetes`` client).
+
+    Args:
+        api_client: a ``kubernetes.client.ApiClient``.
+        resource: the memory resource name (``iadeep.io/gpu-mem``).
+    """
+
+    def __init__(self, api_client: Any, resource: str = "iadeep.io/gpu-mem") -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.api_client = api_client
+        self.resource = resource
+
+    def allocating_pods(self, node: str) -> list[BoundPod]:
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+        out = []
+        for p in pods.items:
+            bp = parse_pod(self.api_client.sanitize_for_serialization(p), node, self.resource)
+            if bp is not None:
+                out.append(bp)
+        return out
+
+    def mark_allocated(self, pod: BoundPod) -> None:
+        self.core.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": {"annotations": {BIND_PHASE: ALLOCATED}}})
+
+
+@dataclass
+class Allocator:
+    """Matches container requests to bound pods (module docstring); the caller serialises calls.
+
+    Args:
+        node: this node.
+        pods: the Kubernetes side.
+    """
+
+    node: str
+    pods: PodApi
+    served: dict[str, set[str]] = field(default_factory=dict)  # pod uid -> containers served
+
+    def candidates(self) -> list[BoundPod]:
+        """Pods bound here in phase allocating, oldest assume time first."""
+        found = sorted(self.pods.allocating_pods(self.node), key=lambda p: (p.assume_ns, p.namespace, p.name))
+        live = {p.uid for p in found}
+        for uid in list(self.served):
+            if uid not in live:
+                del self.served[uid]
+        return found
+
+    def _next_container(self, pod: BoundPod, units: int) -> str | None:
+        done = self.served.get(pod.uid, set())
+        for name, u in pod.containers:
+            if name not in done:
+                return name if u == units else None  # containers are served in spec order
+        return None
+
+    def match(self, device_ids: Sequence[str]) -> tuple[BoundPod, str]:
+        """The pod and container a request for ``device_ids`` serves (not yet recorded).
+
+        Raises:
+            NoMatchingPod: none waits for that many units on this node.
+        """
+        units = len(device_ids)
+        pods = self.candidates()
+        fitting = [(p, c) for p in pods if (c := self._next_container(p, units)) is not None]
+        if not fitting:
+            seen = ", ".join(f"{p.namespace}/{p.name} ({[u for _, u in p.containers]} GiB)" for p in pods) or "none"
+            raise NoMatchingPod(f"no pod bound to node {self.node} in phase allocating asks for {units} GiB of GPU "
+                                f"memory in its next container (pods allocating here: {seen})")
+        gpus = {device_gpu(d) for d in device_ids}
+        for p, c in fitting:
+            if gpus <= set(p.gpu_uuids):
+                return p, c
+        return fitting[0]
+
+    def allocate(self, device_ids: Sequence[str]) -> dict[str, str]:
+        """Serve one container: record it, mark the pod allocated after its last container,
+        and return the container's environment.
+
+        Raises:
+            NoMatchingPod: see :meth:`match`.
+        """
+        pod, container = self.match(device_ids)
+        done = self.served.setdefault(pod.uid, set())
+        done.add(container)
+        if len(done) == len(pod.containers):
+            self.pods.mark_allocated(pod)
+            del self.served[pod.uid]
+        units = len(device_ids)
+        log.info("allocated %d GiB on GPU %s to %s/%s container %s", units, ",".join(pod.gpu_uuids),
+                 pod.namespace, pod.name, container)
+        return {
+            "NVIDIA_VISIBLE_DEVICES": ",".join(pod.gpu_uuids),
+            "IADEEP_GPU_INDEX": ",".join(str(i) for i in pod.gpu_indexes),
+            "IADEEP_GPU_UUID": ",".join(pod.gpu_uuids),
+            "IADEEP_GPU_MEM_LIMIT_MIB": str(units * 1024),
+            "IADEEP_POD_GPU_MEM_LIMIT_MIB": str(pod.units * 1024),
+            "IADEEP_POD": f"{pod.namespace}/{pod.name}",
+        }
+
+    def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
+        """Device IDs for a container of ``size`` units: on the GPUs of the pod it will serve
+        (spread evenly over a gang's GPUs), else packed on one GPU."""
+        chosen = list(must)[:size]
+        rest = [d for d in available if d not in chosen]
+        try:
+            pod, _ = self.match(["x"] * size)
+            targets = list(pod.gpu_uuids)
+        except NoMatchingPod:
+            by_gpu: dict[str, int] = {}
+            for d in rest:
+                by_gpu[device_gpu(d)] = by_gpu.get(device_gpu(d), 0) + 1
+            targets = sorted(by_gpu, key=lambda g: -by_gpu[g])
+        per = -(-max(size - len(chosen), 0) // max(len(targets), 1))
+        for g in targets:
+            take = [d for d in rest if device_gpu(d) == g and d not in chosen][:per]
+            chosen += take[: size - len(chosen)]
+        for d in rest:  # not enough on the targets: fill from anywhere (the kubelet needs `size`)
+            if len(chosen) >= size:
+                break
+            if d not in chosen:
+                chosen.append(d)
+        return chosen[:size]

@@ -1,0 +1,104 @@
+"""``iadeep deviceplugin``: run the kubelet device plugin (mounted by :mod:`iadeep.cli`).
+
+Flags override the ``IADEEP_DEVICEPLUGIN_*`` environment (see :class:`DevicePluginSettings`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["app", "run"]
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+
+@app.callback()
+def _group() -> None:
+    """The kubelet device plugin (a command group even with one command)."""
+
+
+def _kube_client(settings: object) -> object:
+    from kubernetes import client, config
+
+    from iadeep.deviceplugin._settings import DevicePluginSettings
+
+    assert isinstance(settings, DevicePluginSettings)
+    cfg = client.Configuration()
+    if settings.kube.in_cluster:
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        config.load_kube_config(config_file=str(settings.kube.kubeconfig) if settings.kube.kubeconfig else None,
+                                client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+def run(settings: object) -> None:
+    """Serve until interrupted.
+
+    Raises:
+        typer.Exit: (code 2) an unusable configuration (no NVML without ``--backend emulated``,
+            no kubeconfig), with a one-line message.
+    """
+    import uvicorn
+
+    from iadeep.deviceplugin._allocate import KubernetesPodApi
+    from iadeep.deviceplugin._gpus import EmulatedBackend, NvmlBackend
+    from iadeep.deviceplugin._service import DevicePluginService
+    from iadeep.deviceplugin._settings import DevicePluginSettings
+    from iadeep.state import EtcdStateStore
+
+    assert isinstance(settings, DevicePluginSettings)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if settings.backend == "emulated":
+            e = settings.emulated
+            backend: object = EmulatedBackend(settings.node, e.count, e.mem_gib, e.model, e.state_file)
+        else:
+            backend = NvmlBackend()
+        pods = KubernetesPodApi(_kube_client(settings), settings.mem_resource)
+        store = EtcdStateStore(settings.etcd)
+        settings.socket_dir.mkdir(parents=True, exist_ok=True)
+    except Exception as exc:  # noqa: BLE001 - one line, no traceback
+        typer.echo(f"iadeep deviceplugin: cannot start: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    service = DevicePluginService(settings, backend=backend, store=store, pods=pods).start()  # type: ignore[arg-type]
+    try:
+        uvicorn.run(service.app(), host=settings.host, port=settings.port, log_level="warning")
+    finally:
+        service.stop()
+
+
+@app.command("serve")
+def serve(
+    node: Annotated[str | None, typer.Option(help="This node's name (IADEEP_DEVICEPLUGIN_NODE).")] = None,
+    socket_dir: Annotated[Path | None, typer.Option(help="The kubelet's device-plugin folder.")] = None,
+    backend: Annotated[str | None, typer.Option(help="nvml (default) or emulated.")] = None,
+    emulated_count: Annotated[int | None, typer.Option(help="Emulated GPUs.")] = None,
+    emulated_mem_gib: Annotated[int | None, typer.Option(help="Memory of each emulated GPU (GiB).")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default: $KUBECONFIG, ~/.kube/config).")] = None,
+    in_cluster: Annotated[bool, typer.Option(help="Use the pod's service account.")] = False,
+    port: Annotated[int | None, typer.Option(help="Health port (default 8892).")] = None,
+) -> None:
+    """Advertise the node's GPUs to the kubelet and allocate them to the pods the extender bound."""
+    from pydantic import ValidationError
+
+    from iadeep.deviceplugin._settings import DevicePluginSettings
+
+    data: dict[str, object] = {k: v for k, v in {"node": node, "socket_dir": socket_dir, "backend": backend,
+                                                 "port": port}.items() if v is not None}
+    emulated = {k: v for k, v in {"count": emulated_count, "mem_gib": emulated_mem_gib}.items() if v is not None}
+    if emulated:
+        data["emulated"] = emulated
+    if kubeconfig or in_cluster:
+        data["kube"] = {"kubeconfig": kubeconfig, "in_cluster": in_cluster}
+    try:
+        settings = DevicePluginSettings(**data)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        fields = ", ".join(".".join(str(x) for x in e["loc"]) + f": {e['msg']}" for e in exc.errors())
+        typer.echo(f"iadeep deviceplugin: invalid settings: {fields}", err=True)
+        raise typer.Exit(2) from None
+    run(settings)
