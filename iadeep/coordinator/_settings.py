@@ -35,7 +35,7 @@ class RoundSettings(BaseModel):
 
     deadline_s: float = Field(30.0, gt=0)
     reports: int = Field(1, ge=1)
-    warm_start: int = Field(2, ge=0)
+    warm_start: int = Field(3, ge=0)
 
 
 class CoordinatorSettings(BaseSettings):

@@ -239,6 +239,8 @@ class Job:
                             log.warning("job %s: ignoring a malformed batch size: %s", self.pod_uid, exc)
                 backoff = 0.1
             except (StoreUnavailable, RecordError) as exc:
+                if self._stop.is_set():
+                    return  # finished: the store may be closed already
                 log.warning("job %s: batch-size watch failed, retrying in %.1f s: %s", self.pod_uid, backoff, exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
