@@ -67,7 +67,7 @@ def build_service(settings: ExtenderSettings) -> ExtenderService:
     from iadeep.state import EtcdStateStore
 
     if settings.throughputs_file is None:  # the service never downloads: configuration names the file
-        raise ValueError("ExtenderSettings.throughputs_file is required (IADEEP_EXTENDER_THROUGHPUTS_FILE)")
+        raise ValueError("no throughputs file: set IADEEP_EXTENDER_THROUGHPUTS_FILE (the service never downloads it)")
     model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type)
     store = EtcdStateStore(settings.etcd)
     return ExtenderService(settings, store=store, pod_api=KubernetesPodApi(settings.kube), model=model)

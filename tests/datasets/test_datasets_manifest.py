@@ -39,10 +39,12 @@ def test_shipped_registry_is_found_and_pinned() -> None:
     assert datasets["ms-itp"].files[0].extract_dir_name == "raw-traces"
 
 
-def test_registry_sizes_match_the_real_files(tmp_path: Path) -> None:
-    """Every pinned size is the size of the file the registry serves (mirror or upstream)."""
+def test_registry_sizes_match_the_real_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pinned size is the size of the file the registry serves (the run's mirror, else upstream)."""
     from iadeep.testing import fetch_dataset
 
+    if ORIGINAL_MIRROR:
+        monkeypatch.setenv("IADEEP_DATASET_MIRROR", ORIGINAL_MIRROR)
     for info in list_datasets():
         folder = fetch_dataset(info.name, tmp_path)
         for spec in info.files:
