@@ -7,9 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from iadeep.testing.data import interference_model, throughputs_path  # noqa: F401 - fixtures by name
-from iadeep.testing.etcd import etcd_server, etcd_settings, etcd_store  # noqa: F401
+from iadeep.interference import InterferenceModel
+from iadeep.testing.etcd import etcd_server, etcd_settings, etcd_store  # noqa: F401 - fixtures by name
 from iadeep.testing.services import EmulatedJobs, TunerProcess
+
+@pytest.fixture(scope="session")
+def interference_model(throughputs_path) -> InterferenceModel:
+    return InterferenceModel.from_file(throughputs_path)
+
 
 TUNER_ENV = {"IADEEP_TUNER_STOP__BUDGET": "4", "IADEEP_TUNER_STOP__PATIENCE": "3"}
 
