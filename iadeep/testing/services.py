@@ -47,20 +47,32 @@ class _Process:
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr: Path | None = None
 
-    def start(self, timeout_s: float = 60.0) -> _Process:
-        self.proc = subprocess.Popen(self.argv, env=_clean_env(self.env), start_new_session=True)
+    def start(self, timeout_s: float = 60.0, *, ready: str = "/readyz") -> _Process:
+        """Start and wait until ``ready`` answers 200 (``/healthz``: only alive). Its stderr
+        goes to the file :attr:`stderr`."""
+        import tempfile
 
-        def ready() -> bool:
+        fd, name = tempfile.mkstemp(prefix=f"iadeep-{self.argv[1]}-", suffix=".log")
+        self.stderr = Path(name)
+        with os.fdopen(fd, "wb") as err:
+            self.proc = subprocess.Popen(self.argv, env=_clean_env(self.env), start_new_session=True, stderr=err)
+
+        def answers() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"{self.argv[1]} exited with {self.proc.returncode}")
+                raise AssertionError(f"{self.argv[1]} exited with {self.proc.returncode}: {self.log()[-2000:]}")
             try:
-                return httpx.get(self.url + "/readyz", timeout=1, trust_env=False).status_code == 200
+                return httpx.get(self.url + ready, timeout=1, trust_env=False).status_code == 200
             except httpx.TransportError:
                 return False
 
-        wait_for(ready, bool, timeout=timeout_s, what=f"{self.argv[1]} ready")
+        wait_for(answers, bool, timeout=timeout_s, what=f"{self.argv[1]} {ready}")
         return self
+
+    def log(self) -> str:
+        """What the process wrote to stderr so far."""
+        return self.stderr.read_text(errors="replace") if self.stderr and self.stderr.exists() else ""
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -130,3 +130,39 @@ def test_coordinator_killed_mid_session_resumes(etcd_store, etcd_settings, tuner
         assert 'iadeep_coordinator_sessions_total{outcome="converged"} 1.0' in metrics
     finally:
         coord.kill()
+
+
+def test_a_measurement_that_never_comes_ends_the_round_at_its_deadline(etcd_store, etcd_settings, tuner, jobs,
+                                                                        interference_model, throughputs_path) -> None:
+    store = etcd_store
+    place(store, A, B)
+    jobs.start("pod-a", "ResNet-50", 64)  # pod-b never runs: no report from it ever comes
+    svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings, deadline_s=3), store=store,
+                             tuner=TunerClient(tuner.url), model=interference_model).start()
+    try:
+        wait_for(lambda: svc.results, bool, timeout=60, what="session ended by its deadline")
+        _, result = svc.results[0]
+        assert result.outcome == "deadline" and result.rounds == 0
+        assert result.applied == {"pod-a": 64, "pod-b": 64}  # nothing measured: the running configuration
+        assert store.tuning_requests() == []
+        assert 'iadeep_coordinator_measurement_timeouts_total 1.0' in generate_latest(svc.metrics.registry).decode()
+    finally:
+        svc.stop(timeout_s=30)
+
+
+def test_etcd_unreachable_fails_readiness_without_exiting(tuner, throughputs_path) -> None:
+    from iadeep.state import StateSettings
+    from iadeep.testing import free_port
+
+    dead = StateSettings(endpoints=[f"http://127.0.0.1:{free_port()}"], prefix="/x")
+    coord = CoordinatorProcess(NODE, tuner.url, throughputs_path, dead, env={"IADEEP_COORDINATOR_IDLE_S": "1"})
+    coord.start(ready="/healthz")
+    try:
+        assert httpx.get(coord.url + "/readyz", trust_env=False, timeout=10).status_code == 503
+        time.sleep(3)  # several retries with back-off
+        assert coord.proc is not None and coord.proc.poll() is None
+        assert httpx.get(coord.url + "/readyz", trust_env=False, timeout=10).status_code == 503
+        log = coord.log()
+        assert "etcd unavailable, retrying" in log and "Traceback" not in log
+    finally:
+        coord.kill()
