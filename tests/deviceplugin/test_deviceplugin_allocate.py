@@ -63,6 +63,8 @@ def test_concurrent_allocates_each_get_the_gpu_the_extender_chose(control_plane,
     taken = {name: [free[gpu.uuid].pop() for _ in range(4)] for name, gpu in pods.items()}  # as the kubelet picks
     with ThreadPoolExecutor(4) as ex:
         answers = list(ex.map(lambda ids: allocate(stub, ids).container_responses[0].envs, taken.values()))
+    for sent, env in zip(taken.values(), answers):  # the GPU whose units the kubelet counted
+        assert {i.rsplit("-mem-", 1)[0] for i in sent} == {env["NVIDIA_VISIBLE_DEVICES"]}
     served = {a["IADEEP_POD"].split("/")[1]: a for a in answers}
     assert set(served) == set(pods)  # every pod once: no pod served twice, none forgotten
     for name, env in served.items():
