@@ -39,6 +39,13 @@ def in_effect(store: EtcdStateStore, sizes: dict[str, int]) -> bool:
     return True
 
 
+def reporting(store: EtcdStateStore, *pods: str) -> None:
+    """Wait until every emulated job reports (their start-up is slow on a loaded machine, and a
+    session would otherwise spend its first round's deadline on it)."""
+    wait_for(lambda: [p for p in pods if not store.measurements(p)], lambda left: not left, timeout=90,
+             what="emulated jobs reporting")
+
+
 def settings(tuner, throughputs_path, etcd_settings, deadline_s: float = 20.0) -> CoordinatorSettings:
     return CoordinatorSettings(node=NODE, tuner_url=tuner.url, throughputs_file=throughputs_path, idle_s=1.0,
                                round=RoundSettings(deadline_s=deadline_s), etcd=etcd_settings)
@@ -50,6 +57,7 @@ def test_session_converges_and_every_job_runs_the_final_sizes(etcd_store, etcd_s
     place(store, A, B)
     for pod, model, batch, _ in (A, B):
         jobs.start(pod, model, batch)
+    reporting(store, "pod-a", "pod-b")
     svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
                              tuner=TunerClient(tuner.url), model=interference_model).start()
     try:
@@ -84,6 +92,7 @@ def test_job_ending_mid_session_ends_it_cleanly(etcd_store, etcd_settings, tuner
     place(store, A, B)
     for pod, model, batch, _ in (A, B):
         jobs.start(pod, model, batch)
+    reporting(store, "pod-a", "pod-b")
     svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings, deadline_s=10), store=store,
                              tuner=TunerClient(tuner.url), model=interference_model).start()
     try:
@@ -111,6 +120,7 @@ def test_coordinator_killed_mid_session_resumes(etcd_store, etcd_settings, tuner
     place(store, A, B)
     for pod, model, batch, _ in (A, B):
         jobs.start(pod, model, batch)
+    reporting(store, "pod-a", "pod-b")
     env = {"IADEEP_COORDINATOR_IDLE_S": "1", "IADEEP_COORDINATOR_ROUND__DEADLINE_S": "20"}
     coord = CoordinatorProcess(NODE, tuner.url, throughputs_path, etcd_settings, env=env).start()
     try:
@@ -137,6 +147,7 @@ def test_a_measurement_that_never_comes_ends_the_round_at_its_deadline(etcd_stor
     store = etcd_store
     place(store, A, B)
     jobs.start("pod-a", "ResNet-50", 64)  # pod-b never runs: no report from it ever comes
+    reporting(store, "pod-a")
     svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings, deadline_s=3), store=store,
                              tuner=TunerClient(tuner.url), model=interference_model).start()
     try:
