@@ -21,7 +21,7 @@ from iadeep.state import StateSettings
 from iadeep._host._net import free_port
 from iadeep.testing._wait import wait_for
 
-__all__ = ["TunerProcess", "CoordinatorProcess", "EmulatedJobs", "IADEEP", "etcd_env"]
+__all__ = ["TunerProcess", "CoordinatorProcess", "DevicePluginProcess", "EmulatedJobs", "IADEEP", "etcd_env"]
 
 IADEEP = str(Path(sys.executable).parent / "iadeep")
 
@@ -137,3 +137,16 @@ class EmulatedJobs:
                 self.finish(pod, timeout_s=15)
             except subprocess.TimeoutExpired:
                 os.killpg(self.procs.pop(pod).pid, signal.SIGKILL)
+
+
+class DevicePluginProcess(_Process):
+    """``iadeep deviceplugin serve`` for ``node`` with emulated GPUs, sockets in ``socket_dir``."""
+
+    def __init__(self, node: str, socket_dir: Path, kubeconfig: Path, etcd: StateSettings, *, count: int = 2,
+                 mem_gib: int = 16, env: Mapping[str, str] | None = None) -> None:
+        super().__init__({**etcd_env(etcd), **(env or {})})
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = [IADEEP, "deviceplugin", "serve", "--node", node, "--socket-dir", str(socket_dir), "--backend",
+                     "emulated", "--emulated-count", str(count), "--emulated-mem-gib", str(mem_gib),
+                     "--kubeconfig", str(kubeconfig), "--port", str(self.port)]
