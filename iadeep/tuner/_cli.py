@@ -38,8 +38,9 @@ def run(settings: object) -> None:
     assert isinstance(settings, TunerSettings)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.throughputs_file is None or not settings.throughputs_file.is_file():
-        typer.echo(f"iadeep tuner: throughputs file {settings.throughputs_file} does not exist "
-                   "(--throughputs-file or IADEEP_TUNER_THROUGHPUTS_FILE)", err=True)
+        what = "no throughputs file given" if settings.throughputs_file is None else \
+            f"throughputs file {settings.throughputs_file} does not exist"
+        typer.echo(f"iadeep tuner: {what} (--throughputs-file or IADEEP_TUNER_THROUGHPUTS_FILE)", err=True)
         raise typer.Exit(2)
     try:
         model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type)
