@@ -88,3 +88,13 @@ def test_tuner_killed_mid_study_resumes(throughputs_path, interference_model, tm
     finally:
         client.close()
         tuner.kill()
+
+
+def test_serve_without_throughputs_is_a_one_line_error(tmp_path) -> None:
+    import subprocess
+
+    from iadeep.testing.services import IADEEP
+
+    r = subprocess.run([IADEEP, "tuner", "serve", "--throughputs-file", str(tmp_path / "none.json"),
+                        "--storage-url", f"sqlite:///{tmp_path / 't.db'}"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "none.json does not exist" in r.stderr and "Traceback" not in r.stderr
