@@ -42,7 +42,7 @@ from iadeep.state import (
     TuningRequest,
     from_json,
 )
-from iadeep.tuner import Outcome, Proposal, SearchSpace, StopRule, TunedJob
+from iadeep.tuner import Outcome, Proposal, SearchSpace, SpaceError, StopRule, TunedJob
 from iadeep.coordinator._metrics import CoordinatorMetrics
 from iadeep.coordinator._settings import RoundSettings
 
@@ -69,7 +69,8 @@ class SessionResult:
     """How a session ended.
 
     Attributes:
-        outcome: ``converged``, ``single_job``, ``job_left``, ``superseded`` or ``deadline``.
+        outcome: ``converged``, ``single_job``, ``job_left``, ``superseded``, ``deadline`` or
+            ``untunable`` (a job whose model or batch size the measurements do not cover).
         applied: pod UID -> batch size written at the end (empty when nothing was applied).
         rounds: rounds measured by this run of the session.
         progress: summed progress rate of the applied configuration as measured (NaN if not).
@@ -126,7 +127,12 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         current = store.batch_size(p)
         jobs.append(TunedJob(p, job.model, base, current.batch_size if current else base, job.mem_gib,
                              tunable=job.num_gpus == 1))
-    space = SearchSpace(model, jobs)
+    try:
+        space = SearchSpace(model, jobs)
+    except SpaceError as exc:  # a job the measurements do not cover: nothing to tune, ever
+        log.warning("session %s: not tunable: %s", name, exc)
+        store.complete_tuning(request)
+        return SessionResult("untunable")
     warm = _warm_start(space, store, model, rounds.warm_start)
     tuner.open(name, jobs, warm)
     done_rounds = 0

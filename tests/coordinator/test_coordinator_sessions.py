@@ -177,3 +177,19 @@ def test_etcd_unreachable_fails_readiness_without_exiting(tuner, throughputs_pat
         assert "etcd unavailable, retrying" in log and "Traceback" not in log
     finally:
         coord.kill()
+
+
+def test_a_job_the_measurements_do_not_cover_is_not_retried_forever(etcd_store, interference_model) -> None:
+    from iadeep.coordinator import run_session
+
+    store = etcd_store
+    place(store, A, ("pod-x", "ResNet-50", 64, 6.0))
+    store.put_job(JobRecord("pod-x", "default", "pod-x", "NoSuchModel", 64, 1, 6.0, 3600.0, time.time()))
+    (req,) = store.tuning_requests()
+
+    class NoTuner:  # never reached: the session ends before asking a tuner
+        def __getattr__(self, name):
+            raise AssertionError(f"tuner.{name} called")
+
+    result = run_session(req, store=store, tuner=NoTuner(), model=interference_model, rounds=RoundSettings())
+    assert result.outcome == "untunable" and store.tuning_requests() == []
