@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt iadeep/deviceplugin/v1beta1/api.proto
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[airflow,test]' -c constraints.txt
-	$(BIN)/python -m iadeep.deviceplugin._proto >/dev/null  # kubelet API stubs (grpcio-tools; not committed)
+	$(BIN)/python -c "from iadeep.deviceplugin._proto import PACKAGE_ROOT, generate; generate(PACKAGE_ROOT)"  # kubelet API stubs (grpcio-tools; not committed)
 	touch $(STAMP)
 
 experiment: $(STAMP)
