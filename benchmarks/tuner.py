@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--warm", type=int, default=3, help="predicted-best configurations measured first")
+    ap.add_argument("--patience", type=int, default=None, help="stop rule's patience (default: StopRule's)")
     ap.add_argument("--skip-sdk", action="store_true")
     args = ap.parse_args(argv)
 
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             study.tell(p.trial, noisy(p.config))
         results["optuna"].append(reached(order))
         # this tuner with its default stop rule
-        study = TuningStudy(model, jobs, name="bench", warm_start=ranked[: args.warm], seed=args.seed)
+        rule = StopRule() if args.patience is None else StopRule(patience=args.patience)
+        study = TuningStudy(model, jobs, name="bench", warm_start=ranked[: args.warm], seed=args.seed, stop=rule)
         while (p := study.ask()) is not None:
             study.tell(p.trial, noisy(p.config))
         out = study.outcome()
