@@ -28,6 +28,7 @@ test: $(STAMP) controlplane
 
 bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)
+	$(BIN)/python benchmarks/openb.py
 	$(BIN)/python benchmarks/extender.py
 
 # Regenerate the pinned set from pyproject.toml (starting from the set known to install together).

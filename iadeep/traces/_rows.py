@@ -44,12 +44,16 @@ class RowChecker:
         path: the file name used in error messages.
         lines: 1-based line number in the file of each row, shape ``(n_rows,)``.
         skip_bad_rows: if true, :meth:`finish` drops bad rows instead of raising.
+        strict: if true, :meth:`quirk` marks rows bad (an error, like a malformed value) instead of
+            recording them under their reason (see :mod:`iadeep.traces._taxonomy`).
     """
 
-    def __init__(self, path: str, lines: np.ndarray, skip_bad_rows: bool) -> None:
+    def __init__(self, path: str, lines: np.ndarray, skip_bad_rows: bool, strict: bool = False) -> None:
         self.path = path
         self.lines = np.asarray(lines, dtype=np.int64)
         self.skip_bad_rows = skip_bad_rows
+        self.strict = strict
+        self.quirks: dict[str, np.ndarray] = {}
         self.bad = np.zeros(len(self.lines), dtype=bool)
         self.extra_skipped = 0
         self._first: tuple[int, int, str | None, str, str | None] | None = None
@@ -95,6 +99,36 @@ class RowChecker:
         """Mark row ``i`` bad, with its own column name and value."""
         self.bad[i] = True
         self._offer(int(self.lines[i]), column, problem, value)
+
+    def quirk(
+        self,
+        mask: np.ndarray,
+        reason: str,
+        column: str | np.ndarray | None,
+        problem: str | Callable[[str | None], str],
+        values: pd.Series | np.ndarray | None = None,
+    ) -> None:
+        """Record a known quirk of the trace (see :data:`iadeep.traces._taxonomy.REASONS`).
+
+        Without ``strict``, the rows where ``mask`` is true are remembered under ``reason``
+        (:meth:`quirk_mask`; the reader then drops or flags them). With ``strict`` they are bad
+        rows, reported as ``"<problem> (quirk '<reason>'; allowed without strict)"``.
+        """
+        mask = np.asarray(mask, dtype=bool)
+        if self.strict:
+            if callable(problem):
+                fn = problem
+                self.flag(mask, column, lambda v: f"{fn(v)} (quirk {reason!r}; allowed without strict)", values)
+            else:
+                self.flag(mask, column, f"{problem} (quirk {reason!r}; allowed without strict)", values)
+            return
+        prev = self.quirks.get(reason)
+        self.quirks[reason] = mask.copy() if prev is None else (prev | mask)
+
+    def quirk_mask(self, reason: str) -> np.ndarray:
+        """Rows recorded under ``reason`` by :meth:`quirk` (all false when none), shape ``(n_rows,)``."""
+        m = self.quirks.get(reason)
+        return np.zeros(len(self.lines), dtype=bool) if m is None else m
 
     def flag_line(self, line: int, column: str | None, problem: str, value: str | None = None) -> None:
         """Record a bad line that produced no row (e.g. a wrong number of fields)."""
