@@ -224,6 +224,8 @@ def choose_gpus(k: int, mask: np.ndarray, util: np.ndarray, view: ClusterView) -
     cand = np.flatnonzero(mask)
     if len(cand) < k:
         raise ValueError(f"need {k} GPUs, {len(cand)} eligible")
+    if k == 1:  # the same pick as the sort below (first maximum = lowest id), without sorting G GPUs
+        return (int(np.argmax(np.where(mask, util, -np.inf))),)
     # stable sort: utility descending, then GPU id ascending
     order = cand[np.lexsort((cand, -util[cand]))]
     if k == 1:
