@@ -56,9 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<9} {wall:6.1f} s wall; avg JCT {s['avg_jct_s'] / 3600:.2f} h (censored {s['censored_jobs']} excluded), "
               f"p99 {s['p99_jct_s'] / 3600:.1f} h, avg queueing {s['avg_queueing_s']:.0f} s, "
               f"GPU utilisation {s['gpu_utilisation']:.3f}", flush=True)
-    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    rss_gib = use.ru_maxrss / 2**20
     print(f"all {len(args.policies.split(','))} policies: {total:.1f} s simulation wall time "
-          f"({total + t_load:.1f} s with loading), peak RSS {rss_gib:.2f} GiB")
+          f"({total + t_load:.1f} s with loading; process CPU time {use.ru_utime + use.ru_stime:.1f} s), "
+          f"peak RSS {rss_gib:.2f} GiB")
     ok = total + t_load < 60 and rss_gib < 2
     print(f"target (< 60 s, < 2 GiB for all four): {'met' if ok else 'MISSED'}")
     return 0

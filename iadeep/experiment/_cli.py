@@ -34,7 +34,7 @@ def run_cmd(
     strict: Annotated[bool, typer.Option(help="Stop at the first known quirk of the trace too (censored job, attempt ending before it starts, ...).")] = False,
     include_censored: Annotated[bool, typer.Option(help="Count censored jobs (still running when the trace was taken) in the JCT statistics.")] = False,
     infeasible: Annotated[str, typer.Option(help="Jobs that can never run on the cluster: drop (before the run, counted) or keep (reported unschedulable).")] = _D.infeasible,
-    cluster_file: Annotated[Optional[str], typer.Option("--cluster", help="YAML cluster file (node groups: count, gpus_per_node, gpu_mem_gib, gpu_model); replaces --nodes/--gpus-per-node/--gpu-mem-gib.")] = None,
+    cluster_file: Annotated[Optional[str], typer.Option("--cluster", help="YAML cluster file (node groups: count, gpus_per_node, gpu_mem_gib, gpu_model; `iadeep experiment cluster` writes one from a trace's node list), or 'openb' (the registry's openb node list); replaces --nodes/--gpus-per-node/--gpu-mem-gib.")] = None,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
     nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = _D.nodes,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = _D.gpus_per_node,
@@ -133,6 +133,11 @@ def sweep_cmd(
         table.add_row(str(setting), *(f"{v:.2f}" for v in row))
     console.print(table)
     console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png")
+
+
+from iadeep.experiment._cluster_cli import cluster_cmd  # noqa: E402
+
+app.command("cluster")(cluster_cmd)
 
 
 def summary_table(summary: dict) -> Table:

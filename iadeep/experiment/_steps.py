@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from iadeep.experiment._cluster_cli import REGISTRY_CLUSTERS, registry_cluster
 from iadeep.experiment._config import TRACE_DATASETS, ExperimentConfig
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
@@ -34,9 +35,14 @@ THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
 def cluster_of(cfg: ExperimentConfig) -> ClusterSpec:
     """The :class:`ClusterSpec` an experiment simulates: ``cluster_file`` if set, else nodes x GPUs.
 
+    ``cluster_file`` is a YAML file (:func:`iadeep.sim.load_cluster`) or ``"openb"`` (the registry's
+    openb node list, :func:`iadeep.sim.cluster_from_openb`).
+
     Raises:
         FileNotFoundError, iadeep.sim.ClusterFileError: an unusable cluster file.
     """
+    if cfg.cluster_file in REGISTRY_CLUSTERS:
+        return registry_cluster(cfg.cluster_file)
     if cfg.cluster_file:
         return load_cluster(cfg.cluster_file)
     return ClusterSpec(cfg.nodes, cfg.gpus_per_node, cfg.gpu_mem_gib)
