@@ -105,3 +105,19 @@ def test_experiment_runs_on_a_cluster_file(tmp_path, data_env, monkeypatch):
     assert "P100" in (out / "report.md").read_text()
     bad = CliRunner().invoke(app, ["experiment", "run", "--cluster", str(tmp_path / "nope.yaml"), "--out", str(out)])
     assert bad.exit_code == 2 and "nope.yaml" in bad.output
+
+
+def test_cluster_command_writes_a_file_and_prints_the_report(tmp_path):
+    ml = tmp_path / "cluster_machine_list"
+    ml.write_text(MACHINES)
+    log = tmp_path / "cluster_job_log"
+    log.write_text(json.dumps([{"jobid": "a", "attempts": [{"detail": [{"ip": "m3", "gpus": ["gpu0", "gpu1", "gpu2"]}]},
+                                                           {"detail": [{"ip": "m7", "gpus": ["gpu0"]}]}]}]))
+    out = tmp_path / "philly.yaml"
+    res = CliRunner().invoke(app, ["experiment", "cluster", "--from-philly", str(ml), "--job-log", str(log), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "fewer GPUs than a job used: 1: m3 (2 listed, 3 used)" in res.output and "used but not listed: 1: m7" in res.output
+    assert load_cluster(out).total_gpus == 18
+    assert "m3 (2 listed, 3 used)" in out.read_text()  # the report is kept in the file's comment
+    res = CliRunner().invoke(app, ["experiment", "cluster", "--out", str(out)])
+    assert res.exit_code == 2 and "exactly one of" in res.output
