@@ -10,8 +10,9 @@ Events: arrival, completion, end of a tuning session. After each batch of simult
 scheduler tries the queue head (FIFO), and with ``backfill`` the next ``backfill_depth`` jobs. Every
 GPU whose co-location set changed gets a tuning call; a session with ``n`` trials lasts
 ``n x trial_s`` during which the jobs progress at the mean true rate of the measured
-configurations, then the chosen configuration applies (a session interrupted by another change is
-discarded). Measurements the policy sees are noisy; the simulator uses the true values.
+configurations, then the chosen configuration applies, or the jobs the policy undoes are
+re-queued (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
+session interrupted by another change is discarded. Measurements the policy sees are noisy; the simulator uses the true values.
 
 GPU shares and models (openb): a job with a ``gpu_milli`` share takes that much of each of its
 GPUs (shares on a GPU sum to at most 1000, on top of the memory check); a job with a
@@ -56,6 +57,7 @@ _PENDING, _QUEUED, _RUNNING, _DONE, _UNSCHEDULABLE = 0, 1, 2, 3, 4
 class _Session:
     version: int
     config: dict[int, int]
+    evict: tuple[int, ...] = ()
 
 
 class Simulator:
@@ -242,9 +244,12 @@ class Simulator:
         self.version[h] += 1
         left = list(self.gpus[h])
         for g in left:
+            # keep ClusterView's slot contract: the remaining jobs shift down, placement order kept
             s = self._slot(g, h)
-            self.slots[g, s] = -1
-            self.gpu_rate[g, s] = 0.0
+            self.slots[g, s:-1] = self.slots[g, s + 1:].copy()
+            self.slots[g, -1] = -1
+            self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
+            self.gpu_rate[g, -1] = 0.0
             self.mem_used[g] = max(self.mem_used[g] - self._mem_of[self.type[h]], 0.0)
             self.share_used[g] = max(self.share_used[g] - self.share[h], 0.0)
             self.gpu_version[g] += 1
@@ -268,13 +273,10 @@ class Simulator:
         decision = self.policy.tune(g, self.view(), self._measure_on(g, trial_rates))
         if decision is None:
             return
-        if decision.evict:
-            for h in self._occupants(g):
-                self.trials[h] += decision.trials
-            for h in decision.evict:
-                self._evict(int(h), affected)
-            return
+        evict = tuple(int(h) for h in decision.evict)
         if decision.trials and trial_rates:
+            # the session's trials run on the GPU: the jobs progress at the mean true rate of the
+            # measured configurations until it ends; then its decision (new sizes or an undo) applies
             for h in self._occupants(g):
                 self.trials[h] += decision.trials
             mean = {x: float(np.mean([tr[x] for tr in trial_rates if x in tr])) for x in trial_rates[0]}
@@ -282,9 +284,12 @@ class Simulator:
                 if x in self._occupants(g):
                     self.gpu_rate[g, self._slot(g, x)] = r
                     affected.add(x)
-            if decision.type_ids:
-                self.sessions[g] = _Session(int(self.gpu_version[g]), dict(decision.type_ids))
+            if decision.type_ids or evict:
+                self.sessions[g] = _Session(int(self.gpu_version[g]), {} if evict else dict(decision.type_ids), evict)
                 self._push(self.now + decision.trials * self.settings.trial_s, _TUNED, g, int(self.gpu_version[g]))
+        elif evict:
+            for h in evict:
+                self._evict(h, affected)
         elif decision.type_ids:
             self._apply_config(g, dict(decision.type_ids), affected)
 
@@ -384,7 +389,11 @@ class Simulator:
                     if session is None or session.version != b or self.gpu_version[a] != b:
                         continue
                     del self.sessions[a]
-                    self._apply_config(a, session.config, affected)
+                    if session.evict:
+                        for h in session.evict:
+                            self._evict(h, affected)
+                    else:
+                        self._apply_config(a, session.config, affected)
             for g in sorted(freed):
                 self._refresh_gpu(g, affected)
             for g in sorted(freed):

@@ -148,7 +148,8 @@ class RowChecker:
         """Parse a column of numbers; bad entries become NaN and mark their row bad.
 
         Bad: an empty field (unless ``allow_missing``), text that is not a finite number, a
-        negative number (unless ``allow_negative``), a fraction where ``integer`` is asked.
+        negative number (unless ``allow_negative``), a fraction (or a number above 2**53) where
+        ``integer`` is asked.
 
         Returns:
             float64 array, shape ``(n_rows,)``; NaN where missing or bad.
@@ -170,6 +171,9 @@ class RowChecker:
                 frac = np.isfinite(num) & (num != np.round(num))
                 self.flag(frac, column, lambda v: f"{v!r} is not a whole number", s)
                 bad |= frac
+                big = np.isfinite(num) & (np.abs(num) > 2.0**53)  # beyond exact float64 / int64 range
+                self.flag(big & ~frac, column, lambda v: f"{v!r} is too large for a count", s)
+                bad |= big
         num[bad] = np.nan
         return num
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -54,8 +53,8 @@ def test_bad_cluster_files_name_file_and_group(tmp_path, text, match):
     assert str(p) in str(ei.value)
 
 
-def test_openb_node_list_gives_its_1213_nodes(data_env):
-    nodes = Path(data_env["mirror"]) / "openb" / "openb_node_list_gpu_node.csv"
+def test_openb_node_list_gives_its_1213_nodes(dataset):
+    nodes = dataset("openb") / "openb_node_list_gpu_node.csv"
     c = cluster_from_openb(nodes)
     import pandas as pd
 
@@ -91,9 +90,8 @@ def test_philly_machine_list_and_consistency_report(tmp_path):
         cluster_from_philly(bad)
 
 
-def test_experiment_runs_on_a_cluster_file(tmp_path, data_env, monkeypatch):
-    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+def test_experiment_runs_on_a_cluster_file(tmp_path, dataset_cache, monkeypatch):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     spec = ClusterSpec(groups=(NodeGroup(2, 4, 32.0, "V100M32"), NodeGroup(2, 2, 16.0, "P100")))
     path = dump_cluster(spec, tmp_path / "cluster.yaml")
     out = tmp_path / "run"

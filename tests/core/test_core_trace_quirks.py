@@ -28,9 +28,8 @@ from iadeep.sim import (
 OPENB_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
 
 
-def _env(monkeypatch, data_env) -> None:
-    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+def _env(monkeypatch, dataset_cache) -> None:
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
 
 
 def _strict_load(path: Path):
@@ -47,9 +46,9 @@ def _table(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame([{**base, **r} for r in rows])
 
 
-def test_wider_than_cluster_is_dropped_and_counted_not_a_traceback(tmp_path, data_env, monkeypatch):
+def test_wider_than_cluster_is_dropped_and_counted_not_a_traceback(tmp_path, dataset_cache, monkeypatch):
     """The issue's input: 1 node x 2 GPUs, the default Philly slice, exclusive."""
-    _env(monkeypatch, data_env)
+    _env(monkeypatch, dataset_cache)
     out = tmp_path / "r"
     res = CliRunner().invoke(app, ["experiment", "run", "--nodes", "1", "--gpus-per-node", "2", "--policies", "exclusive",
                                    "--jobs", "60", "--out", str(out)])
@@ -130,9 +129,9 @@ def test_gpu_model_speeds_from_gavel(model, throughputs_path):
     assert v.jobs["end_s"].iloc[0] == pytest.approx(100.0)
 
 
-def test_every_json_a_run_writes_is_strict(tmp_path, data_env, monkeypatch):
+def test_every_json_a_run_writes_is_strict(tmp_path, dataset_cache, monkeypatch):
     """All jobs submitted at once (offered load undefined) and every job censored (no JCT)."""
-    _env(monkeypatch, data_env)
+    _env(monkeypatch, dataset_cache)
     pods = tmp_path / "pods.csv"
     pods.write_text(OPENB_HEADER + "p0,1,1,1,500,,LS,Running,0,100,0\np1,1,1,2,1000,,LS,Succeeded,0,60,0\n")
     out = tmp_path / "run"
