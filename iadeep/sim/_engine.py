@@ -11,7 +11,8 @@ scheduler tries the queue head (FIFO), and with ``backfill`` the next ``backfill
 GPU whose co-location set changed gets a tuning call; a session with ``n`` trials lasts
 ``n x trial_s`` during which the jobs progress at the mean true rate of the measured
 configurations, then the chosen configuration applies, or the jobs the policy undoes are
-re-queued (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
+re-queued (a placement may also preempt running jobs: they are re-queued the same way, ahead of
+the jobs behind the placed one) (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
 session interrupted by another change is discarded. Measurements the policy sees are noisy; the simulator uses the true values.
 
 GPU shares and models (openb): a job with a ``gpu_milli`` share takes that much of each of its
@@ -305,7 +306,9 @@ class Simulator:
         self.mem_used[g] = new_mem
         self._refresh_gpu(g, affected)
 
-    def _evict(self, h: int, affected: set[int]) -> None:
+    def _evict(self, h: int, affected: set[int], position: int = 0) -> None:
+        """Take ``h`` off its GPUs and queue it at ``position`` (the head by default) with its work
+        so far kept plus ``restart_penalty_s`` (checkpoint and restart)."""
         for g in self._release(h):
             self._refresh_gpu(g, affected)
         affected.discard(h)
@@ -314,7 +317,7 @@ class Simulator:
         self.evictions[h] += 1
         self.status[h] = _QUEUED
         self.n_running -= 1
-        self.queue.insert(0, h)
+        self.queue.insert(position, h)
 
     # -- scheduling ----------------------------------------------------------------------------
     def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
@@ -333,8 +336,15 @@ class Simulator:
             decision = self.policy.place(self._request(h, ahead, len(self.queue) - i - 1), self.view())
             if isinstance(decision, Placement):
                 self.queue.pop(i)
-                affected |= self._apply_placement(h, decision)
+                for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
+                    self._evict(int(v), affected, position=i)
+                    changed.update(g for g in decision.gpus)
+                placed = self._apply_placement(h, decision)
+                affected |= placed
                 changed.update(decision.gpus)
+                for x in placed:  # the next decision of this pass sees them running at their rates
+                    self._sync(x)
+                    self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
                 continue
             ahead += int(self.num_gpus[h])
             i += 1
