@@ -28,6 +28,7 @@ __all__ = [
     "TuningDecision",
     "Measure",
     "capacity_masks",
+    "fits_when_empty",
 ]
 
 
@@ -243,6 +244,15 @@ def capacity_masks(job: JobRequest, view: ClusterView) -> tuple[np.ndarray | Non
         models = view.gpu_model if view.gpu_model is not None else np.full(view.n_gpus, "", dtype=object)
         model_ok = np.isin(models, list(job.gpu_models))
     return share_ok, model_ok
+
+
+def fits_when_empty(job: JobRequest, view: ClusterView) -> np.ndarray:
+    """GPUs that could take one worker of ``job`` once empty: enough total memory and a model it
+    accepts (a share always fits an empty GPU), shape ``(G,)``. For rules that free GPUs
+    (preemption) on clusters whose GPUs differ."""
+    ok = view.gpu_mem_total_gib >= job.mem_gib - 1e-9
+    _, model_ok = capacity_masks(job, view)
+    return ok if model_ok is None else ok & model_ok
 
 
 #: A measurement executor: runs the given configuration (handle -> type id) of the jobs on one GPU

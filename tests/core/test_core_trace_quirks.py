@@ -150,3 +150,19 @@ def test_every_json_a_run_writes_is_strict(tmp_path, dataset_cache, monkeypatch)
     assert pol["censored_jobs"] == 1 and pol["jct_jobs"] == 1
     report = (out / "report.md").read_text()
     assert "censored" in report and "excluded from" in report
+
+
+def test_preemption_frees_only_gpus_that_suit_the_head(model):
+    """Heterogeneous cluster: the head (12.9 GiB) must not be placed on a freed 4 GiB GPU."""
+    jobs = _table([
+        {"job_id": "a-long-small", "submit_time": 0.0, "duration": 20000.0, "num_gpus": 1, "model": "ResNet-18", "batch_size": 32},
+        {"job_id": "b-long-big", "submit_time": 0.0, "duration": 10000.0, "num_gpus": 1, "model": "Transformer", "batch_size": 256},
+        {"job_id": "c-head", "submit_time": 1.0, "duration": 100.0, "num_gpus": 1, "model": "ResNet-50", "batch_size": 128},
+        {"job_id": "d-behind", "submit_time": 1.0, "duration": 100.0, "num_gpus": 1, "model": "ResNet-18", "batch_size": 32},
+    ])
+    cluster = ClusterSpec(groups=(NodeGroup(1, 1, 4.0, "small"), NodeGroup(1, 1, 16.0, "big")))
+    r = simulate(jobs, make_policy("iadeep", model), model, cluster, SimSettings(measurement_noise=0.0))
+    by = r.jobs.set_index("job_id")
+    assert by["end_s"].notna().all()
+    assert by.loc["c-head", "start_s"] < 100.0  # it did not wait for a long job: b-long-big was preempted
+    assert by.loc["b-long-big", "evictions"] == 1 and by.loc["a-long-small", "evictions"] == 0
