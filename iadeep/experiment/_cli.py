@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated, Optional
 
@@ -102,6 +101,7 @@ def sweep_cmd(
 ) -> None:
     """Compare the policies over several windows x loads x seeds; write sweep.csv and sweep.png."""
     from iadeep.experiment._sweep import GUARD_GOALS, guard_figures, plot_sweep, run_sweep
+    from iadeep.report import write_json
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
@@ -140,7 +140,7 @@ def sweep_cmd(
                       f"worst vs exclusive {guard['worst_vs_exclusive'] if guard['worst_vs_exclusive'] is None else round(guard['worst_vs_exclusive'], 2)}"
                       f" (goals {GUARD_GOALS['worst_vs_packing']}, {GUARD_GOALS['median_vs_packing']}, "
                       f"{GUARD_GOALS['worst_vs_exclusive']}: met {guard['met']})")
-    (base.out_dir / "guard.json").write_text(json.dumps(guard, indent=2, allow_nan=False) + "\n")
+    write_json(base.out_dir / "guard.json", guard)  # strict JSON: an undefined ratio is null with its reason
     console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png, guard.json")
 
 
