@@ -108,6 +108,7 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
         n_jobs=cfg.jobs, start_job=cfg.start_job, max_gpus=cfg.max_gpus, arrival_scale=cfg.arrival_scale,
         iadeep_arrival_rule=cfg.iadeep_arrival_rule, target_load=cfg.target_load, cluster_gpus=cluster.total_gpus,
         mix=cfg.mix, seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows, strict=cfg.strict,
+        keep_wider=cfg.infeasible == "keep",
     )
     df = load_trace(cfg.trace, trace_path, opts)
     dropped = {k: int(v) for k, v in dict(df.attrs.get("dropped", {})).items()}

@@ -144,7 +144,7 @@ def load_trace(
     raw.drop(~((t >= o.window_start_s) & (t < o.window_end_s)), "outside_window")
     if o.max_gpus is not None:
         raw.drop(raw.jobs["num_gpus"].to_numpy() > o.max_gpus, "too_many_gpus")
-    if o.cluster_gpus is not None:
+    if o.cluster_gpus is not None and not o.keep_wider:
         raw.drop(raw.jobs["num_gpus"].to_numpy() > o.cluster_gpus, "wider_than_cluster")
     jobs = raw.jobs.sort_values(["submit_s", "job_id"], kind="stable").reset_index(drop=True)
     n = len(jobs)

@@ -166,3 +166,18 @@ def test_preemption_frees_only_gpus_that_suit_the_head(model):
     assert by["end_s"].notna().all()
     assert by.loc["c-head", "start_s"] < 100.0  # it did not wait for a long job: b-long-big was preempted
     assert by.loc["b-long-big", "evictions"] == 1 and by.loc["a-long-small", "evictions"] == 0
+
+
+def test_infeasible_keep_reports_unschedulable_jobs(tmp_path, dataset_cache, monkeypatch):
+    _env(monkeypatch, dataset_cache)
+    out = tmp_path / "k"
+    res = CliRunner().invoke(app, ["experiment", "run", "--nodes", "1", "--gpus-per-node", "2", "--policies", "exclusive",
+                                   "--jobs", "200", "--infeasible", "keep", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = _strict_load(out / "summary.json")
+    wide = doc["trace"]["infeasible_kept"]["wider_than_cluster"]
+    assert wide > 0 and "wider_than_cluster" not in doc["trace"]["dropped"]
+    pol = doc["policies"]["exclusive"]
+    assert pol["unschedulable_jobs"] == wide and pol["jct_jobs"] + wide == doc["trace"]["jobs"] == 200
+    jobs = pd.read_csv(out / "jobs-exclusive.csv")
+    assert (jobs.loc[jobs["unschedulable"], "num_gpus"] > 2).all() and jobs.loc[~jobs["unschedulable"], "end_s"].notna().all()
