@@ -29,6 +29,7 @@ test: $(STAMP) controlplane
 
 bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)
+	$(BIN)/python benchmarks/openb.py
 	$(BIN)/python benchmarks/extender.py
 	$(BIN)/python benchmarks/tuner.py
 

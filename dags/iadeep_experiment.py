@@ -66,13 +66,19 @@ PARAMS: dict[str, Param] = {
     "window_end_s": Param(None, type=_NULL_NUM, minimum=0,
                           description="Keep jobs submitted before this (s from trace start); null = to the end."),
     "virtual_cluster": Param(None, type=["null", "string"], description="Philly virtual cluster / ITP cluster to keep; null = all."),
-    "max_gpus": Param(8, type=_NULL_INT, minimum=1, description="Drop jobs needing more GPUs; null = keep all."),
+    "max_gpus": Param(None, type=_NULL_INT, minimum=1,
+                      description="Drop jobs needing more GPUs; null = the cluster's size (wider jobs: wider_than_cluster)."),
     "arrival_scale": Param(1.0, type="number", exclusiveMinimum=0, description="Multiply inter-arrival gaps."),
     "iadeep_arrival_rule": Param(False, type="boolean", description="IADeep artifact's rule: gap / 1000 x arrival_scale."),
     "target_load": Param(1.0, type=_NULL_NUM, minimum=0,
                          description="Rescale arrivals to this mean offered load; 0 or null = keep the trace's timing."),
     "mix": Param("iadeep", type="string", description="Workload mix: iadeep (IADeep's five models) or gavel (Gavel's 26 job types)."),
     "skip_bad_rows": Param(False, type="boolean", description="Skip and count malformed trace rows instead of stopping."),
+    "strict": Param(False, type="boolean", description="Stop at the first known quirk of the trace (censored job, ...) too."),
+    "include_censored": Param(False, type="boolean", description="Count censored jobs in the JCT statistics."),
+    "infeasible": Param("drop", type="string", enum=["drop", "keep"],
+                        description="Jobs that can never run on the cluster: drop before the run, or keep as unschedulable."),
+    "cluster_file": Param(None, type=["null", "string"], description="YAML cluster file (node groups) instead of nodes x GPUs."),
     "policies": Param(["iadeep", "exclusive", "antman", "gandiva"], type="array", items={"type": "string"}, minItems=1,
                       uniqueItems=True, description="Policies to compare; one mapped simulate task each."),
     "nodes": Param(5, type="integer", minimum=1, description="Nodes in the cluster."),
@@ -146,9 +152,10 @@ def iadeep_experiment() -> None:
         from iadeep.experiment import build_workload as build
 
         cfg = ExperimentConfig.from_dict(inputs["config"])
-        _, meta = build(cfg, inputs["trace"])
+        _, meta = build(cfg, inputs["trace"], inputs["throughputs"])
         print(f"{meta['jobs']} jobs ({meta['multi_gpu_jobs']} multi-GPU) in {cfg.out}; offered load mean "
-              f"{meta['offered_load_mean']:.2f}, peak {meta['offered_load_peak']:.2f}")
+              f"{meta['offered_load_mean']}, peak {meta['offered_load_peak']}; dropped {meta['dropped']}, "
+              f"flagged {meta['flagged']}")
         return list(cfg.policies)
 
     @task(map_index_template="{{ policy }}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated, Optional
 
@@ -26,12 +25,16 @@ def run_cmd(
     window_start_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted at or after this (s from trace start).")] = None,
     window_end_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted before this (s from trace start).")] = None,
     virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
-    max_gpus: Annotated[Optional[int], typer.Option(help="Drop jobs needing more GPUs.")] = _D.max_gpus,
+    max_gpus: Annotated[Optional[int], typer.Option(help="Drop jobs needing more GPUs [default: the cluster's size; wider jobs are counted as wider_than_cluster].")] = _D.max_gpus,
     arrival_scale: Annotated[float, typer.Option(help="Multiply inter-arrival gaps.")] = _D.arrival_scale,
     iadeep_arrival_rule: Annotated[bool, typer.Option(help="IADeep's rule: gap / 1000 x arrival-scale.")] = False,
     target_load: Annotated[Optional[float], typer.Option(help="Rescale arrivals to this mean offered load; 0 = keep trace timing.")] = _D.target_load,
     mix: Annotated[str, typer.Option(help="Workload mix: iadeep or gavel.")] = _D.mix,
     skip_bad_rows: Annotated[bool, typer.Option(help="Skip and count malformed trace rows instead of stopping.")] = False,
+    strict: Annotated[bool, typer.Option(help="Stop at the first known quirk of the trace too (censored job, attempt ending before it starts, ...).")] = False,
+    include_censored: Annotated[bool, typer.Option(help="Count censored jobs (still running when the trace was taken) in the JCT statistics.")] = False,
+    infeasible: Annotated[str, typer.Option(help="Jobs that can never run on the cluster: drop (before the run, counted) or keep (reported unschedulable).")] = _D.infeasible,
+    cluster_file: Annotated[Optional[str], typer.Option("--cluster", help="YAML cluster file (node groups: count, gpus_per_node, gpu_mem_gib, gpu_model; `iadeep experiment cluster` writes one from a trace's node list), or 'openb' (the registry's openb node list); replaces --nodes/--gpus-per-node/--gpu-mem-gib.")] = None,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
     nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = _D.nodes,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = _D.gpus_per_node,
@@ -44,7 +47,7 @@ def run_cmd(
 ) -> None:
     """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
     from iadeep.datasets import DatasetError
-    from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy, write_report
+    from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_policy, write_report
     from iadeep.traces import TraceFormatError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
@@ -53,18 +56,29 @@ def run_cmd(
             trace=trace, trace_file=trace_file, jobs=jobs, start_job=start_job, window_start_s=window_start_s,
             window_end_s=window_end_s, virtual_cluster=virtual_cluster, max_gpus=max_gpus, arrival_scale=arrival_scale,
             iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load, mix=mix, skip_bad_rows=skip_bad_rows,
+            strict=strict, include_censored=include_censored, infeasible=infeasible, cluster_file=cluster_file,
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, seed=seed, backfill=backfill, predictor=predictor, out=out)
         paths = fetch_inputs(cfg)
-        workload, meta = build_workload(cfg, paths["trace"])
+        workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])
+        cluster = cluster_of(cfg)
     except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     if meta["skipped_rows"]:
         console.print(f"[yellow]skipped {meta['skipped_rows']} malformed row(s) of {meta['source']}[/yellow]")
+    if meta["dropped"]:
+        console.print("left out: " + ", ".join(f"{k} {v}" for k, v in meta["dropped"].items()))
+    if meta["flagged"] or meta["infeasible_kept"]:
+        console.print("kept but flagged: " + ", ".join(f"{k} {v}" for k, v in {**meta["flagged"], **meta["infeasible_kept"]}.items())
+                      + ("" if cfg.include_censored or not meta["flagged"].get("censored") else " (censored jobs: not in JCT statistics)"))
+
+    def fmt(x: float | None) -> str:
+        return "undefined" if x is None else f"{x:.2f}"
+
     console.print(f"[bold]{meta['jobs']}[/bold] jobs from {cfg.trace} ({meta['multi_gpu_jobs']} multi-GPU) on "
-                  f"{cfg.nodes}x{cfg.gpus_per_node} GPUs; offered load mean [bold]{meta['offered_load_mean']:.2f}[/bold], "
-                  f"peak (10% window) [bold]{meta['offered_load_peak']:.2f}[/bold]")
+                  f"{cluster.describe()}; offered load mean [bold]{fmt(meta['offered_load_mean'])}[/bold], "
+                  f"peak (10% window) [bold]{fmt(meta['offered_load_peak'])}[/bold]")
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
         for name in cfg.policies:
@@ -89,6 +103,7 @@ def sweep_cmd(
 ) -> None:
     """Compare the policies over several windows x loads x seeds; write sweep.csv and sweep.png."""
     from iadeep.experiment._sweep import GUARD_GOALS, guard_figures, plot_sweep, run_sweep
+    from iadeep.report import write_json
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
@@ -128,8 +143,13 @@ def sweep_cmd(
                       f"worst vs exclusive {guard['worst_vs_exclusive'] if guard['worst_vs_exclusive'] is None else round(guard['worst_vs_exclusive'], 2)}"
                       f" (goals {GUARD_GOALS['worst_vs_packing']}, {GUARD_GOALS['median_vs_packing']}, "
                       f"{GUARD_GOALS['worst_vs_exclusive']}: met {guard['met']})")
-    (base.out_dir / "guard.json").write_text(json.dumps(guard, indent=2, allow_nan=False) + "\n")
+    write_json(base.out_dir / "guard.json", guard)  # strict JSON: an undefined ratio is null with its reason
     console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png, guard.json")
+
+
+from iadeep.experiment._cluster_cli import cluster_cmd  # noqa: E402
+
+app.command("cluster")(cluster_cmd)
 
 
 def summary_table(summary: dict) -> Table:
@@ -140,8 +160,11 @@ def summary_table(summary: dict) -> Table:
     pol = summary["policies"]
     ref = pol.get("iadeep")
     for name, s in pol.items():
-        rel = f"{s['avg_jct_s'] / ref['avg_jct_s']:.2f}x" if ref else "-"
-        table.add_row(name, f"{s['avg_jct_s'] / 3600:.2f}", rel, f"{s['p50_jct_s'] / 3600:.2f}", f"{s['p99_jct_s'] / 3600:.2f}",
-                      f"{s['avg_queueing_s'] / 3600:.2f}", f"{s['makespan_s'] / 3600:.2f}", f"{s['gpu_utilisation']:.2f}",
-                      f"{s['mean_slowdown']:.2f}")
+        def h(x: float | None) -> str:
+            return "-" if x is None else f"{x / 3600:.2f}"
+
+        rel = f"{s['avg_jct_s'] / ref['avg_jct_s']:.2f}x" if ref and ref["avg_jct_s"] and s["avg_jct_s"] is not None else "-"
+        table.add_row(name, h(s["avg_jct_s"]), rel, h(s["p50_jct_s"]), h(s["p99_jct_s"]), h(s["avg_queueing_s"]),
+                      h(s["makespan_s"]), f"{s['gpu_utilisation']:.2f}",
+                      "-" if s["mean_slowdown"] is None else f"{s['mean_slowdown']:.2f}")
     return table

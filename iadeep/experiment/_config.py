@@ -36,12 +36,22 @@ class ExperimentConfig:
             trace, 0 otherwise.
         window_start_s / window_end_s: submission-time window (s from trace start).
         virtual_cluster: Philly virtual cluster or ITP cluster to keep.
-        max_gpus: drop jobs needing more GPUs.
+        max_gpus: drop jobs needing more GPUs (``too_many_gpus``); ``None`` (default): no cap of
+            its own, the cluster's size applies (wider jobs count as ``wider_than_cluster``).
         arrival_scale: multiply inter-arrival gaps.
         iadeep_arrival_rule: IADeep artifact's rule (gap / 1000 x arrival_scale).
         target_load: rescale gaps to this mean offered load (None: keep the trace's timing).
         mix: workload mix name ("iadeep" or "gavel").
         skip_bad_rows: skip (and count) malformed trace rows instead of stopping at the first.
+        strict: stop at the first known quirk of the trace too (censored job, attempt ending
+            before it starts, ...; :data:`iadeep.traces.REASONS`) instead of handling it by rule.
+        include_censored: count censored jobs (still running when the trace was taken) in the JCT
+            statistics; default: excluded (counted apart as ``censored_jobs``).
+        infeasible: jobs that can never run on the cluster (``wider_than_cluster``,
+            ``exceeds_gpu_memory``): ``"drop"`` (default, before the run, counted) or ``"keep"``
+            (in the workload, reported as unschedulable by every policy).
+        cluster_file: YAML cluster file (:func:`iadeep.sim.load_cluster`: node groups); replaces
+            ``nodes`` / ``gpus_per_node`` / ``gpu_mem_gib``.
         policies: policy names to compare.
         nodes / gpus_per_node / gpu_mem_gib: the cluster.
         gpu_type: Gavel GPU type of the throughput measurements ("v100", "p100", "k80").
@@ -59,12 +69,16 @@ class ExperimentConfig:
     window_start_s: float | None = None
     window_end_s: float | None = None
     virtual_cluster: str | None = None
-    max_gpus: int | None = 8
+    max_gpus: int | None = None
     arrival_scale: float = 1.0
     iadeep_arrival_rule: bool = False
     target_load: float | None = 1.0
     mix: str = "iadeep"
     skip_bad_rows: bool = False
+    strict: bool = False
+    include_censored: bool = False
+    infeasible: str = "drop"
+    cluster_file: str | None = None
     policies: tuple[str, ...] = DEFAULT_POLICIES
     nodes: int = 5
     gpus_per_node: int = 4
@@ -104,7 +118,8 @@ class ExperimentConfig:
         if unknown:
             raise ValueError(f"unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(POLICIES)}")
         for field_name, value, known in (("mix", self.mix, tuple(MIXES)), ("gpu_type", self.gpu_type, GPU_TYPES),
-                                         ("predictor", self.predictor, ("learned", "oracle"))):
+                                         ("predictor", self.predictor, ("learned", "oracle")),
+                                         ("infeasible", self.infeasible, ("drop", "keep"))):
             if value not in known:
                 raise ValueError(f"unknown {field_name} {value!r}; known: {', '.join(known)}")
 

@@ -20,11 +20,12 @@ from typing import Any
 
 import pandas as pd
 
+from iadeep.experiment._cluster_cli import REGISTRY_CLUSTERS, registry_cluster
 from iadeep.experiment._config import TRACE_DATASETS, ExperimentConfig
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
-from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_markdown, write_summary_json
-from iadeep.sim import ClusterSpec, SimResult, SimSettings, simulate
+from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_json, write_markdown, write_summary_json
+from iadeep.sim import ClusterSpec, SimResult, SimSettings, feasibility, load_cluster, simulate, type_speeds
 
 __all__ = ["fetch_inputs", "build_workload", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
 
@@ -32,8 +33,30 @@ THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
 
 
 def cluster_of(cfg: ExperimentConfig) -> ClusterSpec:
-    """The :class:`ClusterSpec` an experiment simulates."""
+    """The :class:`ClusterSpec` an experiment simulates: ``cluster_file`` if set, else nodes x GPUs.
+
+    ``cluster_file`` is a YAML file (:func:`iadeep.sim.load_cluster`) or ``"openb"`` (the registry's
+    openb node list, :func:`iadeep.sim.cluster_from_openb`).
+
+    Raises:
+        FileNotFoundError, iadeep.sim.ClusterFileError: an unusable cluster file.
+    """
+    if cfg.cluster_file in REGISTRY_CLUSTERS:
+        return registry_cluster(cfg.cluster_file)
+    if cfg.cluster_file:
+        return load_cluster(cfg.cluster_file)
     return ClusterSpec(cfg.nodes, cfg.gpus_per_node, cfg.gpu_mem_gib)
+
+
+def _cluster_doc(cfg: ExperimentConfig, cluster: ClusterSpec) -> dict[str, Any]:
+    return {"nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node, "gpu_mem_gib": cluster.gpu_mem_gib,
+            "gpu_type": cfg.gpu_type, "total_gpus": cluster.total_gpus, "description": cluster.describe(),
+            "cluster_file": cfg.cluster_file}
+
+
+def _load_reasons(n_jobs: int) -> dict[str, str]:
+    why = "no job left" if n_jobs == 0 else "every job is submitted at the same instant (span 0 s): load per second is unbounded"
+    return {"offered_load_mean": why, "offered_load_peak": why}
 
 
 def fetch_inputs(cfg: ExperimentConfig, progress: bool = True) -> dict[str, str]:
@@ -58,11 +81,23 @@ def fetch_inputs(cfg: ExperimentConfig, progress: bool = True) -> dict[str, str]
     return {"trace": str(trace), "throughputs": str(thr)}
 
 
-def build_workload(cfg: ExperimentConfig, trace_path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Load the trace with the experiment's options, write ``workload.csv``/``.json``.
+def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
+                   throughputs: str | Path | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Load the trace with the experiment's options, drop jobs that can never run, write ``workload.csv``/``.json``.
+
+    Jobs the cluster can never run (:func:`iadeep.sim.feasibility`: ``wider_than_cluster``,
+    ``exceeds_gpu_memory``) are dropped and counted (``infeasible="drop"``) or kept (``"keep"``:
+    the simulator reports them as unschedulable).
+
+    Args:
+        throughputs: Gavel's measurements (for job memory); default: fetched through the registry.
 
     Returns:
-        ``(job_table, metadata)``; metadata has name, sha256, jobs, offered_load_mean/peak, dropped.
+        ``(job_table, metadata)``; metadata has name, sha256, jobs, offered_load_mean/peak (``None``
+        when undefined, with ``null_reasons``), dropped, flagged, skipped_rows, infeasible_kept.
+
+    Raises:
+        ValueError: no job left after the filters and drops (the message gives the counts).
     """
     from iadeep.traces import TraceOptions, load_trace, offered_load
 
@@ -72,10 +107,31 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path) -> tuple[pd.Da
         window_end_s=cfg.window_end_s if cfg.window_end_s is not None else math.inf, virtual_cluster=cfg.virtual_cluster,
         n_jobs=cfg.jobs, start_job=cfg.start_job, max_gpus=cfg.max_gpus, arrival_scale=cfg.arrival_scale,
         iadeep_arrival_rule=cfg.iadeep_arrival_rule, target_load=cfg.target_load, cluster_gpus=cluster.total_gpus,
-        mix=cfg.mix, seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows,
+        mix=cfg.mix, seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows, strict=cfg.strict,
+        keep_wider=cfg.infeasible == "keep",
     )
     df = load_trace(cfg.trace, trace_path, opts)
+    dropped = {k: int(v) for k, v in dict(df.attrs.get("dropped", {})).items()}
+    if throughputs is None:
+        throughputs = fetch_inputs(cfg, progress=False)["throughputs"]
+    why = feasibility(df, InterferenceModel.from_file(throughputs, cfg.gpu_type), cluster)
+    kept_infeasible = {}
+    for reason in sorted(set(why.tolist()) - {""}):
+        n = int((why == reason).sum())
+        if cfg.infeasible == "drop":
+            dropped[reason] = dropped.get(reason, 0) + n
+        else:
+            kept_infeasible[reason] = n
+    if cfg.infeasible == "drop" and (why != "").any():
+        attrs = df.attrs
+        df = df.loc[why == ""].reset_index(drop=True)
+        df.attrs = attrs
+        if len(df) == 0:
+            raise ValueError(f"{cfg.trace}: no job of {trace_path} can run on the cluster ({cluster.describe()}); "
+                             f"dropped {dropped}")
     load = offered_load(df, cluster.total_gpus)
+    flagged = {"censored": int(df["censored"].sum())} if df["censored"].any() else {}
+    flagged.update({k: int(v) for k, v in dict(df.attrs.get("flagged", {})).items() if k != "censored"})
     meta = {
         "name": cfg.trace,
         "source": str(trace_path),
@@ -85,19 +141,22 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path) -> tuple[pd.Da
         "offered_load_mean": float(load.mean_load),
         "offered_load_peak": float(load.peak_load),
         "span_s": float(load.span_s),
-        "dropped": {k: int(v) for k, v in dict(df.attrs.get("dropped", {})).items()},
+        "dropped": dropped,
+        "flagged": flagged,
+        "infeasible_kept": kept_infeasible,
         "skipped_rows": int(df.attrs.get("skipped_rows", 0)),
     }
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "workload.csv", index=False)
-    (out / "workload.json").write_text(json.dumps(meta, indent=2) + "\n")
+    meta = write_json(out / "workload.json", meta, _load_reasons(len(df)))
     return df, meta
 
 
 def load_workload(out: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Read what :func:`build_workload` wrote."""
-    df = pd.read_csv(out / "workload.csv", dtype={"job_id": str})
+    df = pd.read_csv(out / "workload.csv", dtype={"job_id": str, "gpu_spec": str}, keep_default_na=False,
+                     na_values={"gpu_milli": [""]})
     return df, json.loads((out / "workload.json").read_text())
 
 
@@ -108,15 +167,20 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
     options: dict[str, Any] = {"predictor": cfg.predictor} if name == "iadeep" else {}
     policy = make_policy(name, model, **options)
     settings = SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill)
+    cluster = cluster_of(cfg)
+    models = set(cluster.gpu_arrays()[3].tolist()) - {""}
+    speeds = type_speeds(throughputs, model) if models else None
     t0 = time.perf_counter()
-    result = simulate(workload, policy, model, cluster_of(cfg), settings, progress)
+    result = simulate(workload, policy, model, cluster, settings, progress,
+                      infeasible="skip" if cfg.infeasible == "keep" else "raise", speeds=speeds)
     wall = time.perf_counter() - t0
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     result.jobs.to_csv(out / f"jobs-{name}.csv", index=False)
     result.timeline.to_csv(out / f"timeline-{name}.csv", index=False)
-    metrics = {**result.summary(), "busy_gpu_seconds": result.busy_gpu_seconds, "total_gpus": result.total_gpus, "wall_s": wall}
-    (out / f"metrics-{name}.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    metrics = {**result.summary(cfg.include_censored), "busy_gpu_seconds": result.busy_gpu_seconds,
+               "total_gpus": result.total_gpus, "wall_s": wall}
+    write_json(out / f"metrics-{name}.json", metrics)
     return result
 
 
@@ -136,8 +200,8 @@ def write_report(cfg: ExperimentConfig, names: list[str] | None = None) -> dict[
     names = list(names or cfg.policies)
     results = {n: _load_result(out, n) for n in names}
     _, meta = load_workload(out)
-    summaries = {n: r.summary() for n, r in results.items()}
-    cluster = {"nodes": cfg.nodes, "gpus_per_node": cfg.gpus_per_node, "gpu_mem_gib": cfg.gpu_mem_gib, "gpu_type": cfg.gpu_type}
+    summaries = {n: r.summary(cfg.include_censored) for n, r in results.items()}
+    cluster = _cluster_doc(cfg, cluster_of(cfg))
     summary = write_summary_json(out / "summary.json", meta, cluster, cfg.seed, summaries, extra={"config": cfg.to_dict()})
     plots = {
         "JCT CDF": plot_jct_cdf(results, out / "jct_cdf.png").name,
@@ -158,7 +222,7 @@ def run_experiment(cfg: ExperimentConfig, on_policy: Callable[[str, int], Callab
         progress: show download progress bars.
     """
     paths = fetch_inputs(cfg, progress=progress)
-    workload, _ = build_workload(cfg, paths["trace"])
+    workload, _ = build_workload(cfg, paths["trace"], paths["throughputs"])
     for name in cfg.policies:
         cb = on_policy(name, len(workload)) if on_policy else None
         run_policy(cfg, name, workload, paths["throughputs"], cb)

@@ -36,7 +36,7 @@ def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence
         if on_setting:
             on_setting(setting)
         cfg = dataclasses.replace(base, start_job=start, target_load=load, seed=seed, out=str(Path(base.out) / setting))
-        workload, meta = build_workload(cfg, paths["trace"])
+        workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])
         for name in cfg.policies:
             s = run_policy(cfg, name, workload, paths["throughputs"]).summary()
             rows.append({"setting": setting, "start_job": start, "target_load": load, "seed": seed, "policy": name,

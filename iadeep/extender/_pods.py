@@ -17,6 +17,10 @@ Annotations the user may set on the pod (all optional):
                                 mapped to the nearest measured one)
 ``iadeep.io/duration-s``        expected run time alone on a GPU, seconds (default: settings);
                                 the ``iadeep`` policy weighs co-location against waiting with it
+``iadeep.io/gpu-models``        GPU models the pod accepts, ``|``- or comma-separated (as openb's
+                                ``gpu_spec``, e.g. ``V100M16|V100M32``); a node's GPU models are
+                                in its inventory (:class:`~iadeep.state.GpuInfo` ``model``).
+                                Default: any model
 ==============================  ===============================================================
 
 Annotations the extender writes at bind (read by the device plugin, see :mod:`._bind`) are listed
@@ -26,6 +30,7 @@ in :data:`BIND_ANNOTATIONS`.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -36,6 +41,7 @@ __all__ = [
     "ANNOTATION_MODEL",
     "ANNOTATION_BATCH_SIZE",
     "ANNOTATION_DURATION",
+    "ANNOTATION_GPU_MODELS",
     "ANNOTATION_GPU_INDEX",
     "ANNOTATION_GPU_UUID",
     "ANNOTATION_GPU_MEM",
@@ -53,6 +59,7 @@ __all__ = [
 ANNOTATION_MODEL = "iadeep.io/model"
 ANNOTATION_BATCH_SIZE = "iadeep.io/batch-size"
 ANNOTATION_DURATION = "iadeep.io/duration-s"
+ANNOTATION_GPU_MODELS = "iadeep.io/gpu-models"
 
 ANNOTATION_GPU_INDEX = "iadeep.io/gpu-index"
 """GPU index(es) on the node reserved for the pod, comma-separated in gang order (e.g. ``"0,3"``)."""
@@ -94,6 +101,7 @@ class PodDemand:
         num_gpus: GPUs needed on one node.
         model / batch_size: the job type as annotated (or the defaults).
         duration_s: expected run time at dedicated speed (s).
+        gpu_models: GPU models it accepts (empty: any).
     """
 
     namespace: str
@@ -104,11 +112,12 @@ class PodDemand:
     model: str
     batch_size: int
     duration_s: float
+    gpu_models: tuple[str, ...] = ()
 
     def job_record(self, now_s: float) -> JobRecord:
         """The :class:`~iadeep.state.JobRecord` stored with the reservation."""
         return JobRecord(self.uid, self.namespace, self.name, self.model, self.batch_size, self.num_gpus,
-                         self.mem_gib, remaining_s=self.duration_s, submitted_at=now_s)
+                         self.mem_gib, remaining_s=self.duration_s, submitted_at=now_s, gpu_models=self.gpu_models)
 
 
 def load_quantity_parser() -> None:
@@ -200,4 +209,5 @@ def pod_demand(pod: Pod, *, gpu_mem_resource: str, gpu_count_resource: str, defa
             raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} is not a number") from None
         if not math.isfinite(duration) or duration < 0:
             raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} must be a finite number >= 0")
-    return PodDemand(pod.namespace, pod.metadata.name, pod.uid, per_gpu, num_gpus, model, batch, duration)
+    models = tuple(m.strip() for m in re.split(r"[|,]", ann.get(ANNOTATION_GPU_MODELS) or "") if m.strip())
+    return PodDemand(pod.namespace, pod.metadata.name, pod.uid, per_gpu, num_gpus, model, batch, duration, models)

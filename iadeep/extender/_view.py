@@ -175,6 +175,8 @@ class ViewBase:
         job_*: per job row, shape ``(J,)``; job_updated_s: when each row's ``job_work_left_s``
             was set (Unix seconds); handles: pod UID -> handle; pods: handle -> pod UID.
         node_pos: node name -> position; gpu_pos: ``(node, gpu index)`` -> global GPU id.
+        gpu_model: GPU model of each GPU from the inventory (``""`` unknown), shape ``(G,)``;
+            ``None`` only for a view built by hand.
     """
 
     node_names: tuple[str, ...]
@@ -193,6 +195,7 @@ class ViewBase:
     pods: tuple[str, ...]
     node_pos: Mapping[str, int]
     gpu_pos: Mapping[tuple[str, int], int]
+    gpu_model: np.ndarray | None = None
 
     @property
     def n_gpus(self) -> int:
@@ -220,6 +223,7 @@ class ViewBase:
         gpu_node: list[int] = []
         local: list[int] = []
         uuids: list[str] = []
+        models: list[str] = []
         total: list[float] = []
         used: list[float] = []
         occupants: list[tuple[str, ...]] = []
@@ -233,6 +237,7 @@ class ViewBase:
                 gpu_node.append(k)
                 local.append(g.index)
                 uuids.append(g.uuid)
+                models.append(g.model)
                 total.append(g.mem_gib)
                 used.append(st.mem_used_gib if st else 0.0)
                 occupants.append(st.pods if st else ())
@@ -249,7 +254,7 @@ class ViewBase:
         return cls(names, _ro(node_start), _ro(np.array(gpu_node, dtype=np.int64)), _ro(np.array(local, dtype=np.int64)),
                    tuple(uuids), _ro(np.array(total, dtype=float)), _ro(np.array(used, dtype=float)), _ro(slot_arr),
                    _ro(jtype), _ro(jgpus), _ro(jleft), _ro(np.full(len(pods), snapshot.taken_at_s)), handles, pods,
-                   {n: k for k, n in enumerate(names)}, gpu_pos)
+                   {n: k for k, n in enumerate(names)}, gpu_pos, _ro(np.array(models, dtype=object)))
 
     def gpus_of(self, node: str) -> range:
         """Global GPU ids of ``node`` (empty when unknown)."""
@@ -267,7 +272,8 @@ class ViewBase:
             _ro(np.zeros(len(gpus), dtype=np.int64)), local, self.gpu_uuid[sl],
             self.gpu_mem_total_gib[sl], self.gpu_mem_used_gib[sl], self.slots[sl], self.job_type, self.job_num_gpus,
             self.job_work_left_s, self.job_updated_s, self.handles, self.pods, {node: 0} if known else {},
-            {(node, int(g)): i for i, g in enumerate(local.tolist())})
+            {(node, int(g)): i for i, g in enumerate(local.tolist())},
+            None if self.gpu_model is None else self.gpu_model[sl])
 
     def with_gpu_states(self, states: Mapping[tuple[str, int], GpuState | None], jobs: Mapping[str, JobRecord],
                         types: TypeResolver, *, now_s: float, type_ids: Mapping[str, int] | None = None) -> ViewBase:
@@ -337,8 +343,9 @@ class ViewBase:
         rate[n] = 0.0
         view = ClusterView(now_s, self.node_names, self.gpu_node, self.gpu_local_index, self.gpu_mem_total_gib,
                            self.gpu_mem_used_gib, self.slots, _ro(jtype), _ro(jtype.copy()), _ro(jgpus), _ro(jleft),
-                           _ro(updated), _ro(rate), node_pos=self.node_pos)
-        request = JobRequest(n, job.pod_uid, type_id, max(job.num_gpus, 1), float(job.mem_gib), max(job.remaining_s, 0.0))
+                           _ro(updated), _ro(rate), gpu_model=self.gpu_model, node_pos=self.node_pos)
+        request = JobRequest(n, job.pod_uid, type_id, max(job.num_gpus, 1), float(job.mem_gib), max(job.remaining_s, 0.0),
+                             gpu_models=tuple(job.gpu_models))
         return view, request
 
 

@@ -26,7 +26,16 @@ import numpy as np
 
 from iadeep.interference import InterferenceModel
 from iadeep.policy._rows import row_any, row_count
-from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait
+from iadeep.policy._types import (
+    ClusterView,
+    FilterResult,
+    JobRequest,
+    Measure,
+    Placement,
+    TuningDecision,
+    Wait,
+    capacity_masks,
+)
 
 __all__ = ["Policy", "REASONS"]
 
@@ -37,8 +46,10 @@ REASONS = (
     "not enough free GPU memory",
     "a co-located job is measured not to fit with it (out of memory)",
     "refused by the policy (this pair was measured to share badly)",
+    "not enough free GPU share (gpu_milli)",
+    "GPU model not among those the job accepts",
 )
-_OK, _LIMIT, _MEM, _PAIR, _POLICY = range(5)
+_OK, _LIMIT, _MEM, _PAIR, _POLICY, _SHARE, _MODEL = range(7)
 
 
 class Policy(ABC):
@@ -81,6 +92,11 @@ class Policy(ABC):
             reason[row_any(occupied & self.avoided[t][occ_types])] = _POLICY
         reason[pair_bad] = _PAIR
         reason[~mem_ok] = _MEM
+        share_ok, model_ok = capacity_masks(job, view)
+        if share_ok is not None:
+            reason[~share_ok] = _SHARE
+        if model_ok is not None:
+            reason[~model_ok] = _MODEL
         reason[njobs >= self.limit] = _LIMIT
         return reason == _OK, reason
 
@@ -208,6 +224,8 @@ def choose_gpus(k: int, mask: np.ndarray, util: np.ndarray, view: ClusterView) -
     cand = np.flatnonzero(mask)
     if len(cand) < k:
         raise ValueError(f"need {k} GPUs, {len(cand)} eligible")
+    if k == 1:  # the same pick as the sort below (first maximum = lowest id), without sorting G GPUs
+        return (int(np.argmax(np.where(mask, util, -np.inf))),)
     # stable sort: utility descending, then GPU id ascending
     order = cand[np.lexsort((cand, -util[cand]))]
     if k == 1:

@@ -27,6 +27,8 @@ __all__ = [
     "FilterResult",
     "TuningDecision",
     "Measure",
+    "capacity_masks",
+    "fits_when_empty",
 ]
 
 
@@ -59,6 +61,11 @@ class ClusterView:
         job_updated_s: when ``job_work_left_s`` was last brought up to date, shape ``(J,)``.
         job_rate: current progress rate of each running job (1.0 = dedicated speed; 0 when not
             running), shape ``(J,)``.
+        gpu_share_used_milli: GPU shares held on each GPU, in 1/1000 GPU, shape ``(G,)``; jobs
+            with a share (:attr:`JobRequest.gpu_milli`) fit where it stays <= 1000. ``None``
+            (default): the driver does not account shares.
+        gpu_model: GPU model name of each GPU (e.g. ``"V100M32"``, ``""`` = unnamed), shape
+            ``(G,)``; ``None`` (default): unknown (every model constraint then fails).
         node_pos: node name -> position in ``node_names``; optional (built on first use by
             :meth:`node_positions` when a driver does not hand over one it keeps anyway).
     """
@@ -76,6 +83,8 @@ class ClusterView:
     job_work_left_s: np.ndarray
     job_updated_s: np.ndarray
     job_rate: np.ndarray
+    gpu_share_used_milli: np.ndarray | None = None
+    gpu_model: np.ndarray | None = None
     node_pos: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +142,9 @@ class JobRequest:
         remaining_s: remaining work at dedicated speed (seconds).
         gpus_ahead: GPUs asked for by the jobs queued ahead of it (0 at the head of the queue).
         jobs_behind: jobs queued behind it (under FIFO they cannot start while it waits).
+        gpu_milli: share of each GPU it needs, in 1/1000 GPU (openb's ``gpu_milli``); NaN
+            (default): not a share request (only memory and the co-location limit apply).
+        gpu_models: GPU models it accepts (openb's ``gpu_spec``); empty (default): any.
     """
 
     handle: int
@@ -143,6 +155,8 @@ class JobRequest:
     remaining_s: float
     gpus_ahead: int = 0
     jobs_behind: int = 0
+    gpu_milli: float = float("nan")
+    gpu_models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,6 +224,35 @@ class TuningDecision:
     samples: tuple[tuple[int, int, int, int, float], ...] = ()
     progress: float = float("nan")
     reason: str = ""
+
+
+def capacity_masks(job: JobRequest, view: ClusterView) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """GPUs with room for ``job``'s share, and GPUs of a model it accepts.
+
+    Shares: a GPU has 1000 milli; a job asking ``gpu_milli`` fits where
+    ``gpu_share_used_milli + gpu_milli <= 1000`` (openb's GPU-sharing semantics, Weng et al.,
+    ATC'23). Models: the GPU's ``gpu_model`` is one of ``job.gpu_models``.
+
+    Returns:
+        ``(share_ok, model_ok)``: bool arrays ``(G,)``, each ``None`` when the constraint does not
+        apply (no share asked or not accounted by the driver; no model required).
+    """
+    share_ok = model_ok = None
+    if job.gpu_milli == job.gpu_milli and view.gpu_share_used_milli is not None:  # not NaN
+        share_ok = view.gpu_share_used_milli + job.gpu_milli <= 1000.0 + 1e-9
+    if job.gpu_models:
+        models = view.gpu_model if view.gpu_model is not None else np.full(view.n_gpus, "", dtype=object)
+        model_ok = np.isin(models, list(job.gpu_models))
+    return share_ok, model_ok
+
+
+def fits_when_empty(job: JobRequest, view: ClusterView) -> np.ndarray:
+    """GPUs that could take one worker of ``job`` once empty: enough total memory and a model it
+    accepts (a share always fits an empty GPU), shape ``(G,)``. For rules that free GPUs
+    (preemption) on clusters whose GPUs differ."""
+    ok = view.gpu_mem_total_gib >= job.mem_gib - 1e-9
+    _, model_ok = capacity_masks(job, view)
+    return ok if model_ok is None else ok & model_ok
 
 
 #: A measurement executor: runs the given configuration (handle -> type id) of the jobs on one GPU

@@ -54,7 +54,7 @@ from iadeep.policy._base import Policy, _wait_reason, choose_gpus
 from iadeep.policy._registry import register
 from iadeep.policy._rows import row_any, row_count, row_max, row_prod
 from iadeep.policy._tuning import BatchSizeTuner
-from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait
+from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait, fits_when_empty
 
 __all__ = ["IADeep", "finish_times"]
 
@@ -229,8 +229,11 @@ class IADeep(Policy):
         if w * (1 + b) <= (run_s + c) + run_s * b:
             return wait
         best: tuple[int, float, int] | None = None  # (GPUs, -hold_s, handle): fewest GPUs, then longest hold
+        usable = fits_when_empty(job, view)  # a freed GPU must suit the head (memory, GPU model)
         for h, gs in gpus_of.items():
             if h in self._preempted or len(gs) != int(view.job_num_gpus[h]) or n_free + len(gs) < job.num_gpus:
+                continue
+            if not usable[gs].all():
                 continue
             hold_s = float(view.remaining_s(np.array([h]))[0] / max(view.job_rate[h], 1e-3))
             if hold_s <= run_s + c:  # never preempt a job that frees its GPUs sooner than the head would

@@ -2,23 +2,32 @@
 
 ``summary.json``::
 
-    {"trace": {"name", "sha256", "jobs", ...}, "cluster": {"nodes", "gpus_per_node", "gpu_mem_gib"},
+    {"trace": {"name", "sha256", "jobs", "dropped": {REASON: n}, "flagged": {REASON: n}, ...},
+     "cluster": {"nodes", "gpus_per_node", "gpu_mem_gib", ...},
      "seed", "git_commit",
      "policies": {NAME: {"avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queueing_s",
-                         "makespan_s", "gpu_utilisation", "mean_slowdown"}}}
+                         "makespan_s", "gpu_utilisation", "mean_slowdown",
+                         "jct_jobs", "censored_jobs", "unschedulable_jobs"}},
+     "null_reasons": {"policies.NAME.avg_jct_s": "why it is null", ...}}   # only when some are
+
+The reasons in ``dropped`` / ``flagged`` are those of :data:`iadeep.traces.REASONS`. The file is
+strict JSON (:mod:`iadeep.report._json`): an undefined value is ``null`` with its reason.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["git_commit", "write_summary_json", "markdown_table", "write_markdown"]
+from iadeep.report._json import write_json
+
+__all__ = ["git_commit", "write_summary_json", "markdown_table", "write_markdown", "COUNT_KEYS"]
 
 SUMMARY_KEYS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queueing_s", "makespan_s", "gpu_utilisation", "mean_slowdown")
+#: Job counts per policy in ``summary.json`` (integers).
+COUNT_KEYS = ("jct_jobs", "censored_jobs", "unschedulable_jobs")
 
 
 def git_commit(repo: Path | None = None) -> str | None:
@@ -33,25 +42,38 @@ def git_commit(repo: Path | None = None) -> str | None:
 
 def write_summary_json(path: Path, trace: Mapping[str, Any], cluster: Mapping[str, Any], seed: int,
                        policies: Mapping[str, Mapping[str, float]], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write ``summary.json`` atomically and return its content."""
+    """Write ``summary.json`` atomically (strict JSON) and return its content as written.
+
+    A policy's JCT metrics are ``null`` when no job counts towards them (every job censored or
+    unschedulable); ``null_reasons`` says so.
+    """
+    reasons: dict[str, str] = {}
+    pol: dict[str, dict[str, Any]] = {}
+    for name, v in policies.items():
+        pol[name] = {k: float(v[k]) for k in SUMMARY_KEYS}
+        pol[name].update({k: int(v[k]) for k in COUNT_KEYS if k in v})
+        if not v.get("jct_jobs", 1):
+            for k in SUMMARY_KEYS:
+                if k not in ("makespan_s", "gpu_utilisation"):
+                    reasons[f"policies.{name}.{k}"] = "no job counts towards JCT (all censored or unschedulable)"
     doc: dict[str, Any] = {
         "trace": dict(trace),
         "cluster": dict(cluster),
         "seed": seed,
         "git_commit": git_commit(),
-        "policies": {name: {k: float(v[k]) for k in SUMMARY_KEYS} for name, v in policies.items()},
+        "policies": pol,
     }
     if extra:
         doc.update(extra)
-    path = Path(path)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
-    tmp.replace(path)
-    return doc
+    return write_json(path, doc, reasons)
 
 
-def _fmt_h(seconds: float) -> str:
-    return f"{seconds / 3600:.2f}"
+def _fmt_h(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.2f}"
+
+
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
 
 
 def markdown_table(policies: Mapping[str, Mapping[str, float]], reference: str = "iadeep") -> str:
@@ -60,22 +82,35 @@ def markdown_table(policies: Mapping[str, Mapping[str, float]], reference: str =
     rows = ["| policy | avg JCT (h) | vs iadeep | p50 JCT (h) | p95 JCT (h) | p99 JCT (h) | avg queueing (h) | makespan (h) | GPU util | mean slowdown |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in policies.items():
-        rel = f"{s['avg_jct_s'] / ref['avg_jct_s']:.2f}x" if ref and ref["avg_jct_s"] else "-"
+        rel = f"{s['avg_jct_s'] / ref['avg_jct_s']:.2f}x" if ref and ref["avg_jct_s"] and s["avg_jct_s"] is not None else "-"
         rows.append(f"| {name} | {_fmt_h(s['avg_jct_s'])} | {rel} | {_fmt_h(s['p50_jct_s'])} | {_fmt_h(s['p95_jct_s'])} | "
                     f"{_fmt_h(s['p99_jct_s'])} | {_fmt_h(s['avg_queueing_s'])} | {_fmt_h(s['makespan_s'])} | "
-                    f"{s['gpu_utilisation']:.2f} | {s['mean_slowdown']:.2f} |")
+                    f"{_fmt(s['gpu_utilisation'])} | {_fmt(s['mean_slowdown'])} |")
     return "\n".join(rows)
 
 
 def write_markdown(path: Path, summary: Mapping[str, Any], plots: Mapping[str, str]) -> Path:
     """Write ``report.md``: set-up, the metrics table, and links to the plots."""
     t, c = summary["trace"], summary["cluster"]
+    nulls = summary.get("null_reasons") or {}
+
+    def counts(d: Mapping[str, int] | None) -> str:
+        return ", ".join(f"`{k}` {v}" for k, v in (d or {}).items()) or "none"
+
+    why = (t.get("null_reasons") or {}).get("offered_load_mean") or nulls.get("trace.offered_load_mean")
+    load_note = f" ({why})" if t.get("offered_load_mean") is None and why else ""
+    cluster_line = c.get("description") or f"{c.get('nodes')} nodes x {c.get('gpus_per_node')} GPUs x {c.get('gpu_mem_gib')} GiB"
+    censored = summary.get("config", {}).get("include_censored", False)
     lines = [
         f"# iadeep experiment: {t.get('name')}",
         "",
         f"- trace: `{t.get('name')}` ({t.get('jobs')} jobs, sha256 `{str(t.get('sha256'))[:16]}...`)",
-        f"- offered load: mean {t.get('offered_load_mean', float('nan')):.2f}, peak {t.get('offered_load_peak', float('nan')):.2f}",
-        f"- cluster: {c.get('nodes')} nodes x {c.get('gpus_per_node')} GPUs x {c.get('gpu_mem_gib')} GiB",
+        f"- jobs left out: {counts(t.get('dropped'))}; malformed rows skipped: {t.get('skipped_rows', 0)}",
+        f"- jobs kept but flagged: {counts(t.get('flagged'))}"
+        + (f" (censored jobs are {'included in' if censored else 'excluded from'} the JCT statistics)"
+           if (t.get("flagged") or {}).get("censored") else ""),
+        f"- offered load: mean {_fmt(t.get('offered_load_mean'))}, peak {_fmt(t.get('offered_load_peak'))}{load_note}",
+        f"- cluster: {cluster_line}",
         f"- seed: {summary.get('seed')}, commit: `{summary.get('git_commit')}`",
         "",
         markdown_table(summary["policies"]),

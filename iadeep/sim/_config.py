@@ -4,38 +4,104 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ClusterSpec", "SimSettings"]
+import numpy as np
+
+__all__ = ["ClusterSpec", "NodeGroup", "SimSettings"]
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Nodes of one shape in a (possibly heterogeneous) cluster.
+
+    Attributes:
+        count: number of such nodes (>= 1).
+        gpus_per_node: GPUs on each (>= 1).
+        gpu_mem_gib: memory of each GPU (GiB, > 0).
+        gpu_model: GPU model name as the trace writes it (e.g. ``"V100M32"``, ``"P100"``, ``"T4"``);
+            ``""`` = unnamed.
+        name: node-name prefix (``"<name>-00"``, ...); default: the model (lower case) or ``"node"``.
+    """
+
+    count: int
+    gpus_per_node: int
+    gpu_mem_gib: float
+    gpu_model: str = ""
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or self.gpus_per_node < 1 or not self.gpu_mem_gib > 0:
+            raise ValueError(f"invalid node group {self}: count, gpus_per_node and gpu_mem_gib must be positive")
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A homogeneous GPU cluster.
+    """A GPU cluster: ``nodes`` identical nodes, or several :class:`NodeGroup` s.
 
     Defaults follow the IADeep paper's testbed: 5 nodes x 4 RTX 3090 (24 GiB) = 20 GPUs.
 
     Attributes:
-        nodes: number of nodes.
-        gpus_per_node: GPUs on each node.
-        gpu_mem_gib: memory of each GPU (GiB).
+        nodes: number of nodes (with ``groups``: their total, filled in).
+        gpus_per_node: GPUs on each node (with ``groups``: the largest).
+        gpu_mem_gib: memory of each GPU (GiB) (with ``groups``: the largest).
+        gpu_model: GPU model of every node (``""`` = unnamed); ignored with ``groups``.
+        groups: node groups of a heterogeneous cluster (:func:`iadeep.sim.load_cluster` reads
+            them from a file); empty = homogeneous.
     """
 
     nodes: int = 5
     gpus_per_node: int = 4
     gpu_mem_gib: float = 24.0
+    gpu_model: str = ""
+    groups: tuple[NodeGroup, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.groups:
+            object.__setattr__(self, "groups", tuple(self.groups))
+            object.__setattr__(self, "nodes", sum(g.count for g in self.groups))
+            object.__setattr__(self, "gpus_per_node", max(g.gpus_per_node for g in self.groups))
+            object.__setattr__(self, "gpu_mem_gib", max(g.gpu_mem_gib for g in self.groups))
+            return
         if self.nodes < 1 or self.gpus_per_node < 1 or self.gpu_mem_gib <= 0:
             raise ValueError(f"invalid cluster {self}: nodes, gpus_per_node and gpu_mem_gib must be positive")
 
+    def node_groups(self) -> tuple[NodeGroup, ...]:
+        """The groups (one for a homogeneous cluster)."""
+        return self.groups or (NodeGroup(self.nodes, self.gpus_per_node, self.gpu_mem_gib, self.gpu_model, "node"),)
+
     @property
     def total_gpus(self) -> int:
-        """``nodes x gpus_per_node``."""
-        return self.nodes * self.gpus_per_node
+        """GPUs in the cluster."""
+        return sum(g.count * g.gpus_per_node for g in self.node_groups())
 
     def node_names(self) -> tuple[str, ...]:
-        """``node-00``, ``node-01``, ..."""
-        width = max(2, len(str(self.nodes - 1)))
-        return tuple(f"node-{i:0{width}d}" for i in range(self.nodes))
+        """``node-00``, ``node-01``, ... (homogeneous); ``<group name>-00``, ... per group."""
+        names: list[str] = []
+        for g in self.node_groups():
+            prefix = g.name or (g.gpu_model.lower() if g.gpu_model else "node")
+            width = max(2, len(str(g.count - 1)))
+            names += [f"{prefix}-{i:0{width}d}" for i in range(g.count)]
+        if len(set(names)) != len(names):  # two groups with the same prefix: number them apart
+            names = [f"{n}.{k}" for k, n in enumerate(names)]
+        return tuple(names)
+
+    def gpu_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per-GPU ``(node index, index on the node, memory GiB, model name)``, each shape ``(G,)``."""
+        node, local, mem, model = [], [], [], []
+        k = 0
+        for g in self.node_groups():
+            for _ in range(g.count):
+                node += [k] * g.gpus_per_node
+                local += list(range(g.gpus_per_node))
+                mem += [float(g.gpu_mem_gib)] * g.gpus_per_node
+                model += [g.gpu_model] * g.gpus_per_node
+                k += 1
+        return (np.asarray(node, dtype=np.int64), np.asarray(local, dtype=np.int64),
+                np.asarray(mem, dtype=np.float64), np.asarray(model, dtype=object))
+
+    def describe(self) -> str:
+        """``"5 nodes x 4 GPUs x 24.0 GiB"``, or one such part per group joined by ``" + "``."""
+        return " + ".join(f"{g.count} x {g.gpus_per_node} {g.gpu_model or 'GPUs'} x {g.gpu_mem_gib:g} GiB"
+                          for g in self.node_groups())
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,20 @@ configurations, then the chosen configuration applies, or the jobs the policy un
 re-queued (a placement may also preempt running jobs: they are re-queued the same way, ahead of
 the jobs behind the placed one) (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
 session interrupted by another change is discarded. Measurements the policy sees are noisy; the simulator uses the true values.
+
+GPU shares and models (openb): a job with a ``gpu_milli`` share takes that much of each of its
+GPUs (shares on a GPU sum to at most 1000, on top of the memory check); a job with a
+``gpu_spec`` runs only on GPUs of those models. **Rule for shares** (an assumption, as in the
+FGD simulator that replays openb, Weng et al., ATC'23, which models GPU sharing as resource
+partitioning without interference): a job holding a share runs at its trace speed whatever
+shares its GPU's other jobs hold, i.e. its normalised throughput is 1 and only its GPU model's
+speed applies; jobs without a share (``gpu_milli`` NaN: Philly, ITP) interfere as the
+interference model says. **GPU models**: with ``speeds`` (:func:`iadeep.sim.type_speeds`,
+Gavel's isolated throughputs per GPU type), a job's rate on a GPU whose model maps to a Gavel
+type (``V100*``, ``P100*``, ``K80*``) is multiplied by that type's throughput of its job type over
+the reference type's (the trace's durations are taken as runs on the reference type); other
+models run at the reference speed. Censored jobs (``censored``) run for their observed time, a
+lower bound.
 """
 
 from __future__ import annotations
@@ -29,12 +43,15 @@ from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
 from iadeep.policy import ClusterView, JobRequest, Placement, Policy
 from iadeep.sim._config import ClusterSpec, SimSettings
+from iadeep.sim._errors import InfeasibleJobError
+from iadeep.sim._feasible import feasibility, gpu_model_mask
 from iadeep.sim._result import SimResult
+from iadeep.sim._speeds import gavel_type_of
 
 __all__ = ["Simulator", "simulate"]
 
 _ARRIVE, _FINISH, _TUNED = 0, 1, 2
-_PENDING, _QUEUED, _RUNNING, _DONE = 0, 1, 2, 3
+_PENDING, _QUEUED, _RUNNING, _DONE, _UNSCHEDULABLE = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -49,19 +66,28 @@ class Simulator:
 
     Args:
         jobs: the normalised job table (:mod:`iadeep.traces`): job_id, submit_time, duration,
-            num_gpus, model, batch_size.
+            num_gpus, model, batch_size; optional gpu_milli, gpu_spec, censored.
         policy: a policy instance (fresh per run: policies keep learned state).
         model: the ground-truth interference model.
         cluster: the cluster.
         settings: simulation settings.
+        infeasible: what to do with jobs that can never run (:func:`iadeep.sim.feasibility`):
+            ``"raise"`` (default) or ``"skip"`` (never queued; reported as unschedulable).
+        speeds: Gavel GPU type -> relative speed per job-type id, shape ``(n_types,)``
+            (:func:`iadeep.sim.type_speeds`); ``None``: every GPU at the reference speed.
 
     Raises:
-        ValueError: a job needs more GPUs than the cluster has, a job type the model lacks, or
-            more memory than one GPU has (the message names the job).
+        InfeasibleJobError: (a ``ValueError``) with ``infeasible="raise"``, a job needs more GPUs
+            (of its accepted models) than the cluster has, or more memory than any such GPU has;
+            the message names the first such job.
+        iadeep.interference.UnknownJobType: a job type the model lacks.
     """
 
     def __init__(self, jobs: pd.DataFrame, policy: Policy, model: InterferenceModel, cluster: ClusterSpec = ClusterSpec(),
-                 settings: SimSettings = SimSettings()):
+                 settings: SimSettings = SimSettings(), infeasible: str = "raise",
+                 speeds: dict[str, np.ndarray] | None = None):
+        if infeasible not in ("raise", "skip"):
+            raise ValueError(f"infeasible must be 'raise' or 'skip', got {infeasible!r}")
         self.policy, self.model, self.cluster, self.settings = policy, model, cluster, settings
         self.rng = np.random.default_rng(settings.seed)
         n = len(jobs)
@@ -78,21 +104,33 @@ class Simulator:
             base[i] = ids[key]
         self.base_type = base
         G = cluster.total_gpus
-        too_big = np.flatnonzero(self.num_gpus > G)
-        if len(too_big):
-            h = too_big[0]
-            raise ValueError(f"job {self.job_ids[h]} needs {self.num_gpus[h]} GPUs; the cluster has {G} (use max_gpus to drop such jobs)")
-        too_much = np.flatnonzero(model.mem_gib[base] > cluster.gpu_mem_gib)
-        if len(too_much):
-            h = too_much[0]
-            raise ValueError(f"job {self.job_ids[h]} needs {model.mem_gib[base[h]]:.1f} GiB; GPUs have {cluster.gpu_mem_gib}")
+        gpu_node, gpu_local, gpu_mem, gpu_models = cluster.gpu_arrays()
+        self.censored = jobs["censored"].to_numpy(dtype=bool) if "censored" in jobs.columns else np.zeros(n, dtype=bool)
+        milli = jobs["gpu_milli"].to_numpy(dtype=float) if "gpu_milli" in jobs.columns else np.full(n, np.nan)
+        self.share = np.where(np.isfinite(milli), milli, 0.0)  # milli held on each of a job's GPUs
+        self.has_share = np.isfinite(milli)
+        specs = jobs["gpu_spec"].fillna("").astype(str).to_numpy() if "gpu_spec" in jobs.columns else np.full(n, "")
+        self.accepts = [tuple(x for x in sp.split("|") if x) for sp in specs]
+        why = feasibility(jobs, model, cluster)
+        bad = np.flatnonzero(why != "")
+        if len(bad) and infeasible == "raise":
+            h = int(bad[0])
+            ok = gpu_model_mask(specs[h], gpu_models)
+            detail = (f"needs {self.num_gpus[h]} GPUs{' of ' + specs[h] if specs[h] else ''}, the cluster has {int(ok.sum())}"
+                      if why[h] == "wider_than_cluster" else
+                      f"needs {model.mem_gib[base[h]]:.1f} GiB, its GPUs have at most {gpu_mem[ok].max():g} GiB")
+            raise InfeasibleJobError(str(self.job_ids[h]), str(why[h]), detail, len(bad))
+        self.infeasible_reason = why
         S = policy.limit
         self.slots = np.full((G, S), -1, dtype=np.int64)
         self.gpu_rate = np.zeros((G, S))  # progress rate each occupant makes on this GPU
         self.mem_used = np.zeros(G)
-        self.gpu_node = np.repeat(np.arange(cluster.nodes), cluster.gpus_per_node)
-        self.gpu_local = np.tile(np.arange(cluster.gpus_per_node), cluster.nodes)
-        self.mem_total = np.full(G, float(cluster.gpu_mem_gib))
+        self.share_used = np.zeros(G)
+        self.gpu_node, self.gpu_local, self.mem_total, self.gpu_models = gpu_node, gpu_local, gpu_mem, gpu_models
+        # speed of each job type on each GPU relative to the reference type: shape (G, n_types)
+        ones = np.ones(len(model.types))
+        by_model = {m: (speeds or {}).get(gavel_type_of(m), ones) for m in set(gpu_models.tolist())}
+        self.gpu_speed = np.stack([by_model[m] for m in gpu_models]) if G else np.zeros((0, len(ones)))
         self.type = base.copy()
         self.rate = np.zeros(n)
         self.work_left = self.duration.copy()
@@ -117,7 +155,8 @@ class Simulator:
         self.busy_gpu_seconds = 0.0
         self.peak_mem_over = 0.0
         self._ro = {name: _readonly(getattr(self, name)) for name in
-                    ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate")}
+                    ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate",
+                     "share_used", "gpu_models")}
         self._mem_of = model.mem_gib
         self._node_names = cluster.node_names()
 
@@ -130,7 +169,8 @@ class Simulator:
         """The read-only :class:`ClusterView` the policy sees now."""
         r = self._ro
         return ClusterView(self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
-                           r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"])
+                           r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"],
+                           gpu_share_used_milli=r["share_used"], gpu_model=r["gpu_models"])
 
     def _sync(self, h: int) -> None:
         """Bring job ``h``'s remaining work up to ``now``."""
@@ -156,10 +196,19 @@ class Simulator:
         occ = self._occupants(g)
         if not occ:
             return
-        norm = self.model.normalised([int(self.type[h]) for h in occ])
+        norm = self._normalised(occ, [int(self.type[h]) for h in occ])
         for h, x in zip(occ, norm):
-            self.gpu_rate[g, self._slot(g, h)] = progress(x, self.gain[self.type[h], self.base_type[h]])
+            self.gpu_rate[g, self._slot(g, h)] = self._true_rate(g, h, int(self.type[h]), x)
             affected.add(h)
+
+    def _normalised(self, handles: list[int], types: list[int]) -> np.ndarray:
+        """Normalised throughputs of ``handles`` running ``types`` together; 1 for share holders (see the module doc)."""
+        norm = np.asarray(self.model.normalised(types), dtype=float)
+        return np.where(self.has_share[handles], 1.0, norm) if len(handles) else norm
+
+    def _true_rate(self, g: int, h: int, t: int, x: float) -> float:
+        """Progress rate of job ``h`` as type ``t`` at normalised throughput ``x`` on GPU ``g``."""
+        return progress(x, self.gain[t, self.base_type[h]]) * float(self.gpu_speed[g, t])
 
     # -- applying decisions --------------------------------------------------------------------
     def _apply_placement(self, h: int, p: Placement) -> set[int]:
@@ -173,8 +222,11 @@ class Simulator:
                 self.coloc[h] += 1
             self.slots[g, free[0]] = h
             self.mem_used[g] += self._mem_of[self.type[h]]
-            if self.mem_used[g] > self.mem_total[g] + 1e-9:
-                raise RuntimeError(f"policy {self.policy.name} over-committed GPU {g} memory")
+            self.share_used[g] += self.share[h]
+            if self.mem_used[g] > self.mem_total[g] + 1e-9 or self.share_used[g] > 1000 + 1e-9:
+                raise RuntimeError(f"policy {self.policy.name} over-committed GPU {g} memory or shares")
+            if self.accepts[h] and self.gpu_models[g] not in self.accepts[h]:
+                raise RuntimeError(f"policy {self.policy.name} placed {self.job_ids[h]} on a {self.gpu_models[g]!r} GPU")
             self.gpu_version[g] += 1
         self.gpus[h] = tuple(p.gpus)
         self.status[h] = _RUNNING
@@ -200,6 +252,7 @@ class Simulator:
             self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
             self.gpu_rate[g, -1] = 0.0
             self.mem_used[g] = max(self.mem_used[g] - self._mem_of[self.type[h]], 0.0)
+            self.share_used[g] = max(self.share_used[g] - self.share[h], 0.0)
             self.gpu_version[g] += 1
             self.sessions.pop(g, None)
         self.gpus[h] = ()
@@ -210,8 +263,8 @@ class Simulator:
 
         def measure(config):
             handles = list(config)
-            norm = self.model.normalised([int(config[x]) for x in handles])
-            trial_rates.append({x: progress(n, self.gain[config[x], self.base_type[x]]) for x, n in zip(handles, norm)})
+            norm = self._normalised(handles, [int(config[x]) for x in handles])
+            trial_rates.append({x: self._true_rate(g, x, int(config[x]), n) for x, n in zip(handles, norm)})
             return {x: float(n * self.rng.lognormal(0.0, noise)) for x, n in zip(handles, norm)}
 
         return measure
@@ -269,7 +322,8 @@ class Simulator:
     # -- scheduling ----------------------------------------------------------------------------
     def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
         return JobRequest(h, str(self.job_ids[h]), int(self.type[h]), int(self.num_gpus[h]), float(self._mem_of[self.type[h]]),
-                          float(self.work_left[h]), gpus_ahead, jobs_behind)
+                          float(self.work_left[h]), gpus_ahead, jobs_behind,
+                          float(self.share[h]) if self.has_share[h] else float("nan"), self.accepts[h])
 
     def _schedule(self) -> set[int]:
         """Place what the policy allows; returns the GPUs whose co-location set changed."""
@@ -308,9 +362,12 @@ class Simulator:
         Args:
             progress: optional callable ``progress(done_jobs)`` called as jobs finish.
         """
-        n = len(self.job_ids)
+        skipped = self.infeasible_reason != ""
+        self.status[skipped] = _UNSCHEDULABLE
+        n = len(self.job_ids) - int(skipped.sum())
         for h in np.argsort(self.submit, kind="stable"):
-            self._push(float(self.submit[h]), _ARRIVE, int(h))
+            if not skipped[h]:
+                self._push(float(self.submit[h]), _ARRIVE, int(h))
         done = 0
         last_t = 0.0
         while self.events and done < n:  # stale finish/tuning events may outlive the last job
@@ -370,6 +427,7 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
 
 
 def simulate(jobs: pd.DataFrame, policy: Policy, model: InterferenceModel, cluster: ClusterSpec = ClusterSpec(),
-             settings: SimSettings = SimSettings(), progress=None) -> SimResult:
-    """Convenience wrapper: ``Simulator(...).run(progress)``."""
-    return Simulator(jobs, policy, model, cluster, settings).run(progress)
+             settings: SimSettings = SimSettings(), progress=None, infeasible: str = "raise",
+             speeds: dict[str, np.ndarray] | None = None) -> SimResult:
+    """Convenience wrapper: ``Simulator(jobs, policy, model, cluster, settings, infeasible, speeds).run(progress)``."""
+    return Simulator(jobs, policy, model, cluster, settings, infeasible, speeds).run(progress)

@@ -72,11 +72,14 @@ class GpuInfo:
         index: the GPU's index on its node (0-based).
         mem_gib: total memory (GiB).
         uuid: the device's UUID (``GPU-...`` from NVML), empty when unknown.
+        model: the GPU model as the cluster names it (e.g. ``"V100M32"``, ``"T4"``), empty when
+            unknown; pods may require models (:attr:`JobRecord.gpu_models`).
     """
 
     index: int
     mem_gib: float
     uuid: str = ""
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class JobRecord:
         num_gpus: GPUs the pod needs; mem_gib: memory per GPU (GiB).
         remaining_s: remaining work at dedicated speed (s), as estimated from reported progress.
         submitted_at: submission time (Unix seconds).
+        gpu_models: GPU models the pod accepts (empty: any).
     """
 
     pod_uid: str
@@ -108,6 +112,7 @@ class JobRecord:
     mem_gib: float
     remaining_s: float = 0.0
     submitted_at: float = 0.0
+    gpu_models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Turns public GPU-cluster traces into the project's normalised job table (one row per job:
 ``job_id``, ``submit_time`` s, ``duration`` s, ``num_gpus``, ``gpu_milli``, ``model``,
-``batch_size``, ``app``; see :mod:`iadeep.traces._schema` for the full contract and
+``batch_size``, ``app``, ``gpu_spec``, ``censored``; see :mod:`iadeep.traces._schema` for the full contract and
 ``df.attrs``):
 
 * ``"philly"``: Pollux's ``philly.csv`` (Microsoft Philly, ATC'19; CC-BY-4.0),
@@ -35,6 +35,7 @@ from ._load import (
 from ._mix import IADEEP_MIX_TABLE, MIXES, MixEntry, WorkloadMix, assign_mix, mix_probabilities
 from ._options import TraceOptions
 from ._schema import JOB_COLUMNS, validate_job_table
+from ._taxonomy import QUIRKS, REASONS, Reason, reason_table
 
 __all__ = [
     "load_trace",
@@ -59,4 +60,8 @@ __all__ = [
     "mix_probabilities",
     "JOB_COLUMNS",
     "validate_job_table",
+    "REASONS",
+    "QUIRKS",
+    "Reason",
+    "reason_table",
 ]

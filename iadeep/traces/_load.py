@@ -107,12 +107,14 @@ def load_trace(
 ) -> pd.DataFrame:
     """Load a trace as a normalised job table (see :mod:`iadeep.traces._schema`).
 
-    Steps: read and check rows (:class:`TraceFormatError` or skip), drop jobs that need no GPU
-    or never completed, keep ``virtual_cluster``, keep submissions in
-    ``[window_start_s, window_end_s)`` (seconds from the trace origin), drop jobs needing more
-    than ``max_gpus``, sort by (submit, job_id), keep jobs ``start_job .. start_job + n_jobs``,
-    re-base time to the first kept job, rescale inter-arrival gaps, assign the workload mix.
-    Every dropped job is counted in ``df.attrs["dropped"]``.
+    Steps: read and check rows (:class:`TraceFormatError` or skip), apply the format's rules of
+    :mod:`iadeep.traces._taxonomy` (drop jobs that need no GPU or never ran, flag censored
+    jobs, ...), keep ``virtual_cluster``, keep submissions in ``[window_start_s, window_end_s)``
+    (seconds from the trace origin), drop jobs needing more than ``max_gpus`` and, with
+    ``cluster_gpus``, more than the cluster has, sort by (submit, job_id), keep jobs
+    ``start_job .. start_job + n_jobs``, re-base time to the first kept job, rescale
+    inter-arrival gaps, assign the workload mix. Every dropped job is counted in
+    ``df.attrs["dropped"]``, every flagged job kept in ``df.attrs["flagged"]``.
 
     Args:
         name: a key of :data:`TRACE_FORMATS`: ``"philly"``, ``"philly-json"``, ``"ms-itp"``,
@@ -142,6 +144,8 @@ def load_trace(
     raw.drop(~((t >= o.window_start_s) & (t < o.window_end_s)), "outside_window")
     if o.max_gpus is not None:
         raw.drop(raw.jobs["num_gpus"].to_numpy() > o.max_gpus, "too_many_gpus")
+    if o.cluster_gpus is not None and not o.keep_wider:
+        raw.drop(raw.jobs["num_gpus"].to_numpy() > o.cluster_gpus, "wider_than_cluster")
     jobs = raw.jobs.sort_values(["submit_s", "job_id"], kind="stable").reset_index(drop=True)
     n = len(jobs)
     start = min(o.start_job, n)
@@ -165,8 +169,15 @@ def load_trace(
             "duration": jobs["duration"].to_numpy(dtype=np.float64),
             "num_gpus": jobs["num_gpus"].to_numpy(dtype=np.int64),
             "gpu_milli": jobs["gpu_milli"].to_numpy(dtype=np.float64),
+            "gpu_spec": (jobs["gpu_spec"].to_numpy(dtype=object) if "gpu_spec" in jobs.columns
+                         else np.full(len(jobs), "", dtype=object)),
+            "censored": (jobs["censored"].to_numpy(dtype=bool) if "censored" in jobs.columns
+                         else np.zeros(len(jobs), dtype=bool)),
         }
     )
+    flagged = {
+        c[len("flag:"):]: int(jobs[c].to_numpy(dtype=bool).sum()) for c in jobs.columns if c.startswith("flag:")
+    }
     factor = _arrival_factor(table, o)
     table["submit_time"] = scale_gaps(submit, factor)
     table = table.sort_values(["submit_time", "job_id"], kind="stable").reset_index(drop=True)
@@ -181,6 +192,7 @@ def load_trace(
         "rows_read": int(raw.rows_read),
         "skipped_rows": int(raw.skipped_rows),
         "dropped": {k: int(v) for k, v in raw.dropped.items()},
+        "flagged": {k: v for k, v in flagged.items() if v},
         "n_jobs": len(table),
         "trace_origin": raw.origin,
         "arrival_factor": float(factor),

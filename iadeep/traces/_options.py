@@ -40,10 +40,17 @@ class TraceOptions:
             ``sum(duration * num_gpus) / (cluster_gpus * span)`` equals this (span = first to
             last submission). Needs ``cluster_gpus``; excludes ``arrival_scale != 1`` and the
             IADeep rule. Default ``None`` (no target).
-        cluster_gpus: GPUs in the simulated cluster; with it, ``df.attrs["offered_load"]``
+        cluster_gpus: GPUs in the simulated cluster; with it, jobs needing more GPUs are dropped
+            as ``wider_than_cluster`` (right after ``max_gpus``; unless ``keep_wider``) and ``df.attrs["offered_load"]``
             reports :class:`~iadeep.traces.LoadStats` (mean and peak load). Default ``None``.
         skip_bad_rows: skip (and count) malformed rows instead of raising
             :class:`~iadeep.traces.TraceFormatError`. Default false.
+        keep_wider: keep jobs wider than ``cluster_gpus`` (the simulator then reports them as
+            unschedulable). Default false.
+        strict: treat every known quirk of the trace (see :mod:`iadeep.traces._taxonomy`:
+            ``censored``, ``invalid_attempt_times``, ``inconsistent_gpu_milli``, ...) as a malformed
+            row: :class:`~iadeep.traces.TraceFormatError` naming file, line and field (or, with
+            ``skip_bad_rows``, a skipped row). Default false: each quirk is handled by its rule.
         mix: workload mix, a key of :data:`~iadeep.traces.MIXES` (``"iadeep"`` or ``"gavel"``).
         seed: seed of the mix assignment. Default 0.
 
@@ -62,6 +69,8 @@ class TraceOptions:
     target_load: float | None = None
     cluster_gpus: int | None = None
     skip_bad_rows: bool = False
+    strict: bool = False
+    keep_wider: bool = False
     mix: str = "iadeep"
     seed: int = 0
 

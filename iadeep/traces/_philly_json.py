@@ -101,18 +101,23 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
 
     ``job_id`` = ``jobid``; duration = sum over attempts of ``end_time - start_time`` for the
     attempts that have both; num_gpus = max over attempts of the GPUs listed across the
-    attempt's ``detail`` entries (machines). Jobs with no completed attempt are dropped as
-    ``incomplete``, then jobs with no GPU as ``zero_gpu`` and zero total run time as
-    ``zero_duration``. Every status (Pass, Killed, Failed) is kept: all used their GPUs.
-    Time origin: the earliest ``submitted_time`` among the file's good jobs. Line numbers in
-    errors are those where the job's ``{`` is; the column is the key path
+    attempt's ``detail`` entries (machines). Every status (Pass, Killed, Failed) is kept: all
+    used their GPUs. Rules of :mod:`iadeep.traces._taxonomy`, in this order: ``no_attempts``,
+    ``never_scheduled`` (no attempt has a ``start_time``), ``invalid_attempt_times`` (an attempt
+    ends before it starts: the whole job is dropped), ``censored`` (the *last* attempt has a
+    ``start_time`` and no ``end_time``: still running at the snapshot, taken as the latest
+    timestamp anywhere in the file; kept, duration = completed attempts + snapshot - that
+    start), ``missing_attempt_times`` (attempts started, none complete, not censored),
+    ``zero_gpu``, ``zero_duration``. An earlier attempt missing one of its times is a logging gap
+    and is ignored. Time origin: the earliest ``submitted_time`` among the file's good jobs.
+    Line numbers in errors are those where the job's ``{`` is; the column is the key path
     (e.g. ``attempts[1].end_time``).
 
     Raises:
-        TraceFormatError: invalid JSON (always), or a bad job (unless ``skip_bad_rows``): not an
+        TraceFormatError: invalid JSON (always), a bad job (unless ``skip_bad_rows``): not an
             object, missing/duplicate ``jobid``, missing ``vc``, bad ``submitted_time``,
-            ``attempts`` / ``detail`` / ``gpus`` not lists, an unparseable attempt time or an
-            attempt ending before it starts.
+            ``attempts`` / ``detail`` / ``gpus`` not lists, an unparseable attempt time; with
+            ``strict``, the first quirk (see above).
         ValueError: if ``options.virtual_cluster`` names a ``vc`` not in the file.
     """
     src = read_file(path)
@@ -122,10 +127,11 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
         raise TraceFormatError(src.display, None, None, f"not UTF-8 text ({e.reason})") from None
     jobs_raw, lines = split_json_list(text, src.display)
     n = len(jobs_raw)
-    chk = RowChecker(src.display, lines, options.skip_bad_rows)
+    chk = RowChecker(src.display, lines, options.skip_bad_rows, options.strict)
     jobid: list[object] = [None] * n
     vc: list[object] = [None] * n
     submitted: list[object] = [None] * n
+    n_att = np.zeros(n, dtype=np.int64)
     a_job: list[int] = []
     a_k: list[int] = []
     a_start: list[object] = []
@@ -144,6 +150,7 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
         if not isinstance(attempts, list):
             chk.flag_row(i, "attempts", "must be a list", json.dumps(attempts))
             continue
+        n_att[i] = len(attempts)
         for k, att in enumerate(attempts):
             if not isinstance(att, dict):
                 chk.flag_row(i, f"attempts[{k}]", "must be an object", json.dumps(att))
@@ -173,6 +180,7 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
 
     # Attempts, vectorised: times, completion, per-job sums and maxima.
     aj = np.asarray(a_job, dtype=np.int64)
+    ak = np.asarray(a_k, dtype=np.int64)
     times = {}
     for key, vals in (("start_time", a_start), ("end_time", a_end)):
         s = pd.Series(vals, dtype=object)
@@ -185,19 +193,53 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
                 f"{vals[j]!r} is not a timestamp like 'YYYY-mm-dd HH:MM:SS'", str(vals[j]),
             )
         times[key] = secs
-    run = times["end_time"] - times["start_time"]
-    complete = np.isfinite(run)
-    for j in np.flatnonzero(complete & (run < 0)):
-        chk.flag_row(
-            int(aj[j]), f"attempts[{a_k[j]}].end_time",
-            f"{a_end[j]!r} is before start_time {a_start[j]!r}", str(a_end[j]),
-        )
+    start, end = times["start_time"], times["end_time"]
+    run = end - start
+    complete = np.isfinite(run) & (run >= 0)
+    started = np.isfinite(start)
+    is_last = ak == n_att[aj] - 1 if len(aj) else np.zeros(0, dtype=bool)
+    running = is_last & started & ~np.isfinite(end)
+
+    # Per job (n): which rule applies, and where (column) for strict mode's message.
+    def per_job(att_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mask = np.zeros(n, dtype=bool)
+        col = np.full(n, None, dtype=object)
+        for j in np.flatnonzero(att_mask)[::-1]:  # the first such attempt names the column
+            mask[aj[j]] = True
+            col[aj[j]] = j
+        return mask, col
+
+    inv_mask, inv_at = per_job(np.isfinite(run) & (run < 0))
+    cen_mask, cen_at = per_job(running)
+    n_started = np.bincount(aj[started], minlength=n)
+    n_complete = np.bincount(aj[complete], minlength=n)
+    no_att = n_att == 0
+    never = (n_att > 0) & (n_started == 0)
+    cen_mask &= ~inv_mask
+    missing = (n_started > 0) & (n_complete == 0) & ~inv_mask & ~cen_mask
+
+    stamps = np.concatenate([submit, start, end])
+    snapshot = float(np.nanmax(stamps)) if np.isfinite(stamps).any() else 0.0
     duration = np.zeros(n)
     np.add.at(duration, aj[complete], run[complete])
-    n_complete = np.bincount(aj[complete], minlength=n)
+    np.add.at(duration, aj[running], snapshot - start[running])
     gpus = np.zeros(n, dtype=np.int64)
     np.maximum.at(gpus, aj, np.asarray(a_gpus, dtype=np.int64))
 
+    def at(idx: np.ndarray, key: str) -> np.ndarray:
+        return np.array([None if j is None else f"attempts[{a_k[j]}].{key}" for j in idx], dtype=object)
+
+    def att_text(idx: np.ndarray, vals: list[object]) -> np.ndarray:
+        return np.array([None if j is None else str(vals[j]) for j in idx], dtype=object)
+
+    chk.quirk(no_att, "no_attempts", "attempts", "the job has no attempt")
+    chk.quirk(never, "never_scheduled", "attempts", "no attempt has a start_time")
+    chk.quirk(inv_mask, "invalid_attempt_times", at(inv_at, "end_time"),
+              lambda v: f"{v!r} is before the attempt's start_time", att_text(inv_at, a_end))
+    chk.quirk(cen_mask, "censored", at(cen_at, "end_time"),
+              "missing: the last attempt was still running when the trace was taken (censored)")
+    chk.quirk(missing, "missing_attempt_times", "attempts",
+              "no attempt has both a start_time and an end_time")
     ok = chk.finish()
     origin = float(submit[ok].min()) if ok.any() else 0.0
     jobs = pd.DataFrame(
@@ -208,6 +250,7 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
             "num_gpus": gpus[ok],
             "gpu_milli": np.full(int(ok.sum()), np.nan),
             "cluster": vcs[ok],
+            "censored": cen_mask[ok],
         }
     )
     raw = RawTrace(
@@ -220,8 +263,16 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
             if ok.any() else "none (no jobs)"
         ),
     )
-    raw.drop(n_complete[ok] == 0, "incomplete")
-    raw.drop(raw.jobs["num_gpus"].to_numpy() == 0, "zero_gpu")
-    raw.drop(raw.jobs["duration"].to_numpy() == 0, "zero_duration")
+    raw.flag(cen_mask[ok], "censored")
+    raw.drop_each({
+        "no_attempts": chk.quirk_mask("no_attempts")[ok],
+        "never_scheduled": chk.quirk_mask("never_scheduled")[ok],
+        "invalid_attempt_times": chk.quirk_mask("invalid_attempt_times")[ok],
+        "missing_attempt_times": chk.quirk_mask("missing_attempt_times")[ok],
+    })
+    raw.drop_each({
+        "zero_gpu": raw.jobs["num_gpus"].to_numpy() == 0,
+        "zero_duration": raw.jobs["duration"].to_numpy() == 0,
+    })
     select_virtual_clusters(raw, options.virtual_cluster, "philly-json")
     return raw

@@ -44,12 +44,16 @@ class RowChecker:
         path: the file name used in error messages.
         lines: 1-based line number in the file of each row, shape ``(n_rows,)``.
         skip_bad_rows: if true, :meth:`finish` drops bad rows instead of raising.
+        strict: if true, :meth:`quirk` marks rows bad (an error, like a malformed value) instead of
+            recording them under their reason (see :mod:`iadeep.traces._taxonomy`).
     """
 
-    def __init__(self, path: str, lines: np.ndarray, skip_bad_rows: bool) -> None:
+    def __init__(self, path: str, lines: np.ndarray, skip_bad_rows: bool, strict: bool = False) -> None:
         self.path = path
         self.lines = np.asarray(lines, dtype=np.int64)
         self.skip_bad_rows = skip_bad_rows
+        self.strict = strict
+        self.quirks: dict[str, np.ndarray] = {}
         self.bad = np.zeros(len(self.lines), dtype=bool)
         self.extra_skipped = 0
         self._first: tuple[int, int, str | None, str, str | None] | None = None
@@ -96,6 +100,36 @@ class RowChecker:
         self.bad[i] = True
         self._offer(int(self.lines[i]), column, problem, value)
 
+    def quirk(
+        self,
+        mask: np.ndarray,
+        reason: str,
+        column: str | np.ndarray | None,
+        problem: str | Callable[[str | None], str],
+        values: pd.Series | np.ndarray | None = None,
+    ) -> None:
+        """Record a known quirk of the trace (see :data:`iadeep.traces._taxonomy.REASONS`).
+
+        Without ``strict``, the rows where ``mask`` is true are remembered under ``reason``
+        (:meth:`quirk_mask`; the reader then drops or flags them). With ``strict`` they are bad
+        rows, reported as ``"<problem> (quirk '<reason>'; allowed without strict)"``.
+        """
+        mask = np.asarray(mask, dtype=bool)
+        if self.strict:
+            if callable(problem):
+                fn = problem
+                self.flag(mask, column, lambda v: f"{fn(v)} (quirk {reason!r}; allowed without strict)", values)
+            else:
+                self.flag(mask, column, f"{problem} (quirk {reason!r}; allowed without strict)", values)
+            return
+        prev = self.quirks.get(reason)
+        self.quirks[reason] = mask.copy() if prev is None else (prev | mask)
+
+    def quirk_mask(self, reason: str) -> np.ndarray:
+        """Rows recorded under ``reason`` by :meth:`quirk` (all false when none), shape ``(n_rows,)``."""
+        m = self.quirks.get(reason)
+        return np.zeros(len(self.lines), dtype=bool) if m is None else m
+
     def flag_line(self, line: int, column: str | None, problem: str, value: str | None = None) -> None:
         """Record a bad line that produced no row (e.g. a wrong number of fields)."""
         self.extra_skipped += 1
@@ -114,7 +148,8 @@ class RowChecker:
         """Parse a column of numbers; bad entries become NaN and mark their row bad.
 
         Bad: an empty field (unless ``allow_missing``), text that is not a finite number, a
-        negative number (unless ``allow_negative``), a fraction where ``integer`` is asked.
+        negative number (unless ``allow_negative``), a fraction (or a number above 2**53) where
+        ``integer`` is asked.
 
         Returns:
             float64 array, shape ``(n_rows,)``; NaN where missing or bad.
@@ -136,6 +171,9 @@ class RowChecker:
                 frac = np.isfinite(num) & (num != np.round(num))
                 self.flag(frac, column, lambda v: f"{v!r} is not a whole number", s)
                 bad |= frac
+                big = np.isfinite(num) & (np.abs(num) > 2.0**53)  # beyond exact float64 / int64 range
+                self.flag(big & ~frac, column, lambda v: f"{v!r} is too large for a count", s)
+                bad |= big
         num[bad] = np.nan
         return num
 

@@ -15,6 +15,10 @@ duration       float64     seconds of run time on dedicated GPUs (``> 0``, finit
 num_gpus       int64       GPUs the job needs at once (``>= 1``).
 gpu_milli      float64     per-GPU share in 1/1000 GPU (1000 = a whole GPU), in ``(0, 1000]``;
                            ``NaN`` when the trace does not say (Philly, ITP).
+gpu_spec       str         GPU models the job may run on, ``|``-separated (openb's
+                           ``gpu_spec``, e.g. ``"V100M16|V100M32"``); ``""`` = any model.
+censored       bool        still running when the trace was taken: ``duration`` is the observed
+                           run time, a lower bound (see :mod:`iadeep.traces._taxonomy`).
 model          str         Gavel model family, a key of
                            :data:`iadeep.jobtypes.MEASURED_BATCH_SIZES` (e.g. ``"ResNet-50"``).
 batch_size     int64       one of ``MEASURED_BATCH_SIZES[model]`` (1 for A3C / CycleGAN).
@@ -24,7 +28,7 @@ app            str         the workload mix's own model name (e.g. ``"vgg16"``);
 
 ``model`` and ``batch_size`` together are a :class:`iadeep.jobtypes.JobType`.
 String columns may be ``object`` (Python ``str``) or pandas' string dtype; no value is missing
-except ``gpu_milli``. Extra columns are allowed by :func:`validate_job_table` (loaders add none).
+except ``gpu_milli`` (``gpu_spec`` may be the empty string; no other string may). Extra columns are allowed by :func:`validate_job_table` (loaders add none).
 
 ``df.attrs`` (set by :func:`iadeep.traces.load_trace`):
 
@@ -35,10 +39,13 @@ except ``gpu_milli``. Extra columns are allowed by :func:`validate_job_table` (l
 * ``files``: ``{file name: sha256 hex}`` of every file read.
 * ``rows_read``: data rows (CSV lines or JSON job objects) read, blank lines excluded.
 * ``skipped_rows``: bad rows skipped (only non-zero with ``skip_bad_rows=True``).
-* ``dropped``: ``{reason: count}`` of well-formed jobs left out, in the order applied:
-  ``zero_gpu`` (needs no GPU), ``incomplete`` (never ran to an end: no completed attempt, no
-  scheduled time, non-positive run time), ``zero_duration``, ``other_virtual_cluster``,
-  ``outside_window``, ``too_many_gpus``, ``before_start_job``, ``after_n_jobs``.
+* ``dropped``: ``{reason: count}`` of well-formed jobs left out, in the order applied: the
+  format's rules (``zero_gpu``, ``no_attempts``, ``never_scheduled``,
+  ``invalid_attempt_times``, ``missing_attempt_times``, ``zero_duration``), then
+  ``other_virtual_cluster``, ``outside_window``, ``too_many_gpus``, ``wider_than_cluster``,
+  ``before_start_job``, ``after_n_jobs`` (the taxonomy: :data:`iadeep.traces.REASONS`).
+* ``flagged``: ``{reason: count}`` of the table's jobs kept but marked (``censored``,
+  ``inconsistent_gpu_milli``); reasons with no job are left out.
 * ``n_jobs``: rows in the table.
 * ``trace_origin``: what time 0 of the window options means for this trace (a description).
 * ``arrival_factor``: the factor every inter-arrival gap was multiplied by (1.0 = unchanged).
@@ -65,6 +72,8 @@ JOB_COLUMNS: dict[str, str] = {
     "duration": "float64",
     "num_gpus": "int64",
     "gpu_milli": "float64",
+    "gpu_spec": "str",
+    "censored": "bool",
     "model": "str",
     "batch_size": "int64",
     "app": "str",

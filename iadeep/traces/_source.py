@@ -63,7 +63,7 @@ _SKIP_RE = re.compile(r"Skipping line (\d+): (.*)")
 
 
 def read_csv_text(
-    src: SourceFile, required: Sequence[str], skip_bad_rows: bool
+    src: SourceFile, required: Sequence[str], skip_bad_rows: bool, strict: bool = False
 ) -> tuple[pd.DataFrame, RowChecker]:
     """Parse a CSV file into a DataFrame of text, with each row's line number known.
 
@@ -117,7 +117,7 @@ def read_csv_text(
     if blank.any():
         df = df.loc[~blank].reset_index(drop=True)
         lines = lines[~blank]
-    checker = RowChecker(src.display, lines, skip_bad_rows)
+    checker = RowChecker(src.display, lines, skip_bad_rows, strict)
     for n, why in skipped:
         checker.flag_line(n, None, f"wrong number of fields ({why})")
     return df, checker
@@ -130,10 +130,13 @@ class RawTrace:
     Attributes:
         jobs: columns ``job_id`` (str), ``submit_s`` (float64, seconds from the trace origin),
             ``duration`` (float64 s), ``num_gpus`` (int64), ``gpu_milli`` (float64) and, where
-            the trace has them, ``cluster`` (str, the virtual cluster); in any order.
+            the trace has them, ``cluster`` (str, the virtual cluster), ``censored`` (bool) and
+            ``gpu_spec`` (str); in any order.
         rows_read: data rows read (CSV lines or JSON job objects).
         skipped_rows: bad rows skipped.
         dropped: reason -> count of well-formed rows left out so far.
+        Jobs kept but marked (e.g. ``censored``) carry a bool column ``flag:<reason>``
+        (:meth:`flag`); :func:`~iadeep.traces.load_trace` counts them among the jobs it keeps.
         files: file name -> sha256 hex of every file read.
         origin: what time 0 of ``submit_s`` is (for ``df.attrs``).
     """
@@ -144,6 +147,27 @@ class RawTrace:
     files: dict[str, str]
     origin: str
     dropped: dict[str, int] = field(default_factory=dict)
+
+    def drop_each(self, masks: dict[str, np.ndarray]) -> None:
+        """Drop by several reasons at once: a job matching several counts under the first.
+
+        Args:
+            masks: reason -> bool mask aligned with the current ``jobs``, in priority order.
+        """
+        taken = np.zeros(len(self.jobs), dtype=bool)
+        for reason, mask in masks.items():
+            mine = np.asarray(mask, dtype=bool) & ~taken
+            if mine.any():
+                self.dropped[reason] = self.dropped.get(reason, 0) + int(mine.sum())
+                taken |= mine
+        if taken.any():
+            self.jobs = self.jobs.loc[~taken].reset_index(drop=True)
+
+    def flag(self, mask: np.ndarray, reason: str) -> None:
+        """Mark the current jobs where ``mask`` is true with ``reason`` (column ``flag:<reason>``)."""
+        mask = np.asarray(mask, dtype=bool)
+        col = f"flag:{reason}"
+        self.jobs[col] = mask | (self.jobs[col].to_numpy(dtype=bool) if col in self.jobs.columns else False)
 
     def drop(self, mask: np.ndarray, reason: str) -> None:
         """Remove the jobs where ``mask`` is true and count them under ``reason``."""

@@ -7,7 +7,8 @@ from typer.testing import CliRunner
 from iadeep.cli import app
 from iadeep.experiment import ExperimentConfig, run_experiment
 
-KEYS = {"avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queueing_s", "makespan_s", "gpu_utilisation", "mean_slowdown"}
+KEYS = {"avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queueing_s", "makespan_s", "gpu_utilisation", "mean_slowdown",
+        "jct_jobs", "censored_jobs", "unschedulable_jobs"}
 
 
 def test_run_experiment_writes_summary_and_plots(tmp_path, dataset_cache, monkeypatch):

@@ -157,6 +157,8 @@ def good_table() -> pd.DataFrame:
             "duration": [10.0, 20.0, 1.0],
             "num_gpus": np.array([1, 2, 1], dtype=np.int64),
             "gpu_milli": [np.nan, np.nan, 500.0],
+            "gpu_spec": ["", "V100M16|V100M32", ""],
+            "censored": [False, True, False],
             "model": ["ResNet-50", "LM", "A3C"],
             "batch_size": np.array([64, 80, 1], dtype=np.int64),
             "app": ["vgg16", "lstm", "A3C"],
@@ -188,6 +190,8 @@ def test_validate_accepts_a_good_table() -> None:
         (lambda d: d.assign(batch_size=np.array([64, 3, 1], dtype=np.int64)), "batch_size not measured"),
         (lambda d: d.assign(duration=[10.0, np.nan, 1.0]), "missing values"),
         (lambda d: d.assign(app=["vgg16", "", "A3C"]), "empty app"),
+        (lambda d: d.assign(censored=[0, 1, 0]), "'censored' has dtype int64"),
+        (lambda d: d.drop(columns="gpu_spec"), "missing column"),
     ],
 )
 def test_validate_rejects(change, match) -> None:
@@ -208,7 +212,8 @@ def test_public_api() -> None:
                  "validate_job_table", "TRACE_FORMATS"):
         assert name in traces.__all__
     assert list(JOB_COLUMNS) == [
-        "job_id", "submit_time", "duration", "num_gpus", "gpu_milli", "model", "batch_size", "app"
+        "job_id", "submit_time", "duration", "num_gpus", "gpu_milli", "gpu_spec", "censored", "model",
+        "batch_size", "app",
     ]
     assert issubclass(traces.TraceFormatError, ValueError)
     err = traces.TraceFormatError("x.csv", 3, "duration", "'a' is not a number", "a")

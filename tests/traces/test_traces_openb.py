@@ -20,8 +20,14 @@ def test_real_file(openb_csv: Path) -> None:
     gpu = raw[raw["num_gpu"] > 0]
     assert df.attrs["dropped"] == {
         "zero_gpu": int((raw["num_gpu"] == 0).sum()),  # CPU-only pods
-        "incomplete": int(gpu["scheduled_time"].isna().sum()),  # never scheduled (Pending)
+        "never_scheduled": int(gpu["scheduled_time"].isna().sum()),  # Pending
     }
+    # Pods Running at the snapshot (the latest deletion_time) are censored, not finished.
+    snap = raw["deletion_time"].max()
+    running = gpu[(gpu["pod_phase"] == "Running") & (gpu["deletion_time"] == snap)]
+    assert len(running) > 0
+    assert df.attrs["flagged"] == {"censored": len(running)}
+    assert sorted(df.loc[df["censored"], "job_id"]) == sorted(running["name"])
     assert len(df) == len(gpu) - gpu["scheduled_time"].isna().sum()
     assert df.attrs["sha256"] == OPENB_SHA256
     # gpu_milli is the per-GPU share: fractional only for single-GPU pods.
@@ -61,7 +67,8 @@ def test_small_file(tmp_path: Path) -> None:
     np.testing.assert_array_equal(df["duration"], [90, 170, 959])
     np.testing.assert_array_equal(df["num_gpus"], [1, 2, 8])
     np.testing.assert_array_equal(df["gpu_milli"], [500, 1000, 1000])
-    assert df.attrs["dropped"] == {"zero_gpu": 1, "incomplete": 2}
+    assert df.attrs["dropped"] == {"zero_gpu": 1, "never_scheduled": 1, "zero_duration": 1}
+    assert not df["censored"].any() and df.attrs["flagged"] == {}
 
 
 @pytest.mark.parametrize(
@@ -84,3 +91,42 @@ def test_bad_row(tmp_path: Path, row: str, column: str, problem: str) -> None:
     assert f"pods.csv:5: column '{column}': {problem}" in str(ei.value)
     df = load_trace("openb", p, skip_bad_rows=True)
     assert df.attrs["skipped_rows"] == 1 and len(df) == 3
+
+
+QUIRKS = [
+    "q0,1000,1024,1,500,,LS,Succeeded,0,100,10",  # line 2: clean
+    "q1,1000,1024,0,0,,LS,Running,5,900,10",  # zero_gpu (even at the snapshot)
+    "q2,1000,1024,1,1000,,BE,Pending,25,200,",  # never_scheduled
+    "q3,1000,1024,1,250,,BE,Failed,30,40,50",  # invalid_attempt_times: deleted before scheduled
+    "q4,1000,1024,2,500,V100M16|V100M32,LS,Running,40,900,100",  # censored + inconsistent_gpu_milli
+    "q5,1000,1024,1,300,,LS,Failed,50,60,60",  # zero_duration
+    "q6,1000,1024,1,300,T4,LS,Running,60,800,70",  # Running, but deleted before the snapshot: finished
+]
+
+
+def test_every_quirk_of_the_format(tmp_path: Path) -> None:
+    p = tmp_path / "pods.csv"
+    p.write_text(HEADER + "\n".join(QUIRKS) + "\n")
+    df = load_trace("openb", p).set_index("job_id")
+    assert sorted(df.index) == ["q0", "q4", "q6"]
+    assert df.attrs["dropped"] == {"zero_gpu": 1, "never_scheduled": 1, "invalid_attempt_times": 1, "zero_duration": 1}
+    assert df.attrs["flagged"] == {"censored": 1, "inconsistent_gpu_milli": 1}
+    assert bool(df.loc["q4", "censored"]) and df.loc["q4", "duration"] == 900 - 100
+    assert df.loc["q4", "gpu_milli"] == 1000 and df.loc["q4", "gpu_spec"] == "V100M16|V100M32"
+    assert not df.loc["q6", "censored"] and df.loc["q6", "gpu_spec"] == "T4"
+    # strict: the first quirk (q2's empty scheduled_time, line 4) is an error naming the field.
+    with pytest.raises(TraceFormatError) as ei:
+        load_trace("openb", p, strict=True)
+    assert (ei.value.line, ei.value.column) == (4, "scheduled_time") and "never_scheduled" in str(ei.value)
+    one = tmp_path / "one.csv"
+    one.write_text(HEADER + QUIRKS[0] + "\n" + QUIRKS[4] + "\n")
+    with pytest.raises(TraceFormatError) as ei:
+        load_trace("openb", one, strict=True)
+    assert ei.value.line == 3 and ei.value.column in ("deletion_time", "gpu_milli")
+
+
+def test_missing_deletion_time_is_censored_at_the_snapshot(tmp_path: Path) -> None:
+    p = tmp_path / "pods.csv"
+    p.write_text(HEADER + "a,1,1,1,500,,LS,Running,0,,10\nb,1,1,1,500,,LS,Succeeded,5,400,20\n")
+    df = load_trace("openb", p).set_index("job_id")
+    assert bool(df.loc["a", "censored"]) and df.loc["a", "duration"] == 400 - 10

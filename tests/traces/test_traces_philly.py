@@ -235,3 +235,13 @@ def test_zero_duration_is_dropped_and_counted(tmp_path: Path) -> None:
     p = write_csv(tmp_path, GOOD_ROWS + ["2017-10-09 06:30:00,0,1,0,6214e9"])
     df = load_trace("philly", p)
     assert len(df) == 4 and df.attrs["dropped"] == {"zero_duration": 1}
+
+
+def test_huge_gpu_count_is_a_bad_value_not_an_overflow(tmp_path: Path) -> None:
+    """Found by the property test: 9.2e18 GPUs overflowed int64 into a negative count."""
+    p = tmp_path / "philly.csv"
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-05 10:30:00,3600,2,7200,vc1\n"
+                 "2017-10-05 10:31:00,3600,9.22337205151981e+18,7200,vc1\n")
+    with pytest.raises(TraceFormatError, match=r"philly.csv:3: column 'num_gpus': .*too large"):
+        load_trace("philly", p)
+    assert len(load_trace("philly", p, skip_bad_rows=True)) == 1

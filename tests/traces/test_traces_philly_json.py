@@ -12,6 +12,9 @@ from iadeep.traces import TraceFormatError, TraceOptions, load_philly_json, load
 
 PREFIX = "application_1506638472019_000"
 
+# The snapshot: the latest timestamp in the file, job 00009's last end_time (08:00:00), in s after
+# the earliest submission (00:30:00).
+SNAPSHOT = 27000.0
 # jobid suffix -> (submit s after the earliest submission 00:30:00, duration s, num_gpus)
 EXPECTED = {
     "08": (0.0, 3600.0, 1),  # earliest (listed 8th); "None" start_time attempt ignored
@@ -19,7 +22,8 @@ EXPECTED = {
     "02": (2499.0, 74.0 + 3600.0, 8),  # two attempts
     "03": (5400.0, 7200.0, 16),  # two machines x 8 GPUs
     "04": (9000.0, 600.0, 2),  # Killed, but it ran
-    "05": (12600.0, 1800.0, 4),  # second attempt has end_time null
+    "05": (12600.0, 1800.0 + SNAPSHOT - 14460.0, 4),  # last attempt still running at the snapshot: censored
+    "07": (19800.0, SNAPSHOT - 19830.0, 1),  # only attempt still running: censored
     "09": (23400.0, 1800.0 + 1200.0, 4),  # max over attempts of 2 and 4 GPUs
 }
 
@@ -33,7 +37,9 @@ def test_fixture_loads_as_expected(philly_json: Path) -> None:
     assert got == EXPECTED
     assert list(df["job_id"].str[len(PREFIX):]) == list(EXPECTED)  # sorted by submission
     assert df.attrs["rows_read"] == 9
-    assert df.attrs["dropped"] == {"incomplete": 2}  # no attempts; only attempt never ended
+    assert df.attrs["dropped"] == {"no_attempts": 1}
+    assert df.attrs["flagged"] == {"censored": 2}
+    assert sorted(df.loc[df["censored"], "job_id"].str[-2:]) == ["05", "07"]
     assert df.attrs["skipped_rows"] == 0
     assert len(df.attrs["sha256"]) == 64
     assert "2017-10-07 00:30:00" in df.attrs["trace_origin"]
@@ -42,7 +48,7 @@ def test_fixture_loads_as_expected(philly_json: Path) -> None:
 def test_virtual_cluster_and_max_gpus(philly_json: Path) -> None:
     df = load_philly_json(philly_json, TraceOptions(virtual_cluster="6214e9"))
     assert sorted(df["job_id"].str[-2:]) == ["03", "04", "08"]
-    assert df.attrs["dropped"] == {"incomplete": 2, "other_virtual_cluster": 4}
+    assert df.attrs["dropped"] == {"no_attempts": 1, "other_virtual_cluster": 5}
     df = load_philly_json(philly_json, max_gpus=4)
     assert "03" not in set(df["job_id"].str[-2:]) and "02" not in set(df["job_id"].str[-2:])
     assert df.attrs["dropped"]["too_many_gpus"] == 2
@@ -64,7 +70,6 @@ def jobs(philly_json: Path) -> list[dict]:
     ("k", "mutate", "column", "problem"),
     [
         (2, lambda j: j["attempts"][0].update(end_time="2017-10-07 25:99:00"), "attempts[0].end_time", "not a timestamp"),
-        (3, lambda j: j["attempts"][0].update(end_time="2017-10-07 02:00:00"), "attempts[0].end_time", "before start_time"),
         (4, lambda j: j.update(submitted_time="soon"), "submitted_time", "'soon' is not a timestamp"),
         (1, lambda j: j.pop("jobid"), "jobid", "missing value"),
         (5, lambda j: j.update(jobid=PREFIX + "01"), "jobid", "duplicate id"),
@@ -119,4 +124,64 @@ def test_not_an_object(tmp_path: Path, jobs: list[dict]) -> None:
     p = one_job_per_line(tmp_path, jobs[:3] + ["oops"] + jobs[3:])  # type: ignore[list-item]
     with pytest.raises(TraceFormatError, match=r":5: a job must be a JSON object"):
         load_trace("philly-json", p)
-    assert len(load_trace("philly-json", p, skip_bad_rows=True)) == 7
+    assert len(load_trace("philly-json", p, skip_bad_rows=True)) == 8  # 9 jobs, one without attempts
+
+
+def test_invalid_attempt_times_is_a_counted_quirk(tmp_path: Path, jobs: list[dict]) -> None:
+    """The issue's input: the second job's only attempt ends before it starts."""
+    good = copy.deepcopy(jobs[0])
+    bad = copy.deepcopy(jobs[0])
+    bad.update(jobid=PREFIX + "99")
+    bad["attempts"] = [{"start_time": "2017-10-05 10:30:00", "end_time": "2017-10-05 10:10:00",
+                        "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]
+    p = one_job_per_line(tmp_path, [good, bad])
+    df = load_trace("philly-json", p)
+    assert df["job_id"].tolist() == [good["jobid"]]
+    assert df.attrs["dropped"] == {"invalid_attempt_times": 1}
+    assert df.attrs["skipped_rows"] == 0
+    with pytest.raises(TraceFormatError) as ei:
+        load_trace("philly-json", p, strict=True)
+    assert (ei.value.path, ei.value.line, ei.value.column) == (str(p), 3, "attempts[0].end_time")
+    assert "'2017-10-05 10:10:00' is before the attempt's start_time" in str(ei.value)
+    assert "invalid_attempt_times" in str(ei.value)
+    # strict + skip_bad_rows: the quirk is a skipped bad row instead.
+    df = load_trace("philly-json", p, strict=True, skip_bad_rows=True)
+    assert len(df) == 1 and df.attrs["skipped_rows"] == 1 and df.attrs["dropped"] == {}
+
+
+def test_every_quirk_of_the_format(tmp_path: Path, jobs: list[dict]) -> None:
+    """One job per rule of the taxonomy that applies to philly-json (plus one clean job)."""
+    base = copy.deepcopy(jobs[0])
+
+    def job(suffix: str, attempts, **kw) -> dict:
+        j = copy.deepcopy(base)
+        j.update(jobid=PREFIX + suffix, attempts=attempts, **kw)
+        return j
+
+    def att(start, end, gpus=1) -> dict:
+        return {"start_time": start, "end_time": end, "detail": [{"ip": "m1", "gpus": [f"gpu{g}" for g in range(gpus)]}]}
+
+    day = "2017-10-07 "
+    table = [
+        job("90", [att(day + "01:00:00", day + "02:00:00")]),  # clean
+        job("91", []),  # no_attempts
+        job("92", [att(None, None), att("None", day + "03:00:00")]),  # never_scheduled
+        job("93", [att(day + "05:00:00", day + "04:00:00")]),  # invalid_attempt_times
+        job("94", [att(day + "01:00:00", None), att(day + "02:00:00", "")]),  # last one: censored
+        job("95", [att(day + "01:00:00", None), att(None, day + "02:00:00")]),  # missing_attempt_times
+        job("96", [att(day + "01:00:00", day + "02:00:00", gpus=0)]),  # zero_gpu
+        job("97", [att(day + "01:00:00", day + "01:00:00")]),  # zero_duration
+    ]
+    p = one_job_per_line(tmp_path, table)
+    df = load_trace("philly-json", p)
+    assert sorted(df["job_id"].str[-2:]) == ["90", "94"]
+    assert df.attrs["dropped"] == {"no_attempts": 1, "never_scheduled": 1, "invalid_attempt_times": 1,
+                                   "missing_attempt_times": 1, "zero_gpu": 1, "zero_duration": 1}
+    assert df.attrs["flagged"] == {"censored": 1}
+    row = df.set_index(df["job_id"].str[-2:]).loc["94"]
+    assert bool(row["censored"]) and row["duration"] == 3 * 3600.0  # 02:00 to the snapshot 05:00
+    # strict: the first quirk in file order (job 91, line 3) is the error.
+    with pytest.raises(TraceFormatError) as ei:
+        load_trace("philly-json", p, strict=True)
+    assert (ei.value.line, ei.value.column) == (3, "attempts")
+    assert "no_attempts" in str(ei.value)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 muts = [
- ("iadeep/sim/_engine.py", "norm = self.model.normalised([int(self.type[h]) for h in occ])", "norm = np.ones(len(occ))", "ignore interference"),
+ ("iadeep/sim/_engine.py", "norm = np.asarray(self.model.normalised(types), dtype=float)", "norm = np.ones(len(types))", "ignore interference"),
  ("iadeep/sim/_engine.py", "rate = min(self.gpu_rate[g, self._slot(g, h)] for g in self.gpus[h])", "rate = max(self.gpu_rate[g, self._slot(g, h)] for g in self.gpus[h])", "gang at fastest GPU"),
  ("iadeep/policy/_base.py", "mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9", "mem_ok = view.gpu_mem_total_gib >= job.mem_gib - 1e-9", "ignore used memory"),
  ("iadeep/policy/_base.py", "mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9", "mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib > job.mem_gib", "refuse exact fit"),

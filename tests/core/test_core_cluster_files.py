@@ -1,0 +1,121 @@
+"""Clusters as data: YAML cluster files, openb's node list, Philly's machine list (issue 10)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from iadeep.cli import app
+from iadeep.sim import (
+    ClusterFileError,
+    ClusterSpec,
+    NodeGroup,
+    cluster_from_openb,
+    cluster_from_philly,
+    dump_cluster,
+    load_cluster,
+    philly_consistency,
+)
+
+
+def test_yaml_round_trip_and_gpu_layout(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("groups:\n  - {count: 2, gpus_per_node: 4, gpu_mem_gib: 32, gpu_model: V100M32}\n"
+                 "  - {count: 1, gpus_per_node: 2, gpu_mem_gib: 16, gpu_model: T4, name: edge}\n")
+    c = load_cluster(p)
+    assert (c.nodes, c.total_gpus, c.gpus_per_node, c.gpu_mem_gib) == (3, 10, 4, 32.0)
+    assert c.node_names() == ("v100m32-00", "v100m32-01", "edge-00")
+    node, local, mem, model = c.gpu_arrays()
+    assert node.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]
+    assert local.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+    assert mem.tolist() == [32.0] * 8 + [16.0] * 2 and model.tolist() == ["V100M32"] * 8 + ["T4"] * 2
+    assert load_cluster(dump_cluster(c, tmp_path / "back.yaml", "a comment")) == c
+    # a homogeneous spec keeps its old layout and names
+    h = ClusterSpec(2, 3, 24.0)
+    assert h.node_names() == ("node-00", "node-01") and h.total_gpus == 6 and h.gpu_arrays()[0].tolist() == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("groups: []\n", "non-empty 'groups' list"),
+    ("groups:\n  - {count: 1, gpus_per_node: 2}\n", r"groups\[0\]: missing key\(s\) \['gpu_mem_gib'\]"),
+    ("groups:\n  - {count: 1, gpus_per_node: 2, gpu_mem_gib: 16, colour: red}\n", "unknown key"),
+    ("groups:\n  - {count: 0, gpus_per_node: 2, gpu_mem_gib: 16}\n", "must be positive"),
+    ("groups:\n  - {count: 1.5, gpus_per_node: 2, gpu_mem_gib: 16}\n", "whole numbers"),
+    ("groups: [\n", "invalid YAML"),
+])
+def test_bad_cluster_files_name_file_and_group(tmp_path, text, match):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ClusterFileError, match=match) as ei:
+        load_cluster(p)
+    assert str(p) in str(ei.value)
+
+
+def test_openb_node_list_gives_its_1213_nodes(dataset):
+    nodes = dataset("openb") / "openb_node_list_gpu_node.csv"
+    c = cluster_from_openb(nodes)
+    import pandas as pd
+
+    raw = pd.read_csv(nodes)
+    gpu = raw[raw["gpu"] > 0]
+    assert c.nodes == len(gpu) == 1213 and c.total_gpus == int(gpu["gpu"].sum())
+    _, _, _, model = c.gpu_arrays()
+    per_model = raw.groupby("model")["gpu"].sum().to_dict()
+    assert {m: int((model == m).sum()) for m in per_model} == {m: int(v) for m, v in per_model.items()}
+
+
+MACHINES = "machineId,number of GPUs,single GPU mem\nm1,8,24G\nm2,8,24G\nm3,2,12G\nm4,0,12G\n"
+
+
+def test_philly_machine_list_and_consistency_report(tmp_path):
+    ml = tmp_path / "cluster_machine_list"
+    ml.write_text(MACHINES)
+    c = cluster_from_philly(ml)
+    assert c.total_gpus == 18 and c.nodes == 3
+    assert sorted((g.count, g.gpus_per_node, g.gpu_mem_gib) for g in c.node_groups()) == [(1, 2, 12.0), (2, 8, 24.0)]
+    log = tmp_path / "cluster_job_log"
+    att = lambda ip, n: {"start_time": None, "end_time": None, "detail": [{"ip": ip, "gpus": [f"gpu{i}" for i in range(n)]}]}  # noqa: E731
+    log.write_text(json.dumps([{"jobid": "a", "attempts": [att("m1", 8), att("m3", 4)]},
+                               {"jobid": "b", "attempts": [att("m9", 1)]}]))
+    r = philly_consistency(ml, log)
+    assert r.machines_listed == 4 and r.machines_used == 3
+    assert r.fewer_gpus_than_used == {"m3": (2, 4)}
+    assert r.used_not_listed == ["m9"]
+    assert json.loads(json.dumps(r.to_dict()))["fewer_gpus_than_used"] == {"m3": [2, 4]}
+    bad = tmp_path / "bad_list"
+    bad.write_text("machineId,number of GPUs,single GPU mem\nm1,eight,24G\n")
+    with pytest.raises(ClusterFileError, match=r"bad_list:2: column 'number of GPUs'"):
+        cluster_from_philly(bad)
+
+
+def test_experiment_runs_on_a_cluster_file(tmp_path, dataset_cache, monkeypatch):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    spec = ClusterSpec(groups=(NodeGroup(2, 4, 32.0, "V100M32"), NodeGroup(2, 2, 16.0, "P100")))
+    path = dump_cluster(spec, tmp_path / "cluster.yaml")
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["experiment", "run", "--cluster", str(path), "--jobs", "40", "--policies", "iadeep,exclusive",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["cluster"]["total_gpus"] == 12 and doc["cluster"]["cluster_file"] == str(path)
+    assert "P100" in (out / "report.md").read_text()
+    bad = CliRunner().invoke(app, ["experiment", "run", "--cluster", str(tmp_path / "nope.yaml"), "--out", str(out)])
+    assert bad.exit_code == 2 and "nope.yaml" in bad.output
+
+
+def test_cluster_command_writes_a_file_and_prints_the_report(tmp_path):
+    ml = tmp_path / "cluster_machine_list"
+    ml.write_text(MACHINES)
+    log = tmp_path / "cluster_job_log"
+    log.write_text(json.dumps([{"jobid": "a", "attempts": [{"detail": [{"ip": "m3", "gpus": ["gpu0", "gpu1", "gpu2"]}]},
+                                                           {"detail": [{"ip": "m7", "gpus": ["gpu0"]}]}]}]))
+    out = tmp_path / "philly.yaml"
+    res = CliRunner().invoke(app, ["experiment", "cluster", "--from-philly", str(ml), "--job-log", str(log), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "fewer GPUs than a job used: 1: m3 (2 listed, 3 used)" in res.output and "used but not listed: 1: m7" in res.output
+    assert load_cluster(out).total_gpus == 18
+    assert "m3 (2 listed, 3 used)" in out.read_text()  # the report is kept in the file's comment
+    res = CliRunner().invoke(app, ["experiment", "cluster", "--out", str(out)])
+    assert res.exit_code == 2 and "exactly one of" in res.output
