@@ -16,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[airflow,test]' -c constraints.txt
+	$(BIN)/python -m pip install -q -e '.[airflow,test,workloads]' -c constraints.txt
 	touch $(STAMP)
 
 experiment: $(STAMP)
@@ -34,7 +34,7 @@ bench: $(STAMP) controlplane
 lock:
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
 	.lockvenv/bin/pip install -q --upgrade pip
-	.lockvenv/bin/pip install -q -e '.[airflow,test]' -c ../shared/reference/known-good-constraints.txt
+	.lockvenv/bin/pip install -q -e '.[airflow,test,workloads]' -c ../shared/reference/known-good-constraints.txt
 	.lockvenv/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
 	rm -rf .lockvenv
 

@@ -54,7 +54,12 @@ def fetch_inputs(cfg: ExperimentConfig, progress: bool = True) -> dict[str, str]
     else:
         dataset, inner = TRACE_DATASETS[cfg.trace]  # type: ignore[misc]
         trace = fetch(dataset, progress=progress) / inner
-    thr = fetch(THROUGHPUTS[0], progress=progress) / THROUGHPUTS[1]
+    if cfg.throughputs_file:
+        thr = Path(cfg.throughputs_file)
+        if not thr.is_file():
+            raise FileNotFoundError(f"throughputs file {thr} does not exist")
+    else:
+        thr = fetch(THROUGHPUTS[0], progress=progress) / THROUGHPUTS[1]
     return {"trace": str(trace), "throughputs": str(thr)}
 
 
