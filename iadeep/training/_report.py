@@ -205,6 +205,8 @@ class StateReporter:
         return self._assigned
 
     def finish(self, outcome: Outcome) -> None:
+        # The watcher (a daemon thread) leaves at its watch's next event or idle timeout; the run
+        # does not wait for it.
         self._stop.set()
         if self._watcher is not None:
-            self._watcher.join(timeout=self.watch_idle_s + 1.0)
+            self._watcher.join(timeout=0.2)

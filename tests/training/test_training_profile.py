@@ -18,13 +18,28 @@ TYPES = (JobType("ResNet-18", 16), JobType("Recommendation", 512))
 
 
 @pytest.fixture(scope="module")
-def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def profiled(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     settings = ProfileSettings(models=("squeezenet", "neumf"), batch_sizes={"squeezenet": (16,), "neumf": (512,)},
                                window_s=0.3, warmup_steps=1, device="cpu", threads=1, tiny=True)
     seen: list[tuple[str, int, int]] = []
     result = profile(settings, lambda what, done, total: seen.append((what, done, total)))
     assert [d for _, d, _ in seen] == [1, 2, 3, 4, 5] and seen[-1][2] == 5  # 2 alone + 3 pairs (self-pairs included)
-    return result.write(tmp_path_factory.mktemp("profile") / "throughputs.json")
+    return result, result.write(tmp_path_factory.mktemp("profile") / "throughputs.json")
+
+
+@pytest.fixture
+def table(profiled) -> Path:  # noqa: ANN001
+    return profiled[1]
+
+
+def test_each_job_reads_its_own_rate(profiled) -> None:  # noqa: ANN001
+    """Gavel's entry[a][b] is [a's steps/s, b's steps/s] while a and b share the device."""
+    result, path = profiled
+    raw = json.loads(path.read_text())["cpu"]
+    for (a, b), (rate_a, rate_b) in result.colocated.items():
+        assert raw[a.gavel_key()][b.gavel_key()] == [rate_a, rate_b]
+        assert raw[a.gavel_key()]["null"] == result.isolated[a]
+    assert len(result.colocated) == 3
 
 
 def test_profile_writes_gavel_schema(table: Path) -> None:
