@@ -148,5 +148,8 @@ def profile_cmd(
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from None
     path = result.write(out)
-    console.print(f"wrote {path} (GPU type {result.gpu_type!r}); use it with "
+    from iadeep.training._plot import plot_profile
+
+    png = plot_profile(result, path.with_suffix(".png"))
+    console.print(f"wrote {path} and {png} (GPU type {result.gpu_type!r}); use it with "
                   f"`iadeep experiment run --throughputs {path} --gpu-type {result.gpu_type}`")

@@ -85,3 +85,21 @@ def test_interference_model_and_simulator_read_the_profile(table: Path, tmp_path
     a, b = (t.gavel_key() for t in sorted(TYPES))
     # The model's normalised throughput is the profiled co-located rate over the isolated one.
     assert model.norm[0, 1] == pytest.approx(raw[a][b][0] / raw[a]["null"])
+
+
+def test_profile_heatmap(profiled, tmp_path: Path) -> None:  # noqa: ANN001
+    from iadeep.training._plot import plot_profile
+
+    png = plot_profile(profiled[0], tmp_path / "profile.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_profile_errors_are_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from iadeep.cli import app
+
+    res = CliRunner().invoke(app, ["profile", "--models", "vgg16,resnet50", "--device", "cpu"])
+    assert res.exit_code == 2 and "resnet50 and vgg16 both stand for ResNet-50" in res.output
+    res = CliRunner().invoke(app, ["profile", "--models", "alexnet"])
+    assert res.exit_code == 2 and "unknown workload 'alexnet'" in res.output
