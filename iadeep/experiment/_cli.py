@@ -45,7 +45,7 @@ def run_cmd(
 ) -> None:
     """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
     from iadeep.datasets import DatasetError
-    from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy, write_report
+    from iadeep.experiment._steps import build_workload, check_measured, fetch_inputs, run_policy, write_report
     from iadeep.traces import TraceFormatError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
@@ -58,6 +58,7 @@ def run_cmd(
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs, seed=seed, backfill=backfill, predictor=predictor, out=out)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"])
+        check_measured(cfg, workload, paths["throughputs"])
     except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

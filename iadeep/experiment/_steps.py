@@ -26,7 +26,7 @@ from iadeep.policy import make_policy
 from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_markdown, write_summary_json
 from iadeep.sim import ClusterSpec, SimResult, SimSettings, simulate
 
-__all__ = ["fetch_inputs", "build_workload", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
+__all__ = ["fetch_inputs", "build_workload", "check_measured", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
 
 THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
 
@@ -104,6 +104,24 @@ def load_workload(out: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Read what :func:`build_workload` wrote."""
     df = pd.read_csv(out / "workload.csv", dtype={"job_id": str})
     return df, json.loads((out / "workload.json").read_text())
+
+
+def check_measured(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path) -> None:
+    """Every job type of ``workload`` has measurements in ``throughputs`` for ``cfg.gpu_type``.
+
+    Raises:
+        ValueError: the file cannot be read for that GPU type, or job types are missing (named,
+            e.g. a profile made for fewer batch sizes than the mix draws).
+    """
+    from iadeep.jobtypes import JobType
+
+    model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
+    known = set(model.types)
+    wanted = {JobType(str(m), int(b)) for m, b in workload[["model", "batch_size"]].drop_duplicates().itertuples(index=False)}
+    missing = sorted(wanted - known)
+    if missing:
+        raise ValueError(f"{throughputs} has no {cfg.gpu_type} measurements of {len(missing)} job type(s) the workload "
+                         f"needs: {', '.join(t.name for t in missing)} (profile them, or choose another mix)")
 
 
 def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, throughputs: str | Path,

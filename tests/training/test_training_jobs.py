@@ -103,3 +103,22 @@ def test_job_is_created_on_the_control_plane(k8s_client, k8s_namespace) -> None:
     assert pod.spec.containers[0].resources.limits["iadeep.io/gpu-mem"] == job.spec.template.spec.containers[0].resources.limits["iadeep.io/gpu-mem"]
     assert pod.metadata.annotations["iadeep.io/model"] == "ResNet-18"
     assert {v.name for v in pod.spec.volumes} >= {"datasets", "checkpoint"}
+
+
+def test_workload_dockerfile_matches_the_job_template() -> None:
+    """No container runtime builds images here (no registry for a base image): check the recipe's
+    shape against what the Job template runs and against the repository it copies from."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "benchmarks" / "workloads" / "Dockerfile").read_text()
+    assert re.search(r"^ARG BASE_IMAGE=\S+$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\} AS workload$", text, re.M)
+    for line in re.findall(r"^COPY (.+) \S+$", text, re.M):
+        for source in line.split():
+            assert (root / source).exists(), source
+    assert '".[workloads]" -c constraints.txt' in text
+    assert 'ENTRYPOINT ["iadeep"]' in text
+    container = render_job(1, "lstm").spec.template.spec.containers[0]
+    assert container.command == ["iadeep"] and container.args[0] == "bench-job"

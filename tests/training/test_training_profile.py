@@ -103,3 +103,18 @@ def test_cli_profile_errors_are_one_line() -> None:
     assert res.exit_code == 2 and "resnet50 and vgg16 both stand for ResNet-50" in res.output
     res = CliRunner().invoke(app, ["profile", "--models", "alexnet"])
     assert res.exit_code == 2 and "unknown workload 'alexnet'" in res.output
+
+
+def test_experiment_cli_names_job_types_missing_from_the_profile(table: Path, philly_path: Path, tmp_path: Path) -> None:
+    """The iadeep mix draws every batch size of four families: a two-type profile is refused up front."""
+    from typer.testing import CliRunner
+
+    from iadeep.cli import app
+
+    res = CliRunner().invoke(app, ["experiment", "run", "--trace-file", str(philly_path), "--jobs", "30", "--throughputs", str(table),
+                                   "--gpu-type", "cpu", "--policies", "exclusive", "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2, res.output
+    assert "has no cpu measurements of" in res.output and "LM (batch size" in res.output
+    wrong = CliRunner().invoke(app, ["experiment", "run", "--trace-file", str(philly_path), "--jobs", "30", "--throughputs", str(table),
+                                     "--gpu-type", "v100", "--policies", "exclusive", "--out", str(tmp_path / "run")])
+    assert wrong.exit_code == 2 and "unknown GPU type 'v100'; the file has cpu" in wrong.output
