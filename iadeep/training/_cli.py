@@ -53,13 +53,13 @@ def _reporter(report: ReportTo, interval_s: float, console: Console):  # noqa: A
 
 def bench_job_cmd(
     model: Annotated[str, typer.Argument(help="Workload: vgg16, resnet50, squeezenet, lstm, neumf.")],
-    batch_size: Annotated[Optional[int], typer.Option(help="Starting batch size [default: the workload's].")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Learning rate at the starting batch size [default: the workload's, scaled].")] = None,
-    max_epochs: Annotated[Optional[int], typer.Option(help="Stop after this many epochs [default: the workload's].")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Starting batch size (default: the workload's).")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Learning rate at the starting batch size (default: the workload's, scaled).")] = None,
+    max_epochs: Annotated[Optional[int], typer.Option(help="Stop after this many epochs (default: the workload's).")] = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps in all (smoke runs).")] = None,
-    target: Annotated[Optional[float], typer.Option(help="Target metric [default: the workload's].")] = None,
+    target: Annotated[Optional[float], typer.Option(help="Target metric (default: the workload's).")] = None,
     patience: Annotated[Optional[int], typer.Option(help="Evaluations at the target before stopping.")] = None,
-    data_dir: Annotated[Optional[Path], typer.Option(help="Dataset folder (local or NFS) [default: fetched through the registry].")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="Dataset folder (local or NFS) (default: fetched through the registry).")] = None,
     synthetic: Annotated[bool, typer.Option(help="Generated inputs of the real shapes (no dataset).")] = False,
     tiny: Annotated[bool, typer.Option(help="Tiny-input mode: a few hundred samples.")] = False,
     checkpoint_dir: Annotated[Optional[Path], typer.Option(help="Checkpoint here and resume from here.")] = None,
@@ -69,10 +69,10 @@ def bench_job_cmd(
     seed: Annotated[int, typer.Option(help="Seed of initialisation and sample order.")] = 0,
     report: Annotated[ReportTo, typer.Option(help="etcd (IADEEP_ETCD_* or the local etcd), log, or auto.")] = ReportTo.auto,
     report_interval_s: Annotated[float, typer.Option(help="At most one throughput report per this many seconds.")] = 1.0,
-    mem_gib: Annotated[Optional[float], typer.Option(help="GPU memory this job was given (GiB), for its job record [default: the estimate].")] = None,
+    mem_gib: Annotated[Optional[float], typer.Option(help="GPU memory this job was given (GiB), for its job record (default: the estimate).")] = None,
     pod_name: Annotated[str, typer.Option(envvar="IADEEP_POD_NAME", help="Pod name (downward API).")] = "local",
     pod_namespace: Annotated[str, typer.Option(envvar="IADEEP_POD_NAMESPACE", help="Pod namespace.")] = "default",
-    pod_uid: Annotated[Optional[str], typer.Option(envvar="IADEEP_POD_UID", help="Pod UID [default: local-<model>].")] = None,
+    pod_uid: Annotated[Optional[str], typer.Option(envvar="IADEEP_POD_UID", help="Pod UID (default: local-<model>).")] = None,
 ) -> None:
     """Train one workload: report throughput, follow the assigned batch size, checkpoint, resume."""
     console = Console(stderr=True)
@@ -112,14 +112,14 @@ def bench_job_cmd(
 def profile_cmd(
     out: Annotated[Path, typer.Option(help="Output JSON (Gavel's simulation_throughputs.json schema).")] = Path("throughputs.json"),
     models: Annotated[str, typer.Option(help="Comma-separated workloads, one per Gavel family.")] = "resnet50,squeezenet,lstm,neumf",
-    batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes for every workload, comma-separated [default: Gavel's per family].")] = None,
+    batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes for every workload, comma-separated (default: Gavel's per family).")] = None,
     window_s: Annotated[float, typer.Option(help="Seconds per measurement window.")] = 10.0,
     warmup_steps: Annotated[int, typer.Option(help="Steps before each window.")] = 5,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N.")] = "auto",
     threads: Annotated[int, typer.Option(help="torch CPU threads per worker.")] = 1,
     tiny: Annotated[bool, typer.Option(help="Tiny-input mode (CPU smoke runs).")] = False,
-    data_dir: Annotated[Optional[Path], typer.Option(help="Folder with <dataset>/ subfolders [default: synthetic inputs].")] = None,
-    gpu_type: Annotated[Optional[str], typer.Option(help="Table key in the output [default: cpu or the CUDA device name].")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="Folder with <dataset>/ subfolders (default: synthetic inputs).")] = None,
+    gpu_type: Annotated[Optional[str], typer.Option(help="Table key in the output (default: cpu or the CUDA device name).")] = None,
 ) -> None:
     """Measure isolated and pairwise co-located throughputs; write them for the simulator and extender."""
     console = Console(stderr=True)
