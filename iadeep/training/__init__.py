@@ -24,7 +24,14 @@ if TYPE_CHECKING:
         load_movielens_ratings,
         load_wikitext2,
     )
-    from iadeep.training._jobs import JobTemplateSettings, VolumeSettings, job_manifest, job_name, render_job
+    from iadeep.training._jobs import (
+        JobTemplateSettings,
+        VolumeSettings,
+        job_manifest,
+        job_name,
+        render_job,
+        render_trace_jobs,
+    )
     from iadeep.training._profile import ProfileResult, ProfileSettings, profile
     from iadeep.training._report import JobInfo, JobReporter, LogReporter, Outcome, Progress, StateReporter
     from iadeep.training._runner import RunResult, RunSettings, run, scaled_lr
@@ -57,6 +64,7 @@ __all__ = [
     "load_wikitext2",
     "profile",
     "render_job",
+    "render_trace_jobs",
     "run",
     "scaled_lr",
 ]
@@ -64,7 +72,8 @@ __all__ = [
 _LAZY = {
     **dict.fromkeys(("ImageData", "Ratings", "WorkloadDataError", "load_cifar", "load_movielens_ratings", "load_wikitext2"),
                     "iadeep.training._data"),
-    **dict.fromkeys(("JobTemplateSettings", "VolumeSettings", "job_manifest", "job_name", "render_job"), "iadeep.training._jobs"),
+    **dict.fromkeys(("JobTemplateSettings", "VolumeSettings", "job_manifest", "job_name", "render_job", "render_trace_jobs"),
+                    "iadeep.training._jobs"),
     **dict.fromkeys(("ProfileResult", "ProfileSettings", "profile"), "iadeep.training._profile"),
     **dict.fromkeys(("JobInfo", "JobReporter", "LogReporter", "Outcome", "Progress", "StateReporter"), "iadeep.training._report"),
     **dict.fromkeys(("RunResult", "RunSettings", "run", "scaled_lr"), "iadeep.training._runner"),

@@ -39,7 +39,8 @@ from iadeep.interference import memory_gib
 from iadeep.jobtypes import JobType
 from iadeep.training._spec import defaults_of
 
-__all__ = ["VolumeSettings", "JobTemplateSettings", "render_job", "job_manifest", "job_name", "DATA_MOUNT", "CHECKPOINT_MOUNT"]
+__all__ = ["VolumeSettings", "JobTemplateSettings", "render_job", "render_trace_jobs", "job_manifest", "job_name",
+           "DATA_MOUNT", "CHECKPOINT_MOUNT"]
 
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoint"
@@ -168,7 +169,7 @@ def render_job(
                        client.V1VolumeMount(name="checkpoint", mount_path=CHECKPOINT_MOUNT)])
     annotations = {"iadeep.io/model": d.gavel_family, "iadeep.io/batch-size": str(bs), "iadeep.io/workload": model}
     if duration_s is not None:
-        annotations["iadeep.io/duration-s"] = f"{duration_s:g}"
+        annotations["iadeep.io/duration-s"] = f"{duration_s:.10g}"  # whole seconds of multi-day jobs kept
     labels = {"app.kubernetes.io/name": "iadeep-workload", "app.kubernetes.io/component": model, "iadeep.io/job-id": name[-63:]}
     pod = client.V1PodTemplateSpec(
         metadata=client.V1ObjectMeta(labels=labels, annotations=annotations),
@@ -180,6 +181,34 @@ def render_job(
         api_version="batch/v1", kind="Job",
         metadata=client.V1ObjectMeta(name=name, namespace=settings.namespace, labels=labels, annotations=annotations),
         spec=client.V1JobSpec(template=pod, backoff_limit=settings.backoff_limit))
+
+
+def render_trace_jobs(jobs: Any, settings: JobTemplateSettings | None = None) -> list[client.V1Job]:
+    """The Jobs of a job table (:mod:`iadeep.traces` schema, e.g. the ``iadeep`` mix's workload).
+
+    Each row's ``app`` is the workload (``vgg16``, ...), ``batch_size`` its starting batch size
+    and ``duration`` its run time alone (s). Multi-GPU rows are refused: the workloads train on
+    one GPU.
+
+    Args:
+        jobs: a ``pandas.DataFrame`` with ``job_id``, ``app``, ``batch_size``, ``duration``, ``num_gpus``.
+        settings: as for :func:`render_job`.
+
+    Raises:
+        ValueError: a row whose app is not a workload, or that needs more than one GPU (the job
+            id is named).
+    """
+    settings = settings or JobTemplateSettings()
+    out = []
+    for row in jobs.itertuples(index=False):
+        if int(row.num_gpus) != 1:
+            raise ValueError(f"job {row.job_id}: needs {row.num_gpus} GPUs; the training workloads use one")
+        try:
+            defaults_of(str(row.app))
+        except ValueError as exc:
+            raise ValueError(f"job {row.job_id}: {exc}") from None
+        out.append(render_job(row.job_id, str(row.app), int(row.batch_size), settings=settings, duration_s=float(row.duration)))
+    return out
 
 
 def job_manifest(job: client.V1Job) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from iadeep.testing.controlplane import (  # noqa: F401 - pytest finds fixtures 
     k8s_client,
     k8s_namespace,
 )
-from iadeep.training import JobTemplateSettings, VolumeSettings, job_manifest, job_name, render_job
+from iadeep.training import JobTemplateSettings, VolumeSettings, job_manifest, job_name, render_job, render_trace_jobs
 
 
 def _nfs_settings(**kw) -> JobTemplateSettings:
@@ -122,3 +122,20 @@ def test_workload_dockerfile_matches_the_job_template() -> None:
     assert 'ENTRYPOINT ["iadeep"]' in text
     container = render_job(1, "lstm").spec.template.spec.containers[0]
     assert container.command == ["iadeep"] and container.args[0] == "bench-job"
+
+
+def test_trace_jobs_of_the_iadeep_mix(philly_path) -> None:  # noqa: ANN001
+    """The iadeep mix's apps are the workloads: every single-GPU trace job renders."""
+    from iadeep.traces import TraceOptions, load_trace
+
+    table = load_trace("philly", philly_path, TraceOptions(n_jobs=40, max_gpus=1, mix="iadeep", seed=3))
+    jobs = render_trace_jobs(table)
+    assert len(jobs) == len(table) and len({j.metadata.name for j in jobs}) == len(jobs)
+    for job, row in zip(jobs, table.itertuples(index=False)):
+        meta = job.spec.template.metadata
+        assert meta.annotations["iadeep.io/workload"] == row.app and meta.annotations["iadeep.io/model"] == row.model
+        assert meta.annotations["iadeep.io/batch-size"] == str(row.batch_size)
+        assert float(meta.annotations["iadeep.io/duration-s"]) == pytest.approx(row.duration)
+    gavel = table.assign(app="ResNet-50")
+    with pytest.raises(ValueError, match=r"job .*: unknown workload 'ResNet-50'"):
+        render_trace_jobs(gavel)
