@@ -37,7 +37,7 @@ def run_cmd(
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = _D.gpus_per_node,
     gpu_mem_gib: Annotated[float, typer.Option(help="Memory per GPU (GiB).")] = _D.gpu_mem_gib,
     gpu_type: Annotated[str, typer.Option(help="Throughput measurements of this GPU type: v100, p100, k80 (or a key of --throughputs).")] = _D.gpu_type,
-    throughputs: Annotated[Optional[str], typer.Option(help="Measurements in Gavel's schema (e.g. from `iadeep profile`) instead of the published ones.")] = None,
+    throughputs_file: Annotated[Optional[str], typer.Option("--throughputs", "--throughputs-file", help="Measurements in Gavel's schema (e.g. from `iadeep profile`) instead of the published ones.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
     backfill: Annotated[bool, typer.Option(help="Let jobs behind a waiting queue head start.")] = False,
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle.")] = _D.predictor,
@@ -55,7 +55,7 @@ def run_cmd(
             window_end_s=window_end_s, virtual_cluster=virtual_cluster, max_gpus=max_gpus, arrival_scale=arrival_scale,
             iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load, mix=mix, skip_bad_rows=skip_bad_rows,
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
-            gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs, seed=seed, backfill=backfill, predictor=predictor, out=out)
+            gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill, predictor=predictor, out=out)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"])
         check_measured(cfg, workload, paths["throughputs"])
