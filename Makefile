@@ -16,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt iadeep/deviceplugin/v1beta1/api.proto
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[airflow,test]' -c constraints.txt
+	$(BIN)/python -m pip install -q -e '.[airflow,test,workloads]' -c constraints.txt
 	$(BIN)/python -c "from iadeep.deviceplugin._proto import PACKAGE_ROOT, generate; generate(PACKAGE_ROOT)"  # kubelet API stubs (grpcio-tools; not committed)
 	touch $(STAMP)
 
@@ -49,7 +49,7 @@ mutation: $(STAMP)
 lock:
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
 	.lockvenv/bin/pip install -q --upgrade pip
-	.lockvenv/bin/pip install -q -e '.[airflow,test]' -c ../shared/reference/known-good-constraints.txt
+	.lockvenv/bin/pip install -q -e '.[airflow,test,workloads]' -c ../shared/reference/known-good-constraints.txt
 	.lockvenv/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
 	rm -rf .lockvenv
 

@@ -86,6 +86,9 @@ PARAMS: dict[str, Param] = {
     "gpu_mem_gib": Param(24.0, type="number", exclusiveMinimum=0, description="Memory per GPU (GiB)."),
     "gpu_type": Param("v100", type="string", enum=["v100", "p100", "k80"],
                       description="Use Gavel's throughput measurements of this GPU type."),
+    "throughputs_file": Param(None, type=["null", "string"],
+                              description="Measurements in Gavel's schema (e.g. from `iadeep profile`, under one of the GPU "
+                                          "types above) instead of the published ones; null = the registry's."),
     "seed": Param(0, type="integer", description="Seed of the workload mix and measurement noise."),
     "backfill": Param(False, type="boolean", description="Let jobs behind a waiting queue head start."),
     "predictor": Param("learned", type="string", enum=["learned", "oracle"],

@@ -36,6 +36,10 @@ def _mount() -> None:
     from iadeep.dev._cli import app as dev_app
 
     app.add_typer(dev_app, name="dev", help="Local development cluster (etcd, kube-apiserver, kube-scheduler, kwok).")
+    from iadeep.training._cli import bench_job_cmd, profile_cmd
+
+    app.command("bench-job", help="Train one workload (vgg16, resnet50, squeezenet, lstm, neumf); needs the workloads extra.")(bench_job_cmd)
+    app.command("profile", help="Measure co-location throughputs of the workloads; needs the workloads extra.")(profile_cmd)
 
 
 _mount()

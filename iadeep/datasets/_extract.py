@@ -1,10 +1,13 @@
-"""Safe, atomic unpacking of a verified tar archive next to itself."""
+"""Safe, atomic unpacking of a verified tar or zip archive next to itself."""
 
 from __future__ import annotations
 
 import shutil
+import stat
 import tarfile
 import tempfile
+import zipfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from iadeep.datasets._errors import DatasetError
@@ -34,6 +37,38 @@ def _unsafe_reason(member: tarfile.TarInfo) -> str | None:
     return None
 
 
+def _zip_unsafe_reason(member: zipfile.ZipInfo) -> str | None:
+    reason = _escapes(member.filename)
+    if reason is not None:
+        return reason
+    mode = member.external_attr >> 16  # Unix mode bits, when the archive was made on Unix
+    if stat.S_ISLNK(mode):
+        return "symbolic link (not supported in zip archives)"
+    if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "special file (device, FIFO)"
+    return None
+
+
+def _unpack(archive: Path, tmp: Path, error: Callable[[str], DatasetError]) -> None:
+    """Check every member, then unpack ``archive`` (tar or zip, by content) into ``tmp``."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            members = zf.infolist()
+            for zmember in members:
+                reason = _zip_unsafe_reason(zmember)
+                if reason is not None:
+                    raise error(f"unsafe archive member {zmember.filename!r}: {reason}; nothing extracted")
+            zf.extractall(tmp, members=members)
+        return
+    with tarfile.open(archive, "r:*") as tar:
+        tmembers = tar.getmembers()
+        for member in tmembers:
+            reason = _unsafe_reason(member)
+            if reason is not None:
+                raise error(f"unsafe archive member {member.name!r}: {reason}; nothing extracted")
+        tar.extractall(tmp, members=tmembers, filter="data")
+
+
 def extract_archive(archive: Path, target: Path, *, dataset: str) -> Path:
     """Unpack ``archive`` into ``target`` unless ``target`` already exists.
 
@@ -42,7 +77,7 @@ def extract_archive(archive: Path, target: Path, *, dataset: str) -> Path:
     exist or holds the complete archive.
 
     Args:
-        archive: A verified ``.tar``/``.tar.gz``/``.tgz`` file.
+        archive: A verified ``.tar``/``.tar.gz``/``.tgz`` or ``.zip`` file.
         target: The folder to create.
         dataset: Dataset name, for error messages.
 
@@ -61,19 +96,13 @@ def extract_archive(archive: Path, target: Path, *, dataset: str) -> Path:
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.extract-", dir=target.parent))
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-            for member in members:
-                reason = _unsafe_reason(member)
-                if reason is not None:
-                    raise error(f"unsafe archive member {member.name!r}: {reason}; nothing extracted")
-            tar.extractall(tmp, members=members, filter="data")
+        _unpack(archive, tmp, error)
         try:
             tmp.rename(target)
         except OSError:
             if not target.is_dir():  # not a concurrent extraction that won the race
                 raise
-    except (tarfile.TarError, OSError) as exc:
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
         raise error(f"extraction failed: {type(exc).__name__}: {exc}") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

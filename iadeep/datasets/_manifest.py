@@ -13,7 +13,7 @@ from iadeep.datasets._errors import DatasetError
 
 __all__ = ["ARCHIVE_SUFFIXES", "DatasetInfo", "FileSpec", "load_manifest"]
 
-ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -27,7 +27,7 @@ class FileSpec:
         url: Upstream download URL (commit-pinned).
         sha256: Expected SHA-256 of the file, lowercase hex.
         size_bytes: Expected size in bytes.
-        extract: Whether the file is a tar archive to unpack into :attr:`extract_dir_name`.
+        extract: Whether the file is a tar or zip archive to unpack into :attr:`extract_dir_name`.
     """
 
     name: str

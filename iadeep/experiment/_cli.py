@@ -39,7 +39,8 @@ def run_cmd(
     nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = _D.nodes,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = _D.gpus_per_node,
     gpu_mem_gib: Annotated[float, typer.Option(help="Memory per GPU (GiB).")] = _D.gpu_mem_gib,
-    gpu_type: Annotated[str, typer.Option(help="Throughput measurements of this GPU type: v100, p100, k80.")] = _D.gpu_type,
+    gpu_type: Annotated[str, typer.Option(help="Throughput measurements of this GPU type: v100, p100, k80 (or a key of --throughputs).")] = _D.gpu_type,
+    throughputs_file: Annotated[Optional[str], typer.Option("--throughputs", "--throughputs-file", help="Measurements in Gavel's schema (e.g. from `iadeep profile`) instead of the published ones.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
     backfill: Annotated[bool, typer.Option(help="Let jobs behind a waiting queue head start.")] = False,
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle.")] = _D.predictor,
@@ -47,7 +48,7 @@ def run_cmd(
 ) -> None:
     """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
     from iadeep.datasets import DatasetError
-    from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_policy, write_report
+    from iadeep.experiment._steps import build_workload, check_measured, cluster_of, fetch_inputs, run_policy, write_report
     from iadeep.traces import TraceFormatError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
@@ -58,9 +59,10 @@ def run_cmd(
             iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load, mix=mix, skip_bad_rows=skip_bad_rows,
             strict=strict, include_censored=include_censored, infeasible=infeasible, cluster_file=cluster_file,
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
-            gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, seed=seed, backfill=backfill, predictor=predictor, out=out)
+            gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill, predictor=predictor, out=out)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])
+        check_measured(cfg, workload, paths["throughputs"])
         cluster = cluster_of(cfg)
     except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -27,7 +27,7 @@ from iadeep.policy import make_policy
 from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_json, write_markdown, write_summary_json
 from iadeep.sim import ClusterSpec, SimResult, SimSettings, feasibility, load_cluster, simulate, type_speeds
 
-__all__ = ["fetch_inputs", "build_workload", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
+__all__ = ["fetch_inputs", "build_workload", "check_measured", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
 
 THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
 
@@ -77,7 +77,12 @@ def fetch_inputs(cfg: ExperimentConfig, progress: bool = True) -> dict[str, str]
     else:
         dataset, inner = TRACE_DATASETS[cfg.trace]  # type: ignore[misc]
         trace = fetch(dataset, progress=progress) / inner
-    thr = fetch(THROUGHPUTS[0], progress=progress) / THROUGHPUTS[1]
+    if cfg.throughputs_file:
+        thr = Path(cfg.throughputs_file)
+        if not thr.is_file():
+            raise FileNotFoundError(f"throughputs file {thr} does not exist")
+    else:
+        thr = fetch(THROUGHPUTS[0], progress=progress) / THROUGHPUTS[1]
     return {"trace": str(trace), "throughputs": str(thr)}
 
 
@@ -158,6 +163,24 @@ def load_workload(out: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     df = pd.read_csv(out / "workload.csv", dtype={"job_id": str, "gpu_spec": str}, keep_default_na=False,
                      na_values={"gpu_milli": [""]})
     return df, json.loads((out / "workload.json").read_text())
+
+
+def check_measured(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path) -> None:
+    """Every job type of ``workload`` has measurements in ``throughputs`` for ``cfg.gpu_type``.
+
+    Raises:
+        ValueError: the file cannot be read for that GPU type, or job types are missing (named,
+            e.g. a profile made for fewer batch sizes than the mix draws).
+    """
+    from iadeep.jobtypes import JobType
+
+    model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
+    known = set(model.types)
+    wanted = {JobType(str(m), int(b)) for m, b in workload[["model", "batch_size"]].drop_duplicates().itertuples(index=False)}
+    missing = sorted(wanted - known)
+    if missing:
+        raise ValueError(f"{throughputs} has no {cfg.gpu_type} measurements of {len(missing)} job type(s) the workload "
+                         f"needs: {', '.join(t.name for t in missing)} (profile them, or choose another mix)")
 
 
 def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, throughputs: str | Path,

@@ -131,7 +131,8 @@ def serve(
     url_prefix: Annotated[str | None, typer.Option(help="Path prefix of filter/prioritize/bind (default /iadeep).")] = None,
     policy: Annotated[str | None, typer.Option(help="Placement policy (default iadeep).")] = None,
     colocation_limit: Annotated[int | None, typer.Option(help="Jobs per GPU (default: the policy's).")] = None,
-    throughputs_file: Annotated[Path | None, typer.Option(help="Gavel simulation_throughputs.json (required; `iadeep datasets fetch gavel-throughputs` downloads it).")] = None,
+    throughputs_file: Annotated[Path | None, typer.Option("--throughputs-file", "--throughputs", help="Measurements in Gavel's simulation_throughputs.json schema (required; `iadeep datasets fetch gavel-throughputs` downloads the published ones, `iadeep profile` measures your own).")] = None,
+    gpu_type: Annotated[str | None, typer.Option(help="GPU type (table key) of the measurements (default v100).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default $KUBECONFIG / ~/.kube/config).")] = None,
     in_cluster: Annotated[bool | None, typer.Option("--in-cluster/--no-in-cluster", help="Use the pod's service account.")] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (default info).")] = None,
@@ -140,4 +141,4 @@ def serve(
     """Serve filter, prioritize and bind for kube-scheduler (plus /healthz, /readyz, /metrics, /inspect)."""
     kube = {k: v for k, v in {"kubeconfig": kubeconfig, "in_cluster": in_cluster}.items() if v is not None}
     run({"host": host, "port": port, "url_prefix": url_prefix, "policy": policy, "colocation_limit": colocation_limit,
-         "throughputs_file": throughputs_file, "log_level": log_level, "workers": workers, "kube": kube or None})
+         "throughputs_file": throughputs_file, "gpu_type": gpu_type, "log_level": log_level, "workers": workers, "kube": kube or None})

@@ -51,20 +51,21 @@ class GavelMeasurements:
 
         Args:
             path: the JSON file.
-            gpu_type: one of :data:`GPU_TYPES`.
+            gpu_type: a table key of the file: one of :data:`GPU_TYPES` in Gavel's published
+                file; ``iadeep profile`` writes its own (e.g. ``"cpu"``, ``"nvidia-h200"``).
 
         Raises:
-            ValueError: unknown ``gpu_type``, a malformed key, or a pair missing from the matrix
-                (the message names the file and the key).
+            ValueError: ``gpu_type`` not in the file (the message lists the file's), a malformed
+                key, a non-positive isolated throughput, or a pair missing from the matrix (the
+                message names the file and the key).
         """
         path = Path(path)
-        if gpu_type not in GPU_TYPES:
-            raise ValueError(f"unknown GPU type {gpu_type!r}; Gavel measured {', '.join(GPU_TYPES)}")
         with path.open() as fh:
             raw = json.load(fh)
-        if gpu_type not in raw:
-            raise ValueError(f"{path}: no measurements for GPU type {gpu_type!r}")
-        table = raw[gpu_type]
+        table = raw.get(gpu_type) if isinstance(raw, dict) else None
+        if not isinstance(table, dict) or not table:
+            known = sorted(k for k, v in raw.items() if isinstance(v, dict) and k != "iadeep_profile") if isinstance(raw, dict) else []
+            raise ValueError(f"{path}: unknown GPU type {gpu_type!r}; the file has {', '.join(known) or 'none'}")
         keys = {}
         for key in table:
             jt, scale = JobType.from_gavel_key(key)
@@ -77,6 +78,8 @@ class GavelMeasurements:
         for i, a in enumerate(types):
             entry = table[keys[a]]
             iso[i] = float(entry["null"])
+            if not iso[i] > 0:
+                raise ValueError(f"{path}: {gpu_type} isolated throughput of {keys[a]} must be > 0, got {entry['null']!r}")
             for j, b in enumerate(types):
                 try:
                     co[i, j] = float(entry[keys[b]][0])

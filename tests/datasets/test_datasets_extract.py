@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import stat
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,43 @@ def test_existing_target_is_kept(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     extract_archive(archive, tmp_path / "a", dataset="ds")
     assert list((tmp_path / "a").iterdir()) == []
+
+
+def make_zip(members: list[tuple[str, bytes] | zipfile.ZipInfo]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for member in members:
+            if isinstance(member, zipfile.ZipInfo):
+                zf.writestr(member, b"/etc/passwd")
+            else:
+                zf.writestr(*member)
+    return buffer.getvalue()
+
+
+def test_zip_archive_through_fetch(server: FakeServer, tmp_path: Path) -> None:
+    archive = make_zip([("ml-1m/ratings.dat", b"1::2::3::4\n"), ("ml-1m/README", b"x")])
+    server.add("/ml.zip", archive)
+    entry = Entry("ml.zip", server.base_url + "/ml.zip", archive, extract=True)
+    folder = fetch("ml", progress=False, manifest=write_manifest(tmp_path / "m.toml", {"ml": [entry]}))
+    assert (folder / "ml" / "ml-1m" / "ratings.dat").read_bytes() == b"1::2::3::4\n"
+
+
+def _zip_link(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return info
+
+
+@pytest.mark.parametrize(
+    ("member", "reason"),
+    [(("../evil.txt", b"pwned"), "'..'"), (("/tmp/evil.txt", b"pwned"), "absolute path"), (_zip_link("link"), "symbolic link")],
+)
+def test_malicious_zip_member_is_rejected(tmp_path: Path, member, reason: str) -> None:
+    archive = tmp_path / "ds" / "bad.zip"
+    archive.parent.mkdir()
+    archive.write_bytes(make_zip([("good.csv", b"a,b\n"), member]))
+    with pytest.raises(DatasetError, match="unsafe archive member") as info:
+        extract_archive(archive, archive.parent / "bad", dataset="ds")
+    assert reason in str(info.value)
+    assert sorted(p.name for p in archive.parent.iterdir()) == ["bad.zip"]
+    assert not (tmp_path / "evil.txt").exists()
