@@ -48,7 +48,7 @@ def run_cmd(
 ) -> None:
     """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
     from iadeep.datasets import DatasetError
-    from iadeep.experiment._steps import build_workload, check_measured, cluster_of, fetch_inputs, run_policy, write_report
+    from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_policy, write_report
     from iadeep.traces import TraceFormatError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
@@ -61,8 +61,7 @@ def run_cmd(
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill, predictor=predictor, out=out)
         paths = fetch_inputs(cfg)
-        workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])
-        check_measured(cfg, workload, paths["throughputs"])
+        workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
         cluster = cluster_of(cfg)
     except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")

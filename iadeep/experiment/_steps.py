@@ -119,6 +119,7 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
     dropped = {k: int(v) for k, v in dict(df.attrs.get("dropped", {})).items()}
     if throughputs is None:
         throughputs = fetch_inputs(cfg, progress=False)["throughputs"]
+    check_measured(cfg, df, throughputs)  # every job type measured, before anything prices one
     why = feasibility(df, InterferenceModel.from_file(throughputs, cfg.gpu_type), cluster)
     kept_infeasible = {}
     for reason in sorted(set(why.tolist()) - {""}):
