@@ -38,6 +38,8 @@ def run_cmd(
     gpu_type: Annotated[str, typer.Option(help="Throughput measurements of this GPU type: v100, p100, k80.")] = _D.gpu_type,
     seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
     backfill: Annotated[bool, typer.Option(help="Let jobs behind a waiting queue head start.")] = False,
+    queue: Annotated[str, typer.Option(help="Simulator queue: fifo, backfill or kube (kube-scheduler's queue with backoff).")] = _D.queue,
+    scheduler_config: Annotated[Optional[str], typer.Option(help="KubeSchedulerConfiguration for the kube queue's backoff.")] = None,
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle.")] = _D.predictor,
     out: Annotated[str, typer.Option(help="Output folder.")] = _D.out,
 ) -> None:
@@ -53,7 +55,8 @@ def run_cmd(
             window_end_s=window_end_s, virtual_cluster=virtual_cluster, max_gpus=max_gpus, arrival_scale=arrival_scale,
             iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load, mix=mix, skip_bad_rows=skip_bad_rows,
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
-            gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, seed=seed, backfill=backfill, predictor=predictor, out=out)
+            gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, seed=seed, backfill=backfill, queue=queue,
+            scheduler_config=scheduler_config, predictor=predictor, out=out)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"])
     except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:

@@ -46,7 +46,11 @@ class ExperimentConfig:
         nodes / gpus_per_node / gpu_mem_gib: the cluster.
         gpu_type: Gavel GPU type of the throughput measurements ("v100", "p100", "k80").
         seed: seeds the mix and measurement noise.
-        backfill: allow queued jobs behind a waiting head to start.
+        backfill: allow queued jobs behind a waiting head to start (the same as ``queue="backfill"``).
+        queue: the simulator's scheduling queue: ``fifo``, ``backfill`` or ``kube``
+            (kube-scheduler's queue: priority then creation time, backoff, retries on events).
+        scheduler_config: KubeSchedulerConfiguration whose ``podInitialBackoffSeconds`` /
+            ``podMaxBackoffSeconds`` the ``kube`` queue uses (``None``: kube-scheduler's defaults).
         trial_s / measurement_noise: tuning trial length (s) and relative noise.
         predictor: iadeep's interference predictor ("learned" or "oracle").
         out: output folder.
@@ -72,6 +76,8 @@ class ExperimentConfig:
     gpu_type: str = "v100"
     seed: int = 0
     backfill: bool = False
+    queue: str = "fifo"
+    scheduler_config: str | None = None
     trial_s: float = 20.0
     measurement_noise: float = 0.05
     predictor: str = "learned"
@@ -103,7 +109,10 @@ class ExperimentConfig:
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown:
             raise ValueError(f"unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(POLICIES)}")
+        from iadeep.sim import QUEUES
+
         for field_name, value, known in (("mix", self.mix, tuple(MIXES)), ("gpu_type", self.gpu_type, GPU_TYPES),
+                                         ("queue", self.queue, QUEUES),
                                          ("predictor", self.predictor, ("learned", "oracle"))):
             if value not in known:
                 raise ValueError(f"unknown {field_name} {value!r}; known: {', '.join(known)}")

@@ -24,9 +24,9 @@ from iadeep.experiment._config import TRACE_DATASETS, ExperimentConfig
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
 from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_markdown, write_summary_json
-from iadeep.sim import ClusterSpec, SimResult, SimSettings, simulate
+from iadeep.sim import ClusterSpec, KubeQueueSettings, SimResult, SimSettings, simulate
 
-__all__ = ["fetch_inputs", "build_workload", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
+__all__ = ["sim_settings", "fetch_inputs", "build_workload", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
 
 THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
 
@@ -34,6 +34,17 @@ THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
 def cluster_of(cfg: ExperimentConfig) -> ClusterSpec:
     """The :class:`ClusterSpec` an experiment simulates."""
     return ClusterSpec(cfg.nodes, cfg.gpus_per_node, cfg.gpu_mem_gib)
+
+
+def sim_settings(cfg: ExperimentConfig) -> SimSettings:
+    """The simulator settings of an experiment (queue, backoff from the scheduler configuration).
+
+    Raises:
+        ValueError: the scheduler configuration cannot be read.
+    """
+    kube = KubeQueueSettings.from_scheduler_config(cfg.scheduler_config)
+    return SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill,
+                       queue=cfg.queue, kube=kube)
 
 
 def fetch_inputs(cfg: ExperimentConfig, progress: bool = True) -> dict[str, str]:
@@ -107,7 +118,7 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
     model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
     options: dict[str, Any] = {"predictor": cfg.predictor} if name == "iadeep" else {}
     policy = make_policy(name, model, **options)
-    settings = SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill)
+    settings = sim_settings(cfg)
     t0 = time.perf_counter()
     result = simulate(workload, policy, model, cluster_of(cfg), settings, progress)
     wall = time.perf_counter() - t0

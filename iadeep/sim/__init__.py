@@ -2,6 +2,8 @@
 
 from iadeep.sim._config import ClusterSpec, SimSettings
 from iadeep.sim._engine import Simulator, simulate
+from iadeep.sim._queue import QUEUES, FifoQueue, KubeQueue, KubeQueueSettings, SchedulingQueue, make_queue
 from iadeep.sim._result import JOB_COLUMNS, SimResult, summarise
 
-__all__ = ["ClusterSpec", "JOB_COLUMNS", "SimResult", "SimSettings", "Simulator", "simulate", "summarise"]
+__all__ = ["ClusterSpec", "FifoQueue", "JOB_COLUMNS", "KubeQueue", "KubeQueueSettings", "QUEUES", "SchedulingQueue",
+           "SimResult", "SimSettings", "Simulator", "make_queue", "simulate", "summarise"]

@@ -6,8 +6,10 @@ size (the trace's duration). A running job's progress rate (work per second) is,
 :mod:`iadeep.goodput`; the cap: nothing runs faster than its dedicated run as submitted); a
 gang (multi-GPU job) advances at the rate of its slowest GPU (synchronous data parallelism).
 
-Events: arrival, completion, end of a tuning session. After each batch of simultaneous events the
-scheduler tries the queue head (FIFO), and with ``backfill`` the next ``backfill_depth`` jobs. Every
+Events: arrival, completion, end of a tuning session, queue wake-up. After each batch of
+simultaneous events the scheduler tries the jobs its queue offers (:mod:`iadeep.sim._queue`: the
+FIFO head, with backfill the next ``backfill_depth`` jobs, or kube-scheduler's active queue with
+backoff; completions and evictions are reported to it as cluster events). Every
 GPU whose co-location set changed gets a tuning call; a session with ``n`` trials lasts
 ``n x trial_s`` during which the jobs progress at the mean true rate of the measured
 configurations, then the chosen configuration applies (a session interrupted by another change is
@@ -27,11 +29,12 @@ from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
 from iadeep.policy import ClusterView, JobRequest, Placement, Policy
 from iadeep.sim._config import ClusterSpec, SimSettings
+from iadeep.sim._queue import SchedulingQueue, make_queue
 from iadeep.sim._result import SimResult
 
 __all__ = ["Simulator", "simulate"]
 
-_ARRIVE, _FINISH, _TUNED = 0, 1, 2
+_ARRIVE, _FINISH, _TUNED, _WAKE = 0, 1, 2, 3
 _PENDING, _QUEUED, _RUNNING, _DONE = 0, 1, 2, 3
 
 
@@ -51,6 +54,8 @@ class Simulator:
         model: the ground-truth interference model.
         cluster: the cluster.
         settings: simulation settings.
+        queue: the scheduling queue (a fresh one per run); ``None``: built from ``settings``
+            (:meth:`SimSettings.make_queue`).
 
     Raises:
         ValueError: a job needs more GPUs than the cluster has, a job type the model lacks, or
@@ -58,7 +63,7 @@ class Simulator:
     """
 
     def __init__(self, jobs: pd.DataFrame, policy: Policy, model: InterferenceModel, cluster: ClusterSpec = ClusterSpec(),
-                 settings: SimSettings = SimSettings()):
+                 settings: SimSettings = SimSettings(), queue: SchedulingQueue | None = None):
         self.policy, self.model, self.cluster, self.settings = policy, model, cluster, settings
         self.rng = np.random.default_rng(settings.seed)
         n = len(jobs)
@@ -105,7 +110,8 @@ class Simulator:
         self.sessions: dict[int, _Session] = {}
         self.gpu_version = np.zeros(G, dtype=np.int64)
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
-        self.queue: list[int] = []
+        self.queue: SchedulingQueue = queue if queue is not None else settings.make_queue()
+        self._wake_at = -1.0
         self.events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.now = 0.0
@@ -256,7 +262,8 @@ class Simulator:
         self.evictions[h] += 1
         self.status[h] = _QUEUED
         self.n_running -= 1
-        self.queue.insert(0, h)
+        self.queue.requeue(h, self.now)
+        self.queue.cluster_event("pod_ended", self.now)
 
     # -- scheduling ----------------------------------------------------------------------------
     def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
@@ -267,18 +274,17 @@ class Simulator:
         """Place what the policy allows; returns the GPUs whose co-location set changed."""
         changed: set[int] = set()
         affected: set[int] = set()
-        depth = self.settings.backfill_depth if self.settings.backfill else 0
-        i, ahead = 0, 0
-        while i < len(self.queue) and i <= depth:
-            h = self.queue[i]
-            decision = self.policy.place(self._request(h, ahead, len(self.queue) - i - 1), self.view())
+        ahead = 0
+        queue = self.queue
+        for h in queue.candidates(self.now):
+            decision = self.policy.place(self._request(h, ahead, queue.blocking(h)), self.view())
             if isinstance(decision, Placement):
-                self.queue.pop(i)
+                queue.placed(h, self.now)
                 affected |= self._apply_placement(h, decision)
                 changed.update(decision.gpus)
                 continue
+            queue.failed(h, self.now)
             ahead += int(self.num_gpus[h])
-            i += 1
         for g in sorted(changed):
             self._tune(g, affected)
         for h in affected:
@@ -310,7 +316,7 @@ class Simulator:
                 _, _, kind, a, b = heapq.heappop(self.events)
                 if kind == _ARRIVE:
                     self.status[a] = _QUEUED
-                    self.queue.append(a)
+                    self.queue.add(a, float(self.submit[a]), t)
                 elif kind == _FINISH:
                     if b != self.version[a] or self.status[a] != _RUNNING:
                         continue
@@ -319,6 +325,7 @@ class Simulator:
                     self.status[a] = _DONE
                     self.n_running -= 1
                     self.end[a] = t
+                    self.queue.cluster_event("pod_ended", t)
                     done += 1
                     if progress is not None:
                         progress(done)
@@ -337,6 +344,10 @@ class Simulator:
                 if self.status[h] == _RUNNING:
                     self._set_rate(h)
             self._schedule()
+            wake = self.queue.next_wakeup(t)
+            if wake is not None and wake > t and wake != self._wake_at:
+                self._wake_at = wake
+                self._push(wake, _WAKE, 0)
             if self.settings.record_timeline:
                 self.timeline.append((t, len(self.queue), int((self.slots >= 0).any(axis=1).sum()), self.n_running))
         if done != n:
