@@ -24,6 +24,9 @@ def _mount() -> None:
     from iadeep.extender._cli import app as extender_app
 
     app.add_typer(extender_app, name="extender", help="The kube-scheduler extender service.")
+    from iadeep.emulator._cli import app as emulator_app
+
+    app.add_typer(emulator_app, name="emulator", help="Emulated GPUs for kwok nodes, driven by the interference model.")
     from iadeep.dev._cli import app as dev_app
 
     app.add_typer(dev_app, name="dev", help="Local development cluster (etcd, kube-apiserver, kube-scheduler, kwok).")

@@ -53,6 +53,10 @@ class ExperimentConfig:
             ``podMaxBackoffSeconds`` the ``kube`` queue uses (``None``: kube-scheduler's defaults).
         trial_s / measurement_noise: tuning trial length (s) and relative noise.
         predictor: iadeep's interference predictor ("learned" or "oracle").
+        backend: ``simulator`` (the trace-driven simulator) or ``kubernetes`` (Jobs on a cluster:
+            the local control plane with kwok nodes, our extender and the GPU emulator).
+        speedup: the kubernetes backend's time compression (emulated seconds per wall second).
+        timeout_s: the kubernetes backend's wall-clock bound per policy (``None``: from the trace).
         out: output folder.
     """
 
@@ -81,6 +85,9 @@ class ExperimentConfig:
     trial_s: float = 20.0
     measurement_noise: float = 0.05
     predictor: str = "learned"
+    backend: str = "simulator"
+    speedup: float = 1000.0
+    timeout_s: float | None = None
     out: str = "runs/latest"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -104,6 +111,8 @@ class ExperimentConfig:
             raise ValueError(f"unknown trace {self.trace!r}; known: {', '.join(TRACE_DATASETS)}")
         if TRACE_DATASETS[self.trace] is None and not self.trace_file:
             raise ValueError(f"trace {self.trace!r} is not in the dataset registry: pass trace_file")
+        if not self.speedup > 0:
+            raise ValueError(f"speedup must be positive, got {self.speedup}")
         if not self.policies:
             raise ValueError("at least one policy is needed")
         unknown = [p for p in self.policies if p not in POLICIES]
@@ -113,6 +122,7 @@ class ExperimentConfig:
 
         for field_name, value, known in (("mix", self.mix, tuple(MIXES)), ("gpu_type", self.gpu_type, GPU_TYPES),
                                          ("queue", self.queue, QUEUES),
+                                         ("backend", self.backend, ("simulator", "kubernetes")),
                                          ("predictor", self.predictor, ("learned", "oracle"))):
             if value not in known:
                 raise ValueError(f"unknown {field_name} {value!r}; known: {', '.join(known)}")

@@ -26,7 +26,7 @@ from iadeep.policy import make_policy
 from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_markdown, write_summary_json
 from iadeep.sim import ClusterSpec, KubeQueueSettings, SimResult, SimSettings, simulate
 
-__all__ = ["sim_settings", "fetch_inputs", "build_workload", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
+__all__ = ["run_live", "sim_settings", "fetch_inputs", "build_workload", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
 
 THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
 
@@ -131,6 +131,44 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
     return result
 
 
+def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path,
+             on_policy: Callable[[str, int], Callable[[int], None]] | None = None) -> dict[str, dict[str, Any]]:
+    """The kubernetes backend: every policy on the local control plane (kwok GPU nodes, the real
+    kube-scheduler, our extender, the GPU emulator; :mod:`iadeep.experiment._live`); writes the
+    same per-policy files as :func:`run_policy`, with the live metrics. Returns them by policy.
+
+    Raises:
+        TimeoutError: a policy's Jobs did not all finish within ``cfg.timeout_s``.
+        iadeep.dev.ControlPlaneError: the control plane is not built (``make controlplane``) or did not start.
+    """
+    from iadeep.experiment._live import LiveSettings, LocalCluster, iter_runs, run_live_policy
+    from iadeep.state import EtcdStateStore, StateSettings
+
+    model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
+    cluster = cluster_of(cfg)
+    live = LiveSettings(speedup=cfg.speedup, timeout_s=cfg.timeout_s)
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    all_metrics = {}
+    with LocalCluster(cluster, Path(throughputs), workdir=out / "live") as lc:
+        for name, run in iter_runs(list(cfg.policies)):
+            prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup)
+            store = EtcdStateStore(StateSettings(endpoints=[lc.etcd.endpoint], prefix=prefix))
+            try:
+                cb = on_policy(name, len(workload)) if on_policy else None
+                result, live_metrics = run_live_policy(lc.api, workload, model, cluster, policy=name, run=run,
+                                                       settings=live, store=store, progress=cb)
+            finally:
+                store.close()
+            result.jobs.to_csv(out / f"jobs-{name}.csv", index=False)
+            result.timeline.to_csv(out / f"timeline-{name}.csv", index=False)
+            metrics = {**result.summary(), "busy_gpu_seconds": result.busy_gpu_seconds, "total_gpus": result.total_gpus,
+                       **live_metrics, "cluster_timings_s": dict(lc.timings)}
+            (out / f"metrics-{name}.json").write_text(json.dumps(metrics, indent=2) + "\n")
+            all_metrics[name] = metrics
+    return all_metrics
+
+
 def _load_result(out: Path, name: str) -> SimResult:
     metrics = json.loads((out / f"metrics-{name}.json").read_text())
     return SimResult(name, pd.read_csv(out / f"jobs-{name}.csv", dtype={"job_id": str}), pd.read_csv(out / f"timeline-{name}.csv"),
@@ -170,6 +208,9 @@ def run_experiment(cfg: ExperimentConfig, on_policy: Callable[[str, int], Callab
     """
     paths = fetch_inputs(cfg, progress=progress)
     workload, _ = build_workload(cfg, paths["trace"])
+    if cfg.backend == "kubernetes":
+        run_live(cfg, workload, paths["throughputs"], on_policy)
+        return write_report(cfg)
     for name in cfg.policies:
         cb = on_policy(name, len(workload)) if on_policy else None
         run_policy(cfg, name, workload, paths["throughputs"], cb)

@@ -107,6 +107,8 @@ class Simulator:
         self.evictions = np.zeros(n, dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
         self.gpus: list[tuple[int, ...]] = [()] * n
+        self.first_gpus: list[tuple[int, ...]] = [()] * n  # where each job first started
+        self.partners: list[set[int]] = [set() for _ in range(n)]  # jobs it ever shared a GPU with
         self.sessions: dict[int, _Session] = {}
         self.gpu_version = np.zeros(G, dtype=np.int64)
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
@@ -174,6 +176,8 @@ class Simulator:
             for other in self._occupants(g):
                 self.coloc[other] += 1
                 self.coloc[h] += 1
+                self.partners[h].add(other)
+                self.partners[other].add(h)
             self.slots[g, free[0]] = h
             self.mem_used[g] += self._mem_of[self.type[h]]
             if self.mem_used[g] > self.mem_total[g] + 1e-9:
@@ -185,6 +189,7 @@ class Simulator:
         self.updated[h] = self.now
         if np.isnan(self.start[h]):
             self.start[h] = self.now
+            self.first_gpus[h] = tuple(p.gpus)
         for g in p.gpus:
             self._refresh_gpu(g, affected)
         return affected

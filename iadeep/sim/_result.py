@@ -15,7 +15,8 @@ __all__ = ["SimResult", "summarise"]
 
 #: Columns of :attr:`SimResult.jobs`.
 JOB_COLUMNS = ("job_id", "submit_s", "start_s", "end_s", "jct_s", "queueing_s", "duration_s", "slowdown", "num_gpus",
-               "model", "batch_size", "final_batch_size", "colocations", "tuning_trials", "evictions")
+               "model", "batch_size", "final_batch_size", "colocations", "tuning_trials", "evictions", "placement",
+               "partners")
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,9 @@ class SimResult:
 
     Attributes:
         policy: policy name.
-        jobs: one row per job (columns :data:`JOB_COLUMNS`); times in seconds; JCT from submission.
+        jobs: one row per job (columns :data:`JOB_COLUMNS`); times in seconds; JCT from submission;
+            ``placement``: the GPUs it first started on as ``node/gpu`` joined by ``;``;
+            ``partners``: the IDs of the jobs it ever shared a GPU with, sorted, joined by ``;``.
         timeline: columns ``t_s, queue_len, busy_gpus, running_jobs`` after each event batch.
         total_gpus: cluster size.
         busy_gpu_seconds: integral of GPUs holding at least one job over time (GPU x s).
@@ -40,6 +43,7 @@ class SimResult:
     def build(cls, sim: "Simulator") -> "SimResult":
         """Collect a finished :class:`~iadeep.sim.Simulator`'s state."""
         types = sim.model.types
+        names = sim.cluster.node_names()
         jct = sim.end - sim.submit
         jobs = pd.DataFrame({
             "job_id": sim.job_ids,
@@ -57,6 +61,8 @@ class SimResult:
             "colocations": sim.coloc,
             "tuning_trials": sim.trials,
             "evictions": sim.evictions,
+            "placement": [";".join(f"{names[sim.gpu_node[g]]}/{sim.gpu_local[g]}" for g in gs) for gs in sim.first_gpus],
+            "partners": [";".join(sorted(str(sim.job_ids[o]) for o in ps)) for ps in sim.partners],
         })
         timeline = pd.DataFrame(sim.timeline, columns=["t_s", "queue_len", "busy_gpus", "running_jobs"])
         return cls(sim.policy.name, jobs, timeline, sim.cluster.total_gpus, sim.busy_gpu_seconds)
