@@ -115,3 +115,27 @@ def test_a_job_behind_an_unschedulable_head_starts_under_kube_but_not_fifo(model
     assert fifo.loc["small", "start_s"] >= fifo.loc["gang", "start_s"] >= 1000.0
     # the gang is retried when the first job ends (an event), after its backoff (1 s, long past)
     assert kube.loc["gang", "start_s"] == pytest.approx(1000.0)
+
+
+def test_under_kube_a_waiting_job_holds_nobody_back(model):
+    """The policy's jobs_behind (what its FIFO-blocking charge counts) is 0 under the kube queue and
+    the number of jobs queued behind under FIFO."""
+    from iadeep.policy.exclusive import Exclusive
+
+    seen: dict[str, list[int]] = {}
+
+    class Recording(Exclusive):
+        name = "recording-test"
+
+        def place(self, job, view):
+            seen.setdefault(self.queue_name, []).append(job.jobs_behind)
+            return super().place(job, view)
+
+    jobs = _jobs([("a", 0.0, 1000.0, 4, "ResNet-50", 64), ("b", 10.0, 100.0, 1, "ResNet-50", 64),
+                  ("c", 20.0, 100.0, 1, "ResNet-50", 64)])
+    for queue in ("kube", "fifo"):
+        policy = Recording(model)
+        policy.queue_name = queue
+        Simulator(jobs, policy, model, ClusterSpec(1, 4, 24.0), SimSettings(queue=queue)).run()
+    assert set(seen["kube"]) == {0}
+    assert max(seen["fifo"]) == 1  # b waits with c behind it
