@@ -109,7 +109,7 @@ class KubeApi:
             raise KubeCallError(f"{what}: {exc}") from None
         try:
             buf = b""
-            for chunk in resp.stream(65536, decode_content=False):
+            for chunk in resp.stream(None, decode_content=False):
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for line in lines:

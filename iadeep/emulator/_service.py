@@ -13,7 +13,9 @@ Three followers and a completer, each a daemon thread:
   that succeeds, fails or is deleted leaves them. Every change of a GPU's co-located set changes
   the rates of the jobs on it (:mod:`._gpus`) and, with ``report_measurements``, each affected job's
   measured throughput is written to the state store (:class:`iadeep.state.Measurement`: the
-  records the node coordinator reads; a training job reports the same through the SDK).
+  records the node coordinator reads; a training job reports the same through the SDK), and with
+  ``update_job_records`` its job record's ``remaining_s`` is brought up to date (the work the
+  placement policy weighs; the coordinator's part once it runs beside the emulator).
 - **completer**: sleeps until the next job's work is done (or a change), then completes pods
   annotated ``iadeep.io/emulated``: it writes the exact start and end times as annotations
   (``iadeep.io/emulated-start`` / ``-end``, Unix seconds with sub-second digits: the API's own
@@ -40,15 +42,17 @@ from iadeep.emulator._gpus import EmulatedGpus, RateChange
 from iadeep.emulator._kube import KubeApi, KubeCallError
 from iadeep.emulator._settings import EmulatorSettings
 from iadeep.extender import (
+    ANNOTATION_ASSUME_TIME,
     ANNOTATION_BATCH_SIZE,
     ANNOTATION_DURATION,
     ANNOTATION_GPU_INDEX,
+    ANNOTATION_GPU_MEM,
     ANNOTATION_MODEL,
     PodSpecError,
     TypeResolver,
 )
 from iadeep.interference import InterferenceModel
-from iadeep.state import GpuInfo, Measurement, NodeInventory, StateStore, StoreUnavailable
+from iadeep.state import GpuInfo, JobRecord, Measurement, NodeInventory, StateStore, StoreUnavailable
 
 __all__ = ["EmulatorService", "node_inventory", "ANNOTATION_EMULATED", "ANNOTATION_EMULATED_START", "ANNOTATION_EMULATED_END",
            "ANNOTATION_SPEEDUP", "NODE_ANNOTATION_GPUS"]
@@ -73,8 +77,10 @@ _ENDED = ("Succeeded", "Failed")
 class _Pod:
     obj: dict[str, Any]
     running: bool = False  # kwok marked it Running
-    done: bool = False  # its work is done; complete when running
+    done: bool = False  # its work is done (it left its emulated GPUs); complete when running
     completing: bool = False
+    started_s: float = 0.0
+    finished_s: float = 0.0
 
 
 def node_inventory(node: dict[str, Any]) -> NodeInventory | None:
@@ -100,6 +106,20 @@ def node_inventory(node: dict[str, Any]) -> NodeInventory | None:
     if count <= 0 or mem <= 0:
         return None
     return NodeInventory(name, tuple(GpuInfo(i, mem, f"GPU-{name}-{i}") for i in range(count)))
+
+
+def _job_record(pod: dict[str, Any], gpus: tuple[int, ...], remaining_s: float) -> JobRecord | None:
+    """The extender's job record of a bound pod (:meth:`PodDemand.job_record`: the same fields from
+    the pod's annotations) with ``remaining_s`` brought up to date; ``None`` when unreadable."""
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    try:
+        return JobRecord(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""),
+                         ann.get(ANNOTATION_MODEL, "ResNet-50"), int(ann.get(ANNOTATION_BATCH_SIZE, 64)), len(gpus),
+                         float(ann.get(ANNOTATION_GPU_MEM, 0.0)), remaining_s=float(remaining_s),
+                         submitted_at=int(ann.get(ANNOTATION_ASSUME_TIME, 0)) / 1e9)
+    except (ValueError, TypeError):
+        return None
 
 
 class EmulatorService:
@@ -230,7 +250,10 @@ class EmulatorService:
                     changes = self.gpus.stop(uid, now_s=now)
             elif known is not None:
                 known.obj = pod
-                known.running = status.get("phase") == "Running"
+                running = status.get("phase") == "Running"
+                if running and not known.running and known.done:
+                    self._lock.notify_all()  # done before kwok marked it Running: complete it now
+                known.running = running
             elif node in self.nodes and ann.get(ANNOTATION_GPU_INDEX):
                 try:
                     start = self._start_args(pod)
@@ -238,7 +261,7 @@ class EmulatorService:
                     log.warning("pod %s/%s cannot be emulated: %s", meta.get("namespace"), meta.get("name"), exc)
                     self.errors += 1
                     return
-                self.pods[uid] = _Pod(pod, running=status.get("phase") == "Running")
+                self.pods[uid] = _Pod(pod, running=status.get("phase") == "Running", started_s=now)
                 changes = self.gpus.start(uid, node, now_s=now, **start)
             if changes:
                 self._lock.notify_all()
@@ -257,43 +280,58 @@ class EmulatorService:
         return {"gpus": gpus, "type_id": type_id, "work_s": work, "speedup": speedup}
 
     def _report(self, changes: list[RateChange], now: float) -> None:
-        if not changes or not self.settings.report_measurements:
+        s = self.settings
+        if not changes or not (s.report_measurements or s.update_job_records):
             return
-        out = []
+        measured, records = [], []
         with self._lock:
             for c in changes:
-                job = self.gpus.jobs.get(c.uid)
-                if job is not None:
-                    out.append(Measurement(c.uid, self.gpus.measure(c.uid), self.model.types[job.type_id].batch_size, now))
-        for m in out:
-            try:
+                job, pod = self.gpus.jobs.get(c.uid), self.pods.get(c.uid)
+                if job is None or pod is None:
+                    continue
+                if s.report_measurements:
+                    measured.append(Measurement(c.uid, self.gpus.measure(c.uid), self.model.types[job.type_id].batch_size, now))
+                if s.update_job_records:
+                    records.append(_job_record(pod.obj, job.gpus, self.gpus.progress_of(c.uid, now)))
+        try:
+            for m in measured:
                 self.store.add_measurement(m)
                 self.measurements += 1
-            except StoreUnavailable as exc:
-                log.warning("could not report a measurement: %s", exc)
+            for r in records:
+                if r is not None:
+                    self.store.put_job(r)
+        except StoreUnavailable as exc:
+            log.warning("could not report progress: %s", exc)
 
     # -- completing --------------------------------------------------------------------------
     def _complete_loop(self) -> None:
         while not self._stop.is_set():
             todo: list[tuple[dict[str, Any], float, float]] = []
+            changes: list[RateChange] = []
             with self._lock:
                 now = self.clock()
                 for uid in self.gpus.due(now):
                     p = self.pods.get(uid)
-                    if p is not None:
-                        p.done = True
-                for uid, p in self.pods.items():
+                    job = self.gpus.jobs.get(uid)
+                    if p is None or job is None:
+                        continue
+                    ann = (p.obj.get("metadata") or {}).get("annotations") or {}
+                    if ANNOTATION_EMULATED not in ann:
+                        continue  # not ours to complete (kwok's own timer): it runs on
+                    # the work is done: the job leaves its GPUs at its finish time (partners speed
+                    # up from then on), whatever the API calls below take
+                    p.done, p.finished_s = True, self.gpus.finish_time(job)
+                    changes += self.gpus.stop(uid, now_s=p.finished_s)
+                for p in self.pods.values():
                     if p.done and p.running and not p.completing:
-                        ann = (p.obj.get("metadata") or {}).get("annotations") or {}
-                        if ANNOTATION_EMULATED in ann:
-                            job = self.gpus.jobs[uid]
-                            p.completing = True
-                            todo.append((p.obj, job.started_s, self.gpus.finish_time(job)))
-                if not todo:
+                        p.completing = True
+                        todo.append((p.obj, p.started_s, p.finished_s))
+                if not todo and not changes:
                     nxt = self.gpus.next_due()
                     wait = 1.0 if nxt is None else min(max(nxt - now, 0.0), 1.0)
                     self._lock.wait(wait)
                     continue
+            self._report(changes, now)
             for pod, started, finished in todo:
                 self._complete(pod, started, finished)
 

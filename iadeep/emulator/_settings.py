@@ -50,6 +50,8 @@ class EmulatorSettings(BaseSettings):
         measurement_noise: relative standard deviation of reported throughput (the simulator's 5 %).
         report_measurements: write each job's measured throughput to the state store (the
             measurement records the node coordinator reads) whenever its co-located set changes.
+        update_job_records: write each affected job's remaining work into its job record (the
+            extender's placement policy reads it) whenever its co-located set changes.
         inventory_ttl_s: lease of each published node inventory (renewed at a third of it).
         default_model / default_batch_size / default_duration_s: a pod without the annotations.
     """
@@ -63,6 +65,7 @@ class EmulatorSettings(BaseSettings):
     seed: int = 0
     measurement_noise: float = Field(0.05, ge=0)
     report_measurements: bool = True
+    update_job_records: bool = True
     inventory_ttl_s: int = Field(120, ge=3)
     default_model: str = "ResNet-50"
     default_batch_size: int = Field(64, ge=1)

@@ -353,7 +353,7 @@ def _watch_jobs(api_client: Any, namespace: str, run: str, total: int, deadline:
                                              _request_timeout=(10, min(left, 30) + 10))
             try:
                 buf = b""
-                for chunk in resp.stream(65536, decode_content=False):
+                for chunk in resp.stream(None, decode_content=False):
                     buf += chunk
                     *lines, buf = buf.split(b"\n")
                     for line in lines:

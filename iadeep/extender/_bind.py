@@ -244,7 +244,7 @@ class KubernetesPodApi:
             raise KubeError(f"{what}: Kubernetes API unreachable: {exc}") from None
         try:
             buf = b""
-            for chunk in resp.stream(65536, decode_content=False):
+            for chunk in resp.stream(None, decode_content=False):
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
