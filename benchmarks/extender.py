@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import httpx
     import psutil
 
-    from iadeep.dev._cluster import free_port
+    from iadeep.testing import free_port
     from iadeep.state import EtcdStateStore, GpuInfo, LocalEtcd, NodeInventory, StateSettings
 
     throughputs = args.throughputs or _throughputs()

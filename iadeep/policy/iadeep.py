@@ -141,7 +141,7 @@ class IADeep(Policy):
         if n_free + len(shared) < k:
             return Wait(job.job_id, _wait_reason(job, mask, reason))
         pred = self.predicted()
-        first = view.slots[shared, 0]
+        first = view.slots[shared, 0]  # the occupant of each shareable GPU (slot contract of ClusterView)
         occ_t = view.job_type[first]
         a = np.maximum(pred[job.type_id, occ_t], 1e-3)
         b = np.maximum(pred[occ_t, job.type_id], 1e-3)
@@ -181,7 +181,7 @@ class IADeep(Policy):
 
     def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
         """Tune batch sizes of co-located jobs; learn from every measurement."""
-        handles = view.slots[gpu][view.slots[gpu] >= 0]
+        handles = view.occupants(gpu)
         if len(handles) < 2:
             return super().tune(gpu, view, measure)
         decision = self.tuner.tune(gpu, view, self.predicted(), measure)
@@ -190,7 +190,7 @@ class IADeep(Policy):
             self.learner.observe(InterferenceSample(types[t], types[p], y))
         if self.undo_below is not None and decision.progress < self.undo_below:
             # even the best configuration progresses less than taking turns would: undo
-            newest = int(handles[-1])
+            newest = int(handles[-1])  # occupants are in placement order (ClusterView's slot contract)
             self.avoid([int(view.job_base_type[h]) for h in handles])  # as submitted: how they queue and sit alone
             return replace(decision, type_ids={}, evict=(newest,),
                            reason=f"co-location undone: best measured progress {decision.progress:.2f} < 1")

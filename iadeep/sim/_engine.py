@@ -12,8 +12,9 @@ FIFO head, with backfill the next ``backfill_depth`` jobs, or kube-scheduler's a
 backoff; completions and evictions are reported to it as cluster events). Every
 GPU whose co-location set changed gets a tuning call; a session with ``n`` trials lasts
 ``n x trial_s`` during which the jobs progress at the mean true rate of the measured
-configurations, then the chosen configuration applies (a session interrupted by another change is
-discarded). Measurements the policy sees are noisy; the simulator uses the true values.
+configurations, then the chosen configuration applies, or the jobs the policy undoes are
+re-queued (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
+session interrupted by another change is discarded. Measurements the policy sees are noisy; the simulator uses the true values.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ _PENDING, _QUEUED, _RUNNING, _DONE = 0, 1, 2, 3
 class _Session:
     version: int
     config: dict[int, int]
+    evict: tuple[int, ...] = ()
 
 
 class Simulator:
@@ -201,9 +203,12 @@ class Simulator:
         self.version[h] += 1
         left = list(self.gpus[h])
         for g in left:
+            # keep ClusterView's slot contract: the remaining jobs shift down, placement order kept
             s = self._slot(g, h)
-            self.slots[g, s] = -1
-            self.gpu_rate[g, s] = 0.0
+            self.slots[g, s:-1] = self.slots[g, s + 1:].copy()
+            self.slots[g, -1] = -1
+            self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
+            self.gpu_rate[g, -1] = 0.0
             self.mem_used[g] = max(self.mem_used[g] - self._mem_of[self.type[h]], 0.0)
             self.gpu_version[g] += 1
             self.sessions.pop(g, None)
@@ -226,13 +231,10 @@ class Simulator:
         decision = self.policy.tune(g, self.view(), self._measure_on(g, trial_rates))
         if decision is None:
             return
-        if decision.evict:
-            for h in self._occupants(g):
-                self.trials[h] += decision.trials
-            for h in decision.evict:
-                self._evict(int(h), affected)
-            return
+        evict = tuple(int(h) for h in decision.evict)
         if decision.trials and trial_rates:
+            # the session's trials run on the GPU: the jobs progress at the mean true rate of the
+            # measured configurations until it ends; then its decision (new sizes or an undo) applies
             for h in self._occupants(g):
                 self.trials[h] += decision.trials
             mean = {x: float(np.mean([tr[x] for tr in trial_rates if x in tr])) for x in trial_rates[0]}
@@ -240,9 +242,12 @@ class Simulator:
                 if x in self._occupants(g):
                     self.gpu_rate[g, self._slot(g, x)] = r
                     affected.add(x)
-            if decision.type_ids:
-                self.sessions[g] = _Session(int(self.gpu_version[g]), dict(decision.type_ids))
+            if decision.type_ids or evict:
+                self.sessions[g] = _Session(int(self.gpu_version[g]), {} if evict else dict(decision.type_ids), evict)
                 self._push(self.now + decision.trials * self.settings.trial_s, _TUNED, g, int(self.gpu_version[g]))
+        elif evict:
+            for h in evict:
+                self._evict(h, affected)
         elif decision.type_ids:
             self._apply_config(g, dict(decision.type_ids), affected)
 
@@ -339,7 +344,11 @@ class Simulator:
                     if session is None or session.version != b or self.gpu_version[a] != b:
                         continue
                     del self.sessions[a]
-                    self._apply_config(a, session.config, affected)
+                    if session.evict:
+                        for h in session.evict:
+                            self._evict(h, affected)
+                    else:
+                        self._apply_config(a, session.config, affected)
             for g in sorted(freed):
                 self._refresh_gpu(g, affected)
             for g in sorted(freed):
