@@ -144,7 +144,7 @@ def _json(api_client: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
 
 
 def _free_port() -> int:
-    from iadeep.dev._cluster import free_port
+    from iadeep._host import free_port
 
     return free_port()
 

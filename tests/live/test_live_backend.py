@@ -18,10 +18,12 @@ SPEEDUP = 5000.0  # a 30-job slice spans about 1 day of trace: about 20 s of rep
 
 
 @pytest.fixture(scope="module")
-def compared(controlplane_binaries, data_env, tmp_path_factory):
+def compared(controlplane_binaries, dataset_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("parity")
     cfg = ExperimentConfig(jobs=30, policies=("iadeep",), queue="kube", speedup=SPEEDUP, out=str(out))
-    figures = run_compare(cfg)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+        figures = run_compare(cfg)
     return out, figures["iadeep"]
 
 
