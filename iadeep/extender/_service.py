@@ -97,6 +97,10 @@ class ExtenderService:
         self._assessed: OrderedDict[str, tuple[float, frozenset[str], dict[str, int]]] = OrderedDict()
         self._memo_lock = threading.Lock()
         self._pending_release: set[str] = set()
+        # releases of ended pods in flight: filter waits for them (kube-scheduler retries the pods
+        # waiting for memory on the same pod event the follower acts on)
+        self._releasing = 0
+        self._released = threading.Condition(threading.Lock())
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self.pod_follower: PodFollower | None = None
@@ -240,6 +244,7 @@ class ExtenderService:
             type_id = self.types.resolve(demand.model, demand.batch_size)
         except PodSpecError as exc:
             return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {exc}" for n in names})
+        self.await_releases()
         try:
             _, base = self.cache.current()
         except StoreUnavailable as exc:
@@ -336,6 +341,20 @@ class ExtenderService:
             return self._bind_result("released", str(exc))
         return self._bind_result("bound")
 
+    @property
+    def releases_in_flight(self) -> int:
+        """Releases of ended pods being made now."""
+        return self._releasing
+
+    def await_releases(self) -> None:
+        """Wait until no release of an ended pod is in flight (bounded by ``release_wait_s``)."""
+        if not self._releasing:
+            return
+        deadline = time.monotonic() + self.settings.cache.release_wait_s
+        with self._released:
+            while self._releasing and (left := deadline - time.monotonic()) > 0:
+                self._released.wait(left)
+
     def _bind_result(self, outcome: str, error: str = "") -> ExtenderBindingResult:
         self.metrics.binds.labels(outcome).inc()
         return ExtenderBindingResult(Error=f"iadeep: {error}" if error else "")
@@ -413,8 +432,21 @@ class ExtenderService:
         refuses (unreachable) is queued for the next sweep. Returns the UIDs released.
 
         The pod follower's UIDs are filtered to pods with a job record in the followed copy (pods
-        never reserved through iadeep need no release) unless queued for release already.
+        never reserved through iadeep need no release) unless queued for release already. While a
+        release is in flight, ``filter`` waits for it (at most ``CacheSettings.release_wait_s``):
+        kube-scheduler retries the pods that did not fit on the very event that ended the pod,
+        and would otherwise be told the memory is still taken.
         """
+        with self._released:
+            self._releasing += 1
+        try:
+            return self._release_pods(uids, why=why, attempts=attempts)
+        finally:
+            with self._released:
+                self._releasing -= 1
+                self._released.notify_all()
+
+    def _release_pods(self, uids: Sequence[str], *, why: str, attempts: int) -> list[str]:
         released = []
         now = self.clock()
         if why != "sweep":
