@@ -157,14 +157,15 @@ def compare_cmd(
     jobs: Annotated[int, typer.Option(help="Number of jobs of the slice.")] = 30,
     start_job: Annotated[Optional[int], typer.Option(help="Skip this many jobs first [default: 40000 for Philly].")] = None,
     trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
-    target_load: Annotated[Optional[float], typer.Option(help="Rescale arrivals to this mean offered load.")] = _D.target_load,
+    target_load: Annotated[Optional[float], typer.Option(help="Rescale arrivals to this mean offered load.")] = 2.0,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = "iadeep",
-    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = _D.nodes,
+    nodes: Annotated[int, typer.Option(help="Nodes in the cluster (2 x 4 GPUs: a 30-job slice contends for them).")] = 2,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = _D.gpus_per_node,
     gpu_mem_gib: Annotated[float, typer.Option(help="Memory per GPU (GiB).")] = _D.gpu_mem_gib,
     seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
     queue: Annotated[str, typer.Option(help="Simulator queue (kube: as kube-scheduler queues).")] = "kube",
-    speedup: Annotated[float, typer.Option(help="Live time compression.")] = _D.speedup,
+    tuning: Annotated[bool, typer.Option(help="Simulator runs tuning sessions (off: as the live system without coordinator and tuner).")] = False,
+    speedup: Annotated[float, typer.Option(help="Live time compression.")] = 200.0,
     timeout_s: Annotated[Optional[float], typer.Option(help="Live wall-clock bound per policy (s).")] = None,
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/parity",
 ) -> None:
@@ -178,7 +179,7 @@ def compare_cmd(
     try:
         cfg = ExperimentConfig(trace=trace, jobs=jobs, start_job=start_job, target_load=target_load,
                                policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes,
-                               gpus_per_node=gpus_per_node, gpu_mem_gib=gpu_mem_gib, seed=seed, queue=queue,
+                               gpus_per_node=gpus_per_node, gpu_mem_gib=gpu_mem_gib, seed=seed, queue=queue, tuning=tuning,
                                speedup=speedup, timeout_s=timeout_s, out=out)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")

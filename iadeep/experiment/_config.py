@@ -53,6 +53,8 @@ class ExperimentConfig:
             ``podMaxBackoffSeconds`` the ``kube`` queue uses (``None``: kube-scheduler's defaults).
         trial_s / measurement_noise: tuning trial length (s) and relative noise.
         predictor: iadeep's interference predictor ("learned" or "oracle").
+        tuning: the simulator runs the policies' tuning sessions (off for the parity check while
+            the live system has no node coordinator and tuner).
         backend: ``simulator`` (the trace-driven simulator) or ``kubernetes`` (Jobs on a cluster:
             the local control plane with kwok nodes, our extender and the GPU emulator).
         speedup: the kubernetes backend's time compression (emulated seconds per wall second).
@@ -85,6 +87,7 @@ class ExperimentConfig:
     trial_s: float = 20.0
     measurement_noise: float = 0.05
     predictor: str = "learned"
+    tuning: bool = True
     backend: str = "simulator"
     speedup: float = 1000.0
     timeout_s: float | None = None

@@ -44,7 +44,7 @@ def sim_settings(cfg: ExperimentConfig) -> SimSettings:
     """
     kube = KubeQueueSettings.from_scheduler_config(cfg.scheduler_config)
     return SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill,
-                       queue=cfg.queue, kube=kube)
+                       queue=cfg.queue, kube=kube, tuning=cfg.tuning)
 
 
 def fetch_inputs(cfg: ExperimentConfig, progress: bool = True) -> dict[str, str]:

@@ -60,6 +60,9 @@ class SimSettings:
         restart_penalty_s: work (s at dedicated speed) added to a job evicted and re-queued, for
             checkpoint and restart.
         record_timeline: keep the queue-length/utilisation time series (for plots).
+        tuning: call the policy's tuning after co-location changes (off: jobs keep their
+            submitted batch sizes and nothing is undone, as on a live cluster without the node
+            coordinator and tuner; used by the simulator-live parity check).
     """
 
     seed: int = 0
@@ -69,6 +72,7 @@ class SimSettings:
     backfill_depth: int = 32
     restart_penalty_s: float = 30.0
     record_timeline: bool = True
+    tuning: bool = True
     queue: str = "fifo"
     kube: KubeQueueSettings = field(default_factory=KubeQueueSettings)
 

@@ -227,6 +227,8 @@ class Simulator:
         return measure
 
     def _tune(self, g: int, affected: set[int]) -> None:
+        if not self.settings.tuning:  # a driver without a tuner (the live system before the coordinator)
+            return
         trial_rates: list[dict[int, float]] = []
         decision = self.policy.tune(g, self.view(), self._measure_on(g, trial_rates))
         if decision is None:
