@@ -55,6 +55,8 @@ class ExperimentConfig:
         predictor: iadeep's interference predictor ("learned" or "oracle").
         tuning: the simulator runs the policies' tuning sessions (off for the parity check while
             the live system has no node coordinator and tuner).
+        whole_gib: the simulator rounds each job's GPU memory up to whole GiB, as the kubernetes
+            backend must request it (extended resources are integers); on for the parity check.
         backend: ``simulator`` (the trace-driven simulator) or ``kubernetes`` (Jobs on a cluster:
             the local control plane with kwok nodes, our extender and the GPU emulator).
         speedup: the kubernetes backend's time compression (emulated seconds per wall second).
@@ -88,6 +90,7 @@ class ExperimentConfig:
     measurement_noise: float = 0.05
     predictor: str = "learned"
     tuning: bool = True
+    whole_gib: bool = False
     backend: str = "simulator"
     speedup: float = 1000.0
     timeout_s: float | None = None

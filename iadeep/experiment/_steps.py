@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from iadeep.experiment._config import TRACE_DATASETS, ExperimentConfig
@@ -116,6 +117,10 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
                progress: Callable[[int], None] | None = None) -> SimResult:
     """Simulate one policy and write its per-job CSV, timeline and metrics."""
     model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
+    if cfg.whole_gib:  # as the live backend requests it: extended resources are whole numbers
+        whole = np.ceil(model.mem_gib - 1e-9)
+        whole.setflags(write=False)
+        model.mem_gib = whole
     options: dict[str, Any] = {"predictor": cfg.predictor} if name == "iadeep" else {}
     policy = make_policy(name, model, **options)
     settings = sim_settings(cfg)
