@@ -437,6 +437,8 @@ class ExtenderService:
         kube-scheduler retries the pods that did not fit on the very event that ended the pod,
         and would otherwise be told the memory is still taken.
         """
+        if why == "sweep":  # stale reservations: nobody is being retried on their account
+            return self._release_pods(uids, why=why, attempts=attempts)
         with self._released:
             self._releasing += 1
         try:
