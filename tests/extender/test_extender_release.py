@@ -103,3 +103,23 @@ def test_ended_reads_phases_and_deletions():
     assert ended("MODIFIED", pod("Succeeded")) and ended("MODIFIED", pod("Failed"))
     assert not ended("MODIFIED", pod("Running")) and not ended("ADDED", pod("Pending"))
     assert not ended("BOOKMARK", None)
+
+
+def test_release_pods_releases_only_reserved_pods_and_counts_them(make_service, store):
+    """The one release path, against the real etcd store: a reserved pod's memory is freed in the
+    store and in the followed copy; a pod never reserved through iadeep costs nothing."""
+    from iadeep.state import JobRecord
+
+    publish(store, ["n0"])
+    svc = make_service()
+    svc.cache.refresh()
+    job = JobRecord("uid-a", "ns", "a", "ResNet-18", 16, 1, 6.0, remaining_s=100.0)
+    svc.cache.apply(job, svc.types.resolve("ResNet-18", 16),
+                    store.reserve(job, "n0", [0], colocation_limit=2, now_s=0.0))
+    assert svc.release_pods(["uid-a", "never-reserved"]) == ["uid-a"]
+    assert store.assignments() == []
+    _, base = svc.cache.current()
+    assert float(base.gpu_mem_used_gib.sum()) == 0.0
+    assert svc.metrics.releases.labels("pod ended")._value.get() == 1
+    assert svc.releases_in_flight == 0
+    svc.await_releases()  # nothing in flight: returns at once
