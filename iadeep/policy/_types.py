@@ -153,11 +153,17 @@ class Placement:
         job_id: the job.
         gpus: global GPU ids, ``len(gpus) == num_gpus``.
         reason: a short human-readable justification.
+        preempt: handles of running jobs the driver must checkpoint and put back in the queue
+            (ahead of the jobs behind this one) *before* applying the placement: ``gpus`` counts
+            on the GPUs they free. Only a policy that sees a blocked FIFO queue asks for it
+            (``JobRequest.jobs_behind > 0``); a driver that cannot preempt must treat such a
+            decision as :class:`Wait`.
     """
 
     job_id: str
     gpus: tuple[int, ...]
     reason: str = ""
+    preempt: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

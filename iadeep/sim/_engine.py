@@ -13,7 +13,8 @@ backoff; completions and evictions are reported to it as cluster events). Every
 GPU whose co-location set changed gets a tuning call; a session with ``n`` trials lasts
 ``n x trial_s`` during which the jobs progress at the mean true rate of the measured
 configurations, then the chosen configuration applies, or the jobs the policy undoes are
-re-queued (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
+re-queued (a placement may also preempt running jobs: they are re-queued the same way, ahead of
+the jobs behind the placed one) (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
 session interrupted by another change is discarded. Measurements the policy sees are noisy; the simulator uses the true values.
 """
 
@@ -265,7 +266,10 @@ class Simulator:
         self.mem_used[g] = new_mem
         self._refresh_gpu(g, affected)
 
-    def _evict(self, h: int, affected: set[int]) -> None:
+    def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
+        """Take ``h`` off its GPUs and queue it again (:meth:`SchedulingQueue.requeue`: at the head,
+        or with ``here`` where the job just placed was, ahead of the jobs behind it) with its work
+        so far kept plus ``restart_penalty_s`` (checkpoint and restart)."""
         for g in self._release(h):
             self._refresh_gpu(g, affected)
         affected.discard(h)
@@ -274,7 +278,7 @@ class Simulator:
         self.evictions[h] += 1
         self.status[h] = _QUEUED
         self.n_running -= 1
-        self.queue.requeue(h, self.now)
+        self.queue.requeue(h, self.now, here=here)
         self.queue.cluster_event("pod_ended", self.now)
 
     # -- scheduling ----------------------------------------------------------------------------
@@ -292,8 +296,15 @@ class Simulator:
             decision = self.policy.place(self._request(h, ahead, queue.blocking(h)), self.view())
             if isinstance(decision, Placement):
                 queue.placed(h, self.now)
-                affected |= self._apply_placement(h, decision)
+                for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
+                    self._evict(int(v), affected, here=True)
+                    changed.update(g for g in decision.gpus)
+                placed = self._apply_placement(h, decision)
+                affected |= placed
                 changed.update(decision.gpus)
+                for x in placed:  # the next decision of this pass sees them running at their rates
+                    self._sync(x)
+                    self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
                 continue
             queue.failed(h, self.now)
             ahead += int(self.num_gpus[h])

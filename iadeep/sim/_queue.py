@@ -48,8 +48,10 @@ class SchedulingQueue(Protocol):
     def add(self, h: int, created_s: float, now_s: float, *, priority: int = 0) -> None:
         """A job arrived (``created_s``: its creation time; ``priority``: higher is tried first)."""
 
-    def requeue(self, h: int, now_s: float) -> None:
-        """A running job was evicted and queued again."""
+    def requeue(self, h: int, now_s: float, *, here: bool = False) -> None:
+        """A running job was evicted and queued again: at the head, or with ``here`` (a job
+        preempted by the candidate just placed) at that candidate's place, ahead of the jobs behind
+        it; it is tried in the same pass."""
 
     def candidates(self, now_s: float) -> Iterator[int]:
         """Jobs to try now, in order; lazy: the outcome of each is reported before the next is drawn."""
@@ -88,8 +90,8 @@ class FifoQueue:
     def add(self, h: int, created_s: float, now_s: float, *, priority: int = 0) -> None:
         self.jobs.append(h)
 
-    def requeue(self, h: int, now_s: float) -> None:
-        self.jobs.insert(0, h)
+    def requeue(self, h: int, now_s: float, *, here: bool = False) -> None:
+        self.jobs.insert(self._pos if here else 0, h)
 
     def candidates(self, now_s: float) -> Iterator[int]:
         self._pos = 0
@@ -205,7 +207,9 @@ class KubeQueue:
         self.attempts[h] = 0
         self._push_active(h)
 
-    def requeue(self, h: int, now_s: float) -> None:
+    def requeue(self, h: int, now_s: float, *, here: bool = False) -> None:
+        # kube-scheduler has no place in line to keep: the pod is active again, ordered by its
+        # priority and creation time like every other
         self.attempts[h] = 0
         self._push_active(h)
 
