@@ -161,7 +161,8 @@ class EmulatorService:
         selector = {"label_selector": self.settings.node_selector} if self.settings.node_selector else {}
         for name, target in (("nodes", lambda: self._follow("nodes", self._on_node, selector)),
                              ("pods", lambda: self._listed["nodes"].wait() and self._follow("pods", self._on_pod, {})),
-                             ("complete", self._complete_loop), ("keepalive", self._keepalive_loop)):
+                             ("complete", self._complete_loop), ("keepalive", self._keepalive_loop),
+                             ("progress", self._progress_loop)):
             t = threading.Thread(target=target, name=f"iadeep-emulator-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -353,6 +354,25 @@ class EmulatorService:
             if exc.status != 404:
                 log.warning("could not complete pod %s/%s: %s", ns, name, exc)
                 self._stop.wait(0.2)
+
+    def _progress_loop(self) -> None:
+        """Every ``progress_interval_s``, bring every running job's record up to date: the
+        extender's view projects a job's remaining work at rate 1 per wall second from the last
+        record, which under a speedup (and under interference) falls behind at once."""
+        interval = self.settings.progress_interval_s
+        if not self.settings.update_job_records or interval <= 0:
+            return
+        while not self._stop.wait(interval):
+            now = self.clock()
+            with self._lock:
+                records = [_job_record(self.pods[uid].obj, job.gpus, self.gpus.progress_of(uid, now))
+                           for uid, job in self.gpus.jobs.items() if uid in self.pods]
+            try:
+                for r in records:
+                    if r is not None:
+                        self.store.put_job(r)
+            except StoreUnavailable as exc:
+                log.warning("could not report progress: %s", exc)
 
     def _keepalive_loop(self) -> None:
         while not self._stop.wait(self.settings.inventory_ttl_s / 3):

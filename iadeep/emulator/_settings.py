@@ -52,6 +52,9 @@ class EmulatorSettings(BaseSettings):
             measurement records the node coordinator reads) whenever its co-located set changes.
         update_job_records: write each affected job's remaining work into its job record (the
             extender's placement policy reads it) whenever its co-located set changes.
+        progress_interval_s: how often every running job's record is brought up to date besides
+            the co-location changes (wall s; 0: never). The extender's view has no emulated
+            clock: it projects remaining work at rate 1 per wall second from the last record.
         inventory_ttl_s: lease of each published node inventory (renewed at a third of it).
         default_model / default_batch_size / default_duration_s: a pod without the annotations.
     """
@@ -66,6 +69,7 @@ class EmulatorSettings(BaseSettings):
     measurement_noise: float = Field(0.05, ge=0)
     report_measurements: bool = True
     update_job_records: bool = True
+    progress_interval_s: float = Field(1.0, ge=0)
     inventory_ttl_s: int = Field(120, ge=3)
     default_model: str = "ResNet-50"
     default_batch_size: int = Field(64, ge=1)

@@ -261,6 +261,8 @@ class LocalCluster:
         emu = _Process([sys.executable, "-m", "iadeep.emulator", "serve"], {
             **env, "IADEEP_EMULATOR_THROUGHPUTS_FILE": str(self.throughputs), "IADEEP_EMULATOR_SPEEDUP": f"{speedup:g}",
             "IADEEP_EMULATOR_SEED": str(seed), "IADEEP_EMULATOR_NODE_SELECTOR": f"{RUN_LABEL}={run}",
+            # job records current to a minute of emulated time (at most 5 writes per job per second)
+            "IADEEP_EMULATOR_PROGRESS_INTERVAL_S": f"{max(60.0 / speedup, 0.2):g}",
             "IADEEP_EMULATOR_KUBE__KUBECONFIG": str(self.kubeconfig), "IADEEP_EMULATOR_LOG_LEVEL": "warning",
         }, logs / f"emulator-{run}.log")
         self._procs = [ext, emu]

@@ -307,7 +307,8 @@ class Simulator:
                     self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
                 continue
             queue.failed(h, self.now)
-            ahead += int(self.num_gpus[h])
+            if queue.counts_ahead:
+                ahead += int(self.num_gpus[h])
         for g in sorted(changed):
             self._tune(g, affected)
         for h in affected:

@@ -22,7 +22,9 @@ Three queues:
   ``KubeSchedulerConfiguration``); an unschedulable pod without any event is retried after
   ``podMaxInUnschedulablePodsDuration`` (5 min). Later pods are tried meanwhile: a pod that does
   not fit never blocks the pods behind it, so :meth:`blocking` is 0 (the policy's charge for the
-  FIFO queue a waiting job holds back does not apply).
+  FIFO queue a waiting job holds back does not apply), and the policy is told of no jobs ahead
+  either (``counts_ahead``): kube-scheduler passes the extender one pod and the nodes, nothing
+  of its queue.
 
 Handles are the engine's job indices (non-negative ints).
 """
@@ -43,7 +45,16 @@ QUEUES = ("fifo", "backfill", "kube")
 
 
 class SchedulingQueue(Protocol):
-    """What the engine asks of a queue (see the module docstring for the order of calls)."""
+    """What the engine asks of a queue (see the module docstring for the order of calls).
+
+    Attributes:
+        counts_ahead: whether the GPUs of jobs that could not start earlier in a pass count as
+            queued ahead of the later candidates (the policy's ``gpus_ahead``). FIFO: yes. kube:
+            no: kube-scheduler tells the extender nothing of its queue, so the live policy sees
+            0, and the model must too.
+    """
+
+    counts_ahead: bool
 
     def add(self, h: int, created_s: float, now_s: float, *, priority: int = 0) -> None:
         """A job arrived (``created_s``: its creation time; ``priority``: higher is tried first)."""
@@ -81,6 +92,8 @@ class FifoQueue:
     Args:
         depth: jobs behind the head tried per pass (0: strict FIFO).
     """
+
+    counts_ahead = True
 
     def __init__(self, depth: int = 0):
         self.depth = depth
@@ -177,6 +190,8 @@ class KubeQueue:
     Args:
         settings: backoff timing.
     """
+
+    counts_ahead = False
 
     def __init__(self, settings: KubeQueueSettings = KubeQueueSettings()):
         self.settings = settings
