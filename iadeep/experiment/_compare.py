@@ -126,7 +126,7 @@ def run_compare(cfg: ExperimentConfig, on_policy=None) -> dict[str, dict[str, An
 
     out = cfg.out_dir
     paths = fetch_inputs(cfg, progress=False)
-    sim_cfg = replace(cfg, backend="simulator", whole_gib=True, out=str(out / "sim"))
+    sim_cfg = replace(cfg, backend="simulator", whole_gib=True, kube_time_scale=cfg.speedup, out=str(out / "sim"))
     live_cfg = replace(cfg, backend="kubernetes", out=str(out / "live"))
     workload, _ = build_workload(sim_cfg, paths["trace"])
     build_workload(live_cfg, paths["trace"])

@@ -55,6 +55,9 @@ class ExperimentConfig:
         predictor: iadeep's interference predictor ("learned" or "oracle").
         tuning: the simulator runs the policies' tuning sessions (off for the parity check while
             the live system has no node coordinator and tuner).
+        kube_time_scale: multiplies the ``kube`` queue's backoff and unschedulable flush times: a
+            live run at speedup ``s`` backs off in wall seconds, i.e. ``s`` x as many emulated
+            seconds (the parity check sets it to the speedup).
         whole_gib: the simulator rounds each job's GPU memory up to whole GiB, as the kubernetes
             backend must request it (extended resources are integers); on for the parity check.
         backend: ``simulator`` (the trace-driven simulator) or ``kubernetes`` (Jobs on a cluster:
@@ -91,6 +94,7 @@ class ExperimentConfig:
     predictor: str = "learned"
     tuning: bool = True
     whole_gib: bool = False
+    kube_time_scale: float = 1.0
     backend: str = "simulator"
     speedup: float = 1000.0
     timeout_s: float | None = None

@@ -44,6 +44,9 @@ def sim_settings(cfg: ExperimentConfig) -> SimSettings:
         ValueError: the scheduler configuration cannot be read.
     """
     kube = KubeQueueSettings.from_scheduler_config(cfg.scheduler_config)
+    if cfg.kube_time_scale != 1.0:  # kube-scheduler backs off in wall seconds: emulated ones are x speedup
+        k = cfg.kube_time_scale
+        kube = KubeQueueSettings(kube.initial_backoff_s * k, kube.max_backoff_s * k, kube.max_unschedulable_s * k)
     return SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill,
                        queue=cfg.queue, kube=kube, tuning=cfg.tuning)
 
