@@ -49,10 +49,13 @@ def parity_table(sim: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
         diff = sorted(set(a.index) ^ set(b.index))
         raise ValueError(f"the two runs hold different jobs, e.g. {diff[:5]}")
     b = b.loc[a.index]
+    def text(col: pd.Series) -> np.ndarray:  # a column of empty strings reads back from CSV as NaN floats
+        return np.array(["" if not isinstance(v, str) else v for v in col], dtype=object)
+
     table = pd.DataFrame({
         "job_id": a.index,
-        "placement_sim": a["placement"].fillna("").to_numpy(), "placement_live": b["placement"].fillna("").to_numpy(),
-        "partners_sim": a["partners"].fillna("").to_numpy(), "partners_live": b["partners"].fillna("").to_numpy(),
+        "placement_sim": text(a["placement"]), "placement_live": text(b["placement"]),
+        "partners_sim": text(a["partners"]), "partners_live": text(b["partners"]),
         "start_sim_s": a["start_s"].to_numpy(), "start_live_s": b["start_s"].to_numpy(),
         "jct_sim_s": a["jct_s"].to_numpy(), "jct_live_s": b["jct_s"].to_numpy(),
     })
