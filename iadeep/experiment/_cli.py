@@ -86,9 +86,16 @@ def run_cmd(
             except (ControlPlaneError, TimeoutError, RuntimeError) as exc:
                 console.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(1) from None
+            median_work = float(workload["duration"].median())
             for name, m in live.items():
+                b = m["breakdown_s"]
+                overhead = (b["bind_latency_s_median"] + b["start_lag_s_median"]) * cfg.speedup
                 console.print(f"{name}: {m['jobs_per_wall_s']:.1f} jobs per wall-second, reservations left at the end: "
-                              f"{m['reservations_left']}, failed Jobs: {m['failed_jobs']}")
+                              f"{m['reservations_left']}, failed Jobs: {m['failed_jobs']}; median Job-to-work delay "
+                              f"{overhead:.0f} emulated s (median job {median_work:.0f} s)")
+                if overhead > 0.05 * median_work:
+                    console.print(f"[yellow]{name}: the control loop's latency is {overhead / median_work:.0%} of a median "
+                                  "job at this speedup; lower --speedup for results closer to the trace[/yellow]")
         else:
             for name in cfg.policies:
                 task = bar.add_task(name, total=len(workload))
