@@ -32,6 +32,7 @@ bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/openb.py
 	$(BIN)/python benchmarks/extender.py
 	$(BIN)/python benchmarks/tuner.py
+	$(BIN)/python benchmarks/live.py
 
 # The README's result tables (main job, sweep, guard figures) from fresh runs (about 5 min).
 results: $(STAMP)

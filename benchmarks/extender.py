@@ -70,6 +70,13 @@ class NullPodApi:
     def pods(self) -> list:
         return []
 
+    def list_pods(self) -> tuple[list, str]:
+        return [], "1"
+
+    def watch_pods(self, resource_version: str, *, timeout_s: float) -> Any:
+        time.sleep(timeout_s)  # no pods ever change
+        return iter(())
+
     def event(self, *args: Any, **kwargs: Any) -> None:
         pass
 

@@ -33,6 +33,9 @@ def _mount() -> None:
     from iadeep.deviceplugin._cli import app as deviceplugin_app
 
     app.add_typer(deviceplugin_app, name="deviceplugin", help="The kubelet device plugin (GPU memory and GPUs).")
+    from iadeep.emulator._cli import app as emulator_app
+
+    app.add_typer(emulator_app, name="emulator", help="Emulated GPUs for kwok nodes, driven by the interference model.")
     from iadeep.dev._cli import app as dev_app
 
     app.add_typer(dev_app, name="dev", help="Local development cluster (etcd, kube-apiserver, kube-scheduler, kwok).")

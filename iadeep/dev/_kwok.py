@@ -7,7 +7,10 @@ lease fresh and moves pods through the lifecycle described by the stages below. 
 * ``iadeep-node-heartbeat``: refresh the node's conditions every ~20 s;
 * ``iadeep-pod-running``: a bound pod becomes Running and Ready;
 * ``iadeep-pod-succeeded``: a Running pod owned by a Job succeeds after
-  ``iadeep.io/fake-run-duration`` (a Go duration, e.g. ``"30s"``; default 1 s);
+  ``iadeep.io/fake-run-duration`` (a Go duration, e.g. ``"30s"``; default 1 s), unless it is
+  annotated ``iadeep.io/emulated``: the GPU emulator (``iadeep emulator serve``) completes those
+  itself through the ``pods/status`` subresource when their emulated work is done (a stage acts
+  only on the pods its selector matches; any controller may write the status of the others);
 * ``iadeep-pod-failed``: same, but a pod annotated ``iadeep.io/fake-exit-code`` (non-zero) fails;
 * ``iadeep-pod-delete``: a pod being deleted is removed at once (there is no container to stop).
 """
@@ -28,6 +31,7 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_SELECTOR = f"{KWOK_NODE_ANNOTATION}=fake"
 FAKE_RUN_DURATION_ANNOTATION = "iadeep.io/fake-run-duration"
 FAKE_EXIT_CODE_ANNOTATION = "iadeep.io/fake-exit-code"
+EMULATED_ANNOTATION = "iadeep.io/emulated"
 
 NODE_LABELS_GPU = "iadeep.io/gpu-node"
 NODE_LABEL_GPU_COUNT = "iadeep.io/gpu-count"
@@ -275,6 +279,7 @@ def stages() -> list[dict[str, Any]]:
                 {"key": ".status.phase", "operator": "In", "values": ["Running"]},
                 {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]},
                 {"key": _EXIT_CODE_JQ, "operator": "DoesNotExist"},
+                {"key": f'.metadata.annotations["{EMULATED_ANNOTATION}"]', "operator": "DoesNotExist"},
             ],
             _status_patch(finished_ok),
             delay=_RUN_DELAY,

@@ -43,12 +43,17 @@ def run_cmd(
     throughputs_file: Annotated[Optional[str], typer.Option("--throughputs", "--throughputs-file", help="Measurements in Gavel's schema (e.g. from `iadeep profile`) instead of the published ones.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
     backfill: Annotated[bool, typer.Option(help="Let jobs behind a waiting queue head start.")] = False,
+    queue: Annotated[str, typer.Option(help="Simulator queue: fifo, backfill or kube (kube-scheduler's queue with backoff).")] = _D.queue,
+    scheduler_config: Annotated[Optional[str], typer.Option(help="KubeSchedulerConfiguration for the kube queue's backoff.")] = None,
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle.")] = _D.predictor,
+    backend: Annotated[str, typer.Option(help="simulator, or kubernetes (Jobs on the local control plane with kwok GPU nodes, the extender and the GPU emulator).")] = _D.backend,
+    speedup: Annotated[float, typer.Option(help="kubernetes backend: emulated seconds per wall second.")] = _D.speedup,
+    timeout_s: Annotated[Optional[float], typer.Option(help="kubernetes backend: wall-clock bound per policy (s) [default: from the trace].")] = None,
     out: Annotated[str, typer.Option(help="Output folder.")] = _D.out,
 ) -> None:
     """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
     from iadeep.datasets import DatasetError
-    from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_policy, write_report
+    from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_live, run_policy, write_report
     from iadeep.traces import TraceFormatError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
@@ -59,7 +64,9 @@ def run_cmd(
             iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load, mix=mix, skip_bad_rows=skip_bad_rows,
             strict=strict, include_censored=include_censored, infeasible=infeasible, cluster_file=cluster_file,
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
-            gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill, predictor=predictor, out=out)
+            gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill,
+            queue=queue, scheduler_config=scheduler_config, predictor=predictor, backend=backend, speedup=speedup,
+            timeout_s=timeout_s, out=out)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
         cluster = cluster_of(cfg)
@@ -82,9 +89,32 @@ def run_cmd(
                   f"peak (10% window) [bold]{fmt(meta['offered_load_peak'])}[/bold]")
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
-        for name in cfg.policies:
-            task = bar.add_task(name, total=len(workload))
-            run_policy(cfg, name, workload, paths["throughputs"], lambda done, t=task: bar.update(t, completed=done))
+        if cfg.backend == "kubernetes":
+            from iadeep.dev import ControlPlaneError
+
+            def on_policy(name: str, n: int):
+                task = bar.add_task(name, total=n)
+                return lambda done, t=task: bar.update(t, completed=done)
+
+            try:
+                live = run_live(cfg, workload, paths["throughputs"], on_policy)
+            except (ControlPlaneError, TimeoutError, RuntimeError) as exc:
+                console.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(1) from None
+            median_work = float(workload["duration"].median())
+            for name, m in live.items():
+                b = m["breakdown_s"]
+                overhead = (b["bind_latency_s_median"] + b["start_lag_s_median"]) * cfg.speedup
+                console.print(f"{name}: {m['jobs_per_wall_s']:.1f} jobs per wall-second, reservations left at the end: "
+                              f"{m['reservations_left']}, failed Jobs: {m['failed_jobs']}; median Job-to-work delay "
+                              f"{overhead:.0f} emulated s (median job {median_work:.0f} s)")
+                if overhead > 0.05 * median_work:
+                    console.print(f"[yellow]{name}: the control loop's latency is {overhead / median_work:.0%} of a median "
+                                  "job at this speedup; lower --speedup for results closer to the trace[/yellow]")
+        else:
+            for name in cfg.policies:
+                task = bar.add_task(name, total=len(workload))
+                run_policy(cfg, name, workload, paths["throughputs"], lambda done, t=task: bar.update(t, completed=done))
     summary = write_report(cfg)
     console.print(summary_table(summary))
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: summary.json, report.md, jct_cdf.png, normalised.png, queue_length.png")
@@ -151,6 +181,64 @@ def sweep_cmd(
 from iadeep.experiment._cluster_cli import cluster_cmd  # noqa: E402
 
 app.command("cluster")(cluster_cmd)
+
+
+@app.command("compare")
+def compare_cmd(
+    jobs: Annotated[int, typer.Option(help="Number of jobs of the slice.")] = 30,
+    start_job: Annotated[Optional[int], typer.Option(help="Skip this many jobs first [default: 40000 for Philly].")] = None,
+    trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
+    target_load: Annotated[Optional[float], typer.Option(help="Rescale arrivals to this mean offered load.")] = 2.0,
+    policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = "iadeep",
+    nodes: Annotated[int, typer.Option(help="Nodes in the cluster (2 x 4 GPUs: a 30-job slice contends for them).")] = 2,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = _D.gpus_per_node,
+    gpu_mem_gib: Annotated[float, typer.Option(help="Memory per GPU (GiB).")] = _D.gpu_mem_gib,
+    seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
+    queue: Annotated[str, typer.Option(help="Simulator queue (kube: as kube-scheduler queues).")] = "kube",
+    tuning: Annotated[bool, typer.Option(help="Simulator runs tuning sessions (off: as the live system without coordinator and tuner).")] = False,
+    speedup: Annotated[float, typer.Option(help="Live time compression.")] = 200.0,
+    timeout_s: Annotated[Optional[float], typer.Option(help="Live wall-clock bound per policy (s).")] = None,
+    out: Annotated[str, typer.Option(help="Output folder.")] = "runs/parity",
+) -> None:
+    """The same slice through the simulator and the live system; per-job table and parity figures."""
+    from iadeep.datasets import DatasetError
+    from iadeep.dev import ControlPlaneError
+    from iadeep.experiment._compare import run_compare
+    from iadeep.traces import TraceFormatError
+
+    console = Console(width=None if sys.stdout.isatty() else 130)
+    try:
+        cfg = ExperimentConfig(trace=trace, jobs=jobs, start_job=start_job, target_load=target_load,
+                               policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes,
+                               gpus_per_node=gpus_per_node, gpu_mem_gib=gpu_mem_gib, seed=seed, queue=queue, tuning=tuning,
+                               speedup=speedup, timeout_s=timeout_s, out=out)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as bar:
+        def on_policy(name: str, n: int):
+            task = bar.add_task(f"live {name}", total=n)
+            return lambda done, t=task: bar.update(t, completed=done)
+
+        try:
+            figures = run_compare(cfg, on_policy)
+        except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
+        except (ControlPlaneError, TimeoutError, RuntimeError) as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(1) from None
+    table = Table(title="Simulator-live parity (live relative to the simulator)")
+    for col in ("policy", "avg JCT sim (h)", "avg JCT live (h)", "avg JCT", "p99", "makespan", "same partners",
+                "identical pairs", "reservations left"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for name, f in figures.items():
+        table.add_row(name, f"{f['avg_jct_sim_s'] / 3600:.2f}", f"{f['avg_jct_live_s'] / 3600:.2f}",
+                      f"{f['avg_jct_diff_rel']:+.1%}", f"{f['p99_jct_diff_rel']:+.1%}", f"{f['makespan_diff_rel']:+.1%}",
+                      f"{f['partners_match']:.0%}", f"{f['pairs_identical']:.0%}", str(f["reservations_left"]))
+    console.print(table)
+    console.print(f"results in [bold]{cfg.out_dir}[/bold]: parity.md, parity.json, parity-<policy>.csv, sim/, live/")
 
 
 def summary_table(summary: dict) -> Table:

@@ -60,9 +60,24 @@ class ExperimentConfig:
         throughputs_file: measurements in Gavel's schema (e.g. written by ``iadeep profile``)
             instead of the published ones fetched through the dataset registry.
         seed: seeds the mix and measurement noise.
-        backfill: allow queued jobs behind a waiting head to start.
+        backfill: allow queued jobs behind a waiting head to start (the same as ``queue="backfill"``).
+        queue: the simulator's scheduling queue: ``fifo``, ``backfill`` or ``kube``
+            (kube-scheduler's queue: priority then creation time, backoff, retries on events).
+        scheduler_config: KubeSchedulerConfiguration whose ``podInitialBackoffSeconds`` /
+            ``podMaxBackoffSeconds`` the ``kube`` queue uses (``None``: kube-scheduler's defaults).
         trial_s / measurement_noise: tuning trial length (s) and relative noise.
         predictor: iadeep's interference predictor ("learned" or "oracle").
+        tuning: the simulator runs the policies' tuning sessions (off for the parity check while
+            the live system has no node coordinator and tuner).
+        kube_time_scale: multiplies the ``kube`` queue's backoff and unschedulable flush times: a
+            live run at speedup ``s`` backs off in wall seconds, i.e. ``s`` x as many emulated
+            seconds (the parity check sets it to the speedup).
+        whole_gib: the simulator rounds each job's GPU memory up to whole GiB, as the kubernetes
+            backend must request it (extended resources are integers); on for the parity check.
+        backend: ``simulator`` (the trace-driven simulator) or ``kubernetes`` (Jobs on a cluster:
+            the local control plane with kwok nodes, our extender and the GPU emulator).
+        speedup: the kubernetes backend's time compression (emulated seconds per wall second).
+        timeout_s: the kubernetes backend's wall-clock bound per policy (``None``: from the trace).
         out: output folder.
     """
 
@@ -91,9 +106,17 @@ class ExperimentConfig:
     throughputs_file: str | None = None
     seed: int = 0
     backfill: bool = False
+    queue: str = "fifo"
+    scheduler_config: str | None = None
     trial_s: float = 20.0
     measurement_noise: float = 0.05
     predictor: str = "learned"
+    tuning: bool = True
+    whole_gib: bool = False
+    kube_time_scale: float = 1.0
+    backend: str = "simulator"
+    speedup: float = 1000.0
+    timeout_s: float | None = None
     out: str = "runs/latest"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -117,13 +140,18 @@ class ExperimentConfig:
             raise ValueError(f"unknown trace {self.trace!r}; known: {', '.join(TRACE_DATASETS)}")
         if TRACE_DATASETS[self.trace] is None and not self.trace_file:
             raise ValueError(f"trace {self.trace!r} is not in the dataset registry: pass trace_file")
+        if not self.speedup > 0:
+            raise ValueError(f"speedup must be positive, got {self.speedup}")
         if not self.policies:
             raise ValueError("at least one policy is needed")
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown:
             raise ValueError(f"unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(POLICIES)}")
+        from iadeep.sim import QUEUES
+
         checks = [("mix", self.mix, tuple(MIXES)), ("predictor", self.predictor, ("learned", "oracle")),
-                  ("infeasible", self.infeasible, ("drop", "keep"))]
+                  ("infeasible", self.infeasible, ("drop", "keep")), ("queue", self.queue, QUEUES),
+                  ("backend", self.backend, ("simulator", "kubernetes"))]
         if self.throughputs_file is None:  # a given file's keys are checked when it is read
             checks.append(("gpu_type", self.gpu_type, GPU_TYPES))
         for field_name, value, known in checks:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from iadeep.experiment._cluster_cli import REGISTRY_CLUSTERS, registry_cluster
@@ -25,9 +26,10 @@ from iadeep.experiment._config import TRACE_DATASETS, ExperimentConfig
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
 from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_json, write_markdown, write_summary_json
-from iadeep.sim import ClusterSpec, SimResult, SimSettings, feasibility, load_cluster, simulate, type_speeds
+from iadeep.sim import ClusterSpec, KubeQueueSettings, SimResult, SimSettings, feasibility, load_cluster, simulate, type_speeds
 
-__all__ = ["fetch_inputs", "build_workload", "check_measured", "run_policy", "write_report", "run_experiment", "cluster_of", "load_workload"]
+__all__ = ["run_live", "sim_settings", "fetch_inputs", "build_workload", "check_measured", "run_policy", "write_report",
+           "run_experiment", "cluster_of", "load_workload"]
 
 THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
 
@@ -57,6 +59,20 @@ def _cluster_doc(cfg: ExperimentConfig, cluster: ClusterSpec) -> dict[str, Any]:
 def _load_reasons(n_jobs: int) -> dict[str, str]:
     why = "no job left" if n_jobs == 0 else "every job is submitted at the same instant (span 0 s): load per second is unbounded"
     return {"offered_load_mean": why, "offered_load_peak": why}
+
+
+def sim_settings(cfg: ExperimentConfig) -> SimSettings:
+    """The simulator settings of an experiment (queue, backoff from the scheduler configuration).
+
+    Raises:
+        ValueError: the scheduler configuration cannot be read.
+    """
+    kube = KubeQueueSettings.from_scheduler_config(cfg.scheduler_config)
+    if cfg.kube_time_scale != 1.0:  # kube-scheduler backs off in wall seconds: emulated ones are x speedup
+        k = cfg.kube_time_scale
+        kube = KubeQueueSettings(kube.initial_backoff_s * k, kube.max_backoff_s * k, kube.max_unschedulable_s * k)
+    return SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill,
+                       queue=cfg.queue, kube=kube, tuning=cfg.tuning)
 
 
 def fetch_inputs(cfg: ExperimentConfig, progress: bool = True) -> dict[str, str]:
@@ -188,9 +204,13 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
                progress: Callable[[int], None] | None = None) -> SimResult:
     """Simulate one policy and write its per-job CSV, timeline and metrics."""
     model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
+    if cfg.whole_gib:  # as the live backend requests it: extended resources are whole numbers
+        whole = np.ceil(model.mem_gib - 1e-9)
+        whole.setflags(write=False)
+        model.mem_gib = whole
     options: dict[str, Any] = {"predictor": cfg.predictor} if name == "iadeep" else {}
     policy = make_policy(name, model, **options)
-    settings = SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill)
+    settings = sim_settings(cfg)
     cluster = cluster_of(cfg)
     models = set(cluster.gpu_arrays()[3].tolist()) - {""}
     speeds = type_speeds(throughputs, model) if models else None
@@ -206,6 +226,44 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
                "total_gpus": result.total_gpus, "wall_s": wall}
     write_json(out / f"metrics-{name}.json", metrics)
     return result
+
+
+def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path,
+             on_policy: Callable[[str, int], Callable[[int], None]] | None = None) -> dict[str, dict[str, Any]]:
+    """The kubernetes backend: every policy on the local control plane (kwok GPU nodes, the real
+    kube-scheduler, our extender, the GPU emulator; :mod:`iadeep.experiment._live`); writes the
+    same per-policy files as :func:`run_policy`, with the live metrics. Returns them by policy.
+
+    Raises:
+        TimeoutError: a policy's Jobs did not all finish within ``cfg.timeout_s``.
+        iadeep.dev.ControlPlaneError: the control plane is not built (``make controlplane``) or did not start.
+    """
+    from iadeep.experiment._live import LiveSettings, LocalCluster, iter_runs, run_live_policy
+    from iadeep.state import EtcdStateStore, StateSettings
+
+    model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
+    cluster = cluster_of(cfg)
+    live = LiveSettings(speedup=cfg.speedup, timeout_s=cfg.timeout_s)
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    all_metrics = {}
+    with LocalCluster(cluster, Path(throughputs), workdir=out / "live") as lc:
+        for name, run in iter_runs(list(cfg.policies)):
+            prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup)
+            store = EtcdStateStore(StateSettings(endpoints=[lc.etcd.endpoint], prefix=prefix))
+            try:
+                cb = on_policy(name, len(workload)) if on_policy else None
+                result, live_metrics = run_live_policy(lc.api, workload, model, cluster, policy=name, run=run,
+                                                       settings=live, store=store, progress=cb)
+            finally:
+                store.close()
+            result.jobs.to_csv(out / f"jobs-{name}.csv", index=False)
+            result.timeline.to_csv(out / f"timeline-{name}.csv", index=False)
+            metrics = {**result.summary(), "busy_gpu_seconds": result.busy_gpu_seconds, "total_gpus": result.total_gpus,
+                       **live_metrics, "cluster_timings_s": dict(lc.timings)}
+            (out / f"metrics-{name}.json").write_text(json.dumps(metrics, indent=2) + "\n")
+            all_metrics[name] = metrics
+    return all_metrics
 
 
 def _load_result(out: Path, name: str) -> SimResult:
@@ -247,6 +305,9 @@ def run_experiment(cfg: ExperimentConfig, on_policy: Callable[[str, int], Callab
     """
     paths = fetch_inputs(cfg, progress=progress)
     workload, _ = build_workload(cfg, paths["trace"], paths["throughputs"])
+    if cfg.backend == "kubernetes":
+        run_live(cfg, workload, paths["throughputs"], on_policy)
+        return write_report(cfg)
     for name in cfg.policies:
         cb = on_policy(name, len(workload)) if on_policy else None
         run_policy(cfg, name, workload, paths["throughputs"], cb)

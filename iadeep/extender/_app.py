@@ -155,6 +155,8 @@ def create_app(settings: ExtenderSettings | None = None, *, service: ExtenderSer
         args = await decode(request, ExtenderArgs, "filter")
         if isinstance(args, Response):
             return args
+        if svc.releases_in_flight:  # the pod event that retried this pod freed memory: wait off the loop
+            await run_in_threadpool(svc.await_releases)
         return await run("filter", svc.filter, args, lambda m: _json(ExtenderFilterResult.failure(m)), inline=True)
 
     async def prioritize(request: Request) -> Response:

@@ -24,7 +24,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -209,14 +209,53 @@ class KubernetesPodApi:
         self._call(f"bind pod {namespace}/{name} to {node}", self.core.create_namespaced_pod_binding, name, namespace, body)
 
     def pods(self) -> list[PodStatus]:
+        return self.list_pods()[0]
+
+    def list_pods(self) -> tuple[list[PodStatus], str]:
+        """Every pod of the cluster and the list's ``resourceVersion`` (from the API server's watch
+        cache, ``resourceVersion=0``, as informers list)."""
         resp = self._call("list pods", self.core.list_pod_for_all_namespaces, resource_version="0")
-        items = json.loads(resp.data).get("items") or []
-        out = []
-        for p in items:
-            meta, spec, status = p.get("metadata", {}), p.get("spec", {}), p.get("status", {})
-            out.append(PodStatus(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""),
-                                 status.get("phase", ""), spec.get("nodeName") or ""))
-        return out
+        doc = json.loads(resp.data)
+        items = doc.get("items") or []
+        return [_pod_status(p) for p in items], str((doc.get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch_pods(self, resource_version: str, *, timeout_s: float) -> Iterator[tuple[str, PodStatus | None, str]]:
+        """Watch every pod from ``resource_version`` (``GET /api/v1/pods?watch=1``, bookmarks on);
+        yields ``(type, pod, resourceVersion)``; ends when the server closes the watch after
+        ``timeout_s``.
+
+        Raises:
+            KubeError: the watch could not be opened or broke; status 410 when ``resource_version``
+                is too old (list again).
+        """
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        what = f"watch pods from {resource_version}"
+        try:
+            resp = self.core.list_pod_for_all_namespaces(
+                watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+                timeout_seconds=max(int(timeout_s), 1), _preload_content=False,
+                _request_timeout=(self.timeout_s, timeout_s + self.timeout_s))
+        except ApiException as exc:
+            status, message = _status_message(exc)
+            raise KubeError(f"{what}: {status} {message}", status) from None
+        except (HTTPError, OSError) as exc:
+            raise KubeError(f"{what}: Kubernetes API unreachable: {exc}") from None
+        try:
+            buf = b""
+            for chunk in resp.stream(None, decode_content=False):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _watch_event(what, line)
+            if buf.strip():
+                yield _watch_event(what, buf)
+        except (HTTPError, OSError) as exc:
+            raise KubeError(f"{what}: watch broke: {exc}") from None
+        finally:
+            resp.release_conn()
 
     def event(self, namespace: str, name: str, uid: str, reason: str, message: str, *, warning: bool = False) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -245,6 +284,29 @@ class KubernetesPodApi:
             self.api_client.close()
         except Exception:  # noqa: BLE001 - closing a pool at shutdown
             pass
+
+
+def _pod_status(p: Mapping[str, Any]) -> PodStatus:
+    meta, spec, status = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
+    return PodStatus(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""), status.get("phase", ""),
+                     spec.get("nodeName") or "")
+
+
+def _watch_event(what: str, line: bytes) -> tuple[str, PodStatus | None, str]:
+    """One line of a watch stream (``{"type": ..., "object": ...}``) as ``(type, pod, resourceVersion)``.
+
+    Raises:
+        KubeError: an ``ERROR`` event (its ``Status`` code, e.g. 410 Gone), or a line that is not JSON.
+    """
+    try:
+        event = json.loads(line)
+        kind, obj = event["type"], event.get("object") or {}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise KubeError(f"{what}: unreadable watch event ({exc}): {line[:200]!r}") from None
+    if kind == "ERROR":
+        raise KubeError(f"{what}: {obj.get('code')} {obj.get('message')}", int(obj.get("code") or 0))
+    rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return kind, (None if kind == "BOOKMARK" else _pod_status(obj)), rv
 
 
 class BindFailed(RuntimeError):

@@ -11,6 +11,7 @@ name                                       type       labels
 ``iadeep_extender_binds_total``            counter    ``outcome`` (bound, wait, conflict, failed,
                                                       released, not_ours)
 ``iadeep_extender_reservation_retries_total``  counter  (none)
+``iadeep_extender_releases_total``         counter    ``why`` (pod ended, sweep)
 ``iadeep_extender_bind_phase_seconds``     histogram  ``phase``: where a bind's time goes (``thread``:
                                                       waiting for a worker thread, ``node_lock``,
                                                       ``policy_lock``, ``place``, ``reserve_txn``,
@@ -107,6 +108,7 @@ class ExtenderMetrics:
         self.binds = Counter("iadeep_extender_binds", "Bind outcomes", ["outcome"], registry=r)
         self.retries = Counter("iadeep_extender_reservation_retries", "Placements retried after a reservation conflict",
                                registry=r)
+        self.releases = Counter("iadeep_extender_releases", "Reservations released", ["why"], registry=r)
         self.bind_phase = Histogram("iadeep_extender_bind_phase_seconds", "Time a bind spends in each phase (s)",
                                     ["phase"], buckets=_BUCKETS, registry=r)
         self.samples = Gauge("iadeep_extender_samples_learned", "Learned interference samples loaded from the store",

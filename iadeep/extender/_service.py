@@ -30,6 +30,7 @@ from iadeep.extender._bind import (
 )
 from iadeep.extender._cache import StateCache
 from iadeep.extender._metrics import ExtenderMetrics
+from iadeep.extender._podwatch import PodFollower
 from iadeep.extender._pods import PodDemand, PodSpecError, load_quantity_parser, pod_demand
 from iadeep.extender._settings import ExtenderSettings
 from iadeep.extender._view import TypeResolver, ViewBase
@@ -96,8 +97,13 @@ class ExtenderService:
         self._assessed: OrderedDict[str, tuple[float, frozenset[str], dict[str, int]]] = OrderedDict()
         self._memo_lock = threading.Lock()
         self._pending_release: set[str] = set()
+        # releases of ended pods in flight: filter waits for them (kube-scheduler retries the pods
+        # waiting for memory on the same pod event the follower acts on)
+        self._releasing = 0
+        self._released = threading.Condition(threading.Lock())
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self.pod_follower: PodFollower | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -118,6 +124,10 @@ class ExtenderService:
         gc.collect()
         gc.freeze()
         self.cache.start()
+        if self.settings.cache.pod_watch and self.pod_api is not None:
+            self.pod_follower = PodFollower(self.pod_api, self.release_pods,  # type: ignore[arg-type]
+                                            timeout_s=self.settings.cache.pod_watch_timeout_s)
+            self.pod_follower.start()
         interval = self.settings.cache.sweep_interval_s
         if interval > 0 and self.pod_api is not None:
             self._stop.clear()
@@ -126,6 +136,9 @@ class ExtenderService:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.pod_follower is not None:
+            self.pod_follower.stop()
+            self.pod_follower = None
         self.cache.stop()
         if self._sweeper is not None:
             self._sweeper.join(timeout=10)
@@ -231,6 +244,7 @@ class ExtenderService:
             type_id = self.types.resolve(demand.model, demand.batch_size)
         except PodSpecError as exc:
             return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {exc}" for n in names})
+        self.await_releases()
         try:
             _, base = self.cache.current()
         except StoreUnavailable as exc:
@@ -330,6 +344,20 @@ class ExtenderService:
             return self._bind_result("released", str(exc))
         return self._bind_result("bound")
 
+    @property
+    def releases_in_flight(self) -> int:
+        """Releases of ended pods being made now."""
+        return self._releasing
+
+    def await_releases(self) -> None:
+        """Wait until no release of an ended pod is in flight (bounded by ``release_wait_s``)."""
+        if not self._releasing:
+            return
+        deadline = time.monotonic() + self.settings.cache.release_wait_s
+        with self._released:
+            while self._releasing and (left := deadline - time.monotonic()) > 0:
+                self._released.wait(left)
+
     def _bind_result(self, outcome: str, error: str = "") -> ExtenderBindingResult:
         self.metrics.binds.labels(outcome).inc()
         return ExtenderBindingResult(Error=f"iadeep: {error}" if error else "")
@@ -402,15 +430,55 @@ class ExtenderService:
                 stale.add(a.pod_uid)
         with self._memo_lock:
             stale |= self._pending_release
+        released = self.release_pods(sorted(stale), why="sweep", attempts=1)
+        if released:
+            log.info("sweep released %d stale reservation(s): %s", len(released), ", ".join(released[:10]))
+        return released
+
+    def release_pods(self, uids: Sequence[str], *, why: str = "pod ended", attempts: int = 3) -> list[str]:
+        """Release the reservations of ``uids`` (the one release path: the pod follower calls it
+        for pods that ended, the sweep for stale reservations). Idempotent; a release the store
+        refuses (unreachable) is queued for the next sweep. Returns the UIDs released.
+
+        The pod follower's UIDs are filtered to pods with a job record in the followed copy (pods
+        never reserved through iadeep need no release) unless queued for release already. While a
+        release is in flight, ``filter`` waits for it (at most ``CacheSettings.release_wait_s``):
+        kube-scheduler retries the pods that did not fit on the very event that ended the pod,
+        and would otherwise be told the memory is still taken.
+        """
+        if why == "sweep":  # stale reservations: nobody is being retried on their account
+            return self._release_pods(uids, why=why, attempts=attempts)
+        with self._released:
+            self._releasing += 1
+        try:
+            return self._release_pods(uids, why=why, attempts=attempts)
+        finally:
+            with self._released:
+                self._releasing -= 1
+                self._released.notify_all()
+
+    def _release_pods(self, uids: Sequence[str], *, why: str, attempts: int) -> list[str]:
         released = []
-        for uid in sorted(stale):
-            if release_reservation(self.store, uid, now_s=now, attempts=1):
+        now = self.clock()
+        if why != "sweep":
+            try:
+                jobs = self.cache.current()[0].jobs
+            except StoreUnavailable:
+                jobs = None  # unknown: try them all
+            with self._memo_lock:
+                queued = set(self._pending_release)
+            uids = [u for u in uids if jobs is None or u in jobs or u in queued]
+        for uid in uids:
+            if release_reservation(self.store, uid, now_s=now, attempts=attempts):
                 released.append(uid)
                 self.cache.forget(uid)
                 with self._memo_lock:
                     self._pending_release.discard(uid)
+            else:
+                with self._memo_lock:
+                    self._pending_release.add(uid)
         if released:
-            log.info("released %d stale reservation(s): %s", len(released), ", ".join(released[:10]))
+            self.metrics.releases.labels(why).inc(len(released))
         return released
 
     def _sweep_loop(self, interval_s: float) -> None:

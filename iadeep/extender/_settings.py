@@ -60,13 +60,21 @@ class CacheSettings(BaseModel):
             still answers (1 s).
         max_age_s: a copy etcd has not confirmed for this long is not used: filter answers
             ``Error`` and ``/readyz`` fails. 5 s = several reopened watches.
-        sweep_interval_s: how often reservations of deleted or finished pods are released (0: never).
+        pod_watch: follow the cluster's pods (list, then watch) and release a pod's reservation as
+            soon as the pod succeeds, fails or is deleted (``iadeep.extender._podwatch``).
+        pod_watch_timeout_s: how long one pod watch request stays open before it is reopened (s).
+        release_wait_s: the longest ``filter`` waits for releases of ended pods in flight (s).
+        sweep_interval_s: how often the safety-net sweep releases reservations of pods that are
+            gone, finished or stranded (0: never); the pod watch releases ended pods at once.
         sweep_grace_s: a reservation whose pod is still unbound is released only after this long
             (a bind in flight takes at most kube-scheduler's ``httpTimeout``).
     """
 
     watch_idle_s: float = Field(1.0, gt=0)
     max_age_s: float = Field(5.0, gt=0)
+    pod_watch: bool = True
+    pod_watch_timeout_s: float = Field(60.0, gt=0)
+    release_wait_s: float = Field(0.5, ge=0)
     sweep_interval_s: float = Field(30.0, ge=0)
     sweep_grace_s: float = Field(120.0, ge=0)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from iadeep.sim._queue import QUEUES, KubeQueueSettings, SchedulingQueue, make_queue
 
 import numpy as np
 
@@ -114,11 +116,19 @@ class SimSettings:
             tens of iterations, i.e. tens of seconds.
         measurement_noise: relative standard deviation of the multiplicative log-normal noise on
             measured throughput (0.05 = 5 %).
-        backfill: let queued jobs behind a waiting head start when they can (FIFO otherwise).
+        backfill: let queued jobs behind a waiting head start when they can (FIFO otherwise);
+            the same as ``queue="backfill"``.
         backfill_depth: how many queued jobs behind the head are tried per scheduling pass.
+        queue: the scheduling queue (:mod:`iadeep.sim._queue`): ``fifo``, ``backfill`` or
+            ``kube`` (kube-scheduler's queue with backoff, as the live system queues).
+        kube: backoff timing of the ``kube`` queue (kube-scheduler's defaults; see
+            :meth:`KubeQueueSettings.from_scheduler_config`).
         restart_penalty_s: work (s at dedicated speed) added to a job evicted and re-queued, for
             checkpoint and restart.
         record_timeline: keep the queue-length/utilisation time series (for plots).
+        tuning: call the policy's tuning after co-location changes (off: jobs keep their
+            submitted batch sizes and nothing is undone, as on a live cluster without the node
+            coordinator and tuner; used by the simulator-live parity check).
     """
 
     seed: int = 0
@@ -128,3 +138,15 @@ class SimSettings:
     backfill_depth: int = 32
     restart_penalty_s: float = 30.0
     record_timeline: bool = True
+    tuning: bool = True
+    queue: str = "fifo"
+    kube: KubeQueueSettings = field(default_factory=KubeQueueSettings)
+
+    def __post_init__(self) -> None:
+        if self.queue not in QUEUES:
+            raise ValueError(f"unknown queue {self.queue!r}; known: {', '.join(QUEUES)}")
+
+    def make_queue(self) -> SchedulingQueue:
+        """A fresh queue as these settings describe (``backfill=True`` turns ``fifo`` into ``backfill``)."""
+        name = "backfill" if self.backfill and self.queue == "fifo" else self.queue
+        return make_queue(name, backfill_depth=self.backfill_depth, kube=self.kube)

@@ -6,8 +6,10 @@ size (the trace's duration). A running job's progress rate (work per second) is,
 :mod:`iadeep.goodput`; the cap: nothing runs faster than its dedicated run as submitted); a
 gang (multi-GPU job) advances at the rate of its slowest GPU (synchronous data parallelism).
 
-Events: arrival, completion, end of a tuning session. After each batch of simultaneous events the
-scheduler tries the queue head (FIFO), and with ``backfill`` the next ``backfill_depth`` jobs. Every
+Events: arrival, completion, end of a tuning session, queue wake-up. After each batch of
+simultaneous events the scheduler tries the jobs its queue offers (:mod:`iadeep.sim._queue`: the
+FIFO head, with backfill the next ``backfill_depth`` jobs, or kube-scheduler's active queue with
+backoff; completions and evictions are reported to it as cluster events). Every
 GPU whose co-location set changed gets a tuning call; a session with ``n`` trials lasts
 ``n x trial_s`` during which the jobs progress at the mean true rate of the measured
 configurations, then the chosen configuration applies, or the jobs the policy undoes are
@@ -45,12 +47,13 @@ from iadeep.policy import ClusterView, JobRequest, Placement, Policy
 from iadeep.sim._config import ClusterSpec, SimSettings
 from iadeep.sim._errors import InfeasibleJobError
 from iadeep.sim._feasible import feasibility, gpu_model_mask
+from iadeep.sim._queue import SchedulingQueue, make_queue
 from iadeep.sim._result import SimResult
 from iadeep.sim._speeds import gavel_type_of
 
 __all__ = ["Simulator", "simulate"]
 
-_ARRIVE, _FINISH, _TUNED = 0, 1, 2
+_ARRIVE, _FINISH, _TUNED, _WAKE = 0, 1, 2, 3
 _PENDING, _QUEUED, _RUNNING, _DONE, _UNSCHEDULABLE = 0, 1, 2, 3, 4
 
 
@@ -75,6 +78,8 @@ class Simulator:
             ``"raise"`` (default) or ``"skip"`` (never queued; reported as unschedulable).
         speeds: Gavel GPU type -> relative speed per job-type id, shape ``(n_types,)``
             (:func:`iadeep.sim.type_speeds`); ``None``: every GPU at the reference speed.
+        queue: the scheduling queue (a fresh one per run); ``None``: built from ``settings``
+            (:meth:`SimSettings.make_queue`).
 
     Raises:
         InfeasibleJobError: (a ``ValueError``) with ``infeasible="raise"``, a job needs more GPUs
@@ -85,7 +90,7 @@ class Simulator:
 
     def __init__(self, jobs: pd.DataFrame, policy: Policy, model: InterferenceModel, cluster: ClusterSpec = ClusterSpec(),
                  settings: SimSettings = SimSettings(), infeasible: str = "raise",
-                 speeds: dict[str, np.ndarray] | None = None):
+                 speeds: dict[str, np.ndarray] | None = None, queue: SchedulingQueue | None = None):
         if infeasible not in ("raise", "skip"):
             raise ValueError(f"infeasible must be 'raise' or 'skip', got {infeasible!r}")
         self.policy, self.model, self.cluster, self.settings = policy, model, cluster, settings
@@ -143,10 +148,13 @@ class Simulator:
         self.evictions = np.zeros(n, dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
         self.gpus: list[tuple[int, ...]] = [()] * n
+        self.first_gpus: list[tuple[int, ...]] = [()] * n  # where each job first started
+        self.partners: list[set[int]] = [set() for _ in range(n)]  # jobs it ever shared a GPU with
         self.sessions: dict[int, _Session] = {}
         self.gpu_version = np.zeros(G, dtype=np.int64)
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
-        self.queue: list[int] = []
+        self.queue: SchedulingQueue = queue if queue is not None else settings.make_queue()
+        self._wake_at = -1.0
         self.events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.now = 0.0
@@ -220,6 +228,8 @@ class Simulator:
             for other in self._occupants(g):
                 self.coloc[other] += 1
                 self.coloc[h] += 1
+                self.partners[h].add(other)
+                self.partners[other].add(h)
             self.slots[g, free[0]] = h
             self.mem_used[g] += self._mem_of[self.type[h]]
             self.share_used[g] += self.share[h]
@@ -234,6 +244,7 @@ class Simulator:
         self.updated[h] = self.now
         if np.isnan(self.start[h]):
             self.start[h] = self.now
+            self.first_gpus[h] = tuple(p.gpus)
         for g in p.gpus:
             self._refresh_gpu(g, affected)
         return affected
@@ -270,6 +281,8 @@ class Simulator:
         return measure
 
     def _tune(self, g: int, affected: set[int]) -> None:
+        if not self.settings.tuning:  # a driver without a tuner (the live system before the coordinator)
+            return
         trial_rates: list[dict[int, float]] = []
         decision = self.policy.tune(g, self.view(), self._measure_on(g, trial_rates))
         if decision is None:
@@ -306,8 +319,9 @@ class Simulator:
         self.mem_used[g] = new_mem
         self._refresh_gpu(g, affected)
 
-    def _evict(self, h: int, affected: set[int], position: int = 0) -> None:
-        """Take ``h`` off its GPUs and queue it at ``position`` (the head by default) with its work
+    def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
+        """Take ``h`` off its GPUs and queue it again (:meth:`SchedulingQueue.requeue`: at the head,
+        or with ``here`` where the job just placed was, ahead of the jobs behind it) with its work
         so far kept plus ``restart_penalty_s`` (checkpoint and restart)."""
         for g in self._release(h):
             self._refresh_gpu(g, affected)
@@ -317,7 +331,8 @@ class Simulator:
         self.evictions[h] += 1
         self.status[h] = _QUEUED
         self.n_running -= 1
-        self.queue.insert(position, h)
+        self.queue.requeue(h, self.now, here=here)
+        self.queue.cluster_event("pod_ended", self.now)
 
     # -- scheduling ----------------------------------------------------------------------------
     def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
@@ -329,15 +344,14 @@ class Simulator:
         """Place what the policy allows; returns the GPUs whose co-location set changed."""
         changed: set[int] = set()
         affected: set[int] = set()
-        depth = self.settings.backfill_depth if self.settings.backfill else 0
-        i, ahead = 0, 0
-        while i < len(self.queue) and i <= depth:
-            h = self.queue[i]
-            decision = self.policy.place(self._request(h, ahead, len(self.queue) - i - 1), self.view())
+        ahead = 0
+        queue = self.queue
+        for h in queue.candidates(self.now):
+            decision = self.policy.place(self._request(h, ahead, queue.blocking(h)), self.view())
             if isinstance(decision, Placement):
-                self.queue.pop(i)
+                queue.placed(h, self.now)
                 for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
-                    self._evict(int(v), affected, position=i)
+                    self._evict(int(v), affected, here=True)
                     changed.update(g for g in decision.gpus)
                 placed = self._apply_placement(h, decision)
                 affected |= placed
@@ -346,8 +360,9 @@ class Simulator:
                     self._sync(x)
                     self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
                 continue
-            ahead += int(self.num_gpus[h])
-            i += 1
+            queue.failed(h, self.now)
+            if queue.counts_ahead:
+                ahead += int(self.num_gpus[h])
         for g in sorted(changed):
             self._tune(g, affected)
         for h in affected:
@@ -382,7 +397,7 @@ class Simulator:
                 _, _, kind, a, b = heapq.heappop(self.events)
                 if kind == _ARRIVE:
                     self.status[a] = _QUEUED
-                    self.queue.append(a)
+                    self.queue.add(a, float(self.submit[a]), t)
                 elif kind == _FINISH:
                     if b != self.version[a] or self.status[a] != _RUNNING:
                         continue
@@ -391,6 +406,7 @@ class Simulator:
                     self.status[a] = _DONE
                     self.n_running -= 1
                     self.end[a] = t
+                    self.queue.cluster_event("pod_ended", t)
                     done += 1
                     if progress is not None:
                         progress(done)
@@ -413,6 +429,10 @@ class Simulator:
                 if self.status[h] == _RUNNING:
                     self._set_rate(h)
             self._schedule()
+            wake = self.queue.next_wakeup(t)
+            if wake is not None and wake > t and wake != self._wake_at:
+                self._wake_at = wake
+                self._push(wake, _WAKE, 0)
             if self.settings.record_timeline:
                 self.timeline.append((t, len(self.queue), int((self.slots >= 0).any(axis=1).sum()), self.n_running))
         if done != n:

@@ -16,7 +16,7 @@ __all__ = ["SimResult", "summarise"]
 #: Columns of :attr:`SimResult.jobs`.
 JOB_COLUMNS = ("job_id", "submit_s", "start_s", "end_s", "jct_s", "queueing_s", "duration_s", "slowdown", "num_gpus",
                "model", "batch_size", "final_batch_size", "colocations", "tuning_trials", "evictions", "censored",
-               "unschedulable")
+               "unschedulable", "placement", "partners")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ class SimResult:
         policy: policy name.
         jobs: one row per job (columns :data:`JOB_COLUMNS`); times in seconds; JCT from submission.
             ``censored``: the trace saw the job still running (its duration is a lower bound);
-            ``unschedulable``: the job could never run on the cluster (times NaN) and was skipped.
+            ``unschedulable``: the job could never run on the cluster (times NaN) and was skipped;
+            ``placement``: the GPUs it first started on as ``node/gpu`` joined by ``;``;
+            ``partners``: the IDs of the jobs it ever shared a GPU with, sorted, joined by ``;``.
         timeline: columns ``t_s, queue_len, busy_gpus, running_jobs`` after each event batch.
         total_gpus: cluster size.
         busy_gpu_seconds: integral of GPUs holding at least one job over time (GPU x s).
@@ -43,6 +45,7 @@ class SimResult:
     def build(cls, sim: "Simulator") -> "SimResult":
         """Collect a finished :class:`~iadeep.sim.Simulator`'s state."""
         types = sim.model.types
+        names = sim.cluster.node_names()
         jct = sim.end - sim.submit
         jobs = pd.DataFrame({
             "job_id": sim.job_ids,
@@ -62,6 +65,8 @@ class SimResult:
             "evictions": sim.evictions,
             "censored": sim.censored,
             "unschedulable": sim.infeasible_reason != "",
+            "placement": [";".join(f"{names[sim.gpu_node[g]]}/{sim.gpu_local[g]}" for g in gs) for gs in sim.first_gpus],
+            "partners": [";".join(sorted(str(sim.job_ids[o]) for o in ps)) for ps in sim.partners],
         })
         timeline = pd.DataFrame(sim.timeline, columns=["t_s", "queue_len", "busy_gpus", "running_jobs"])
         return cls(sim.policy.name, jobs, timeline, sim.cluster.total_gpus, sim.busy_gpu_seconds)

@@ -14,7 +14,7 @@ def _busy_sim(model: InterferenceModel, name: str, workload):
     sim = Simulator(workload.head(30), make_policy(name, model), model, ClusterSpec(2, 4, 24.0), SimSettings())
     for h in range(12):
         sim.status[h] = 1
-        sim.queue.append(h)
+        sim.queue.add(h, float(sim.submit[h]), 0.0)
     sim._schedule()
     return sim
 

@@ -1,0 +1,387 @@
+"""The GPU emulator service: emulated GPUs on nodes without real ones (kwok, or a real node with
+emulated GPUs), driven by the interference model.
+
+Three followers and a completer, each a daemon thread:
+
+- **nodes**: lists, then watches the nodes matching ``node_selector``; publishes each node's GPU
+  inventory in the state store (on a lease, renewed) as the device plugin does for real GPUs. The
+  GPUs are read from the node annotation ``iadeep.io/gpus`` (JSON list of ``index``, ``uuid``,
+  ``memGiB``; the local control plane's kwok nodes carry it), else from the labels
+  ``iadeep.io/gpu-count`` and ``iadeep.io/gpu-mem-gib``.
+- **pods**: lists, then watches every pod. A pod bound to an emulated node that carries the
+  extender's GPU annotations (``iadeep.io/gpu-index``) starts running on those GPUs at once; one
+  that succeeds, fails or is deleted leaves them. Every change of a GPU's co-located set changes
+  the rates of the jobs on it (:mod:`._gpus`) and, with ``report_measurements``, each affected job's
+  measured throughput is written to the state store (:class:`iadeep.state.Measurement`: the
+  records the node coordinator reads; a training job reports the same through the SDK), and with
+  ``update_job_records`` its job record's ``remaining_s`` is brought up to date (the work the
+  placement policy weighs; the coordinator's part once it runs beside the emulator).
+- **completer**: sleeps until the next job's work is done (or a change), then completes pods
+  annotated ``iadeep.io/emulated``: it writes the exact start and end times as annotations
+  (``iadeep.io/emulated-start`` / ``-end``, Unix seconds with sub-second digits: the API's own
+  timestamps have 1 s resolution, 1,000 emulated seconds at 1000x) and sets the pod's status to
+  ``Succeeded`` (:meth:`KubeApi.complete_pod`). A pod whose work is done before kwok has marked it
+  ``Running`` is completed when it is.
+
+Emulated time: a pod's work (``iadeep.io/duration-s``, seconds on a dedicated GPU) advances at
+``rate x speedup`` per wall second, the speedup from the pod's ``iadeep.io/emulation-speedup``
+annotation or the settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from iadeep.emulator._gpus import EmulatedGpus, RateChange
+from iadeep.emulator._kube import KubeApi, KubeCallError
+from iadeep.emulator._settings import EmulatorSettings
+from iadeep.extender import (
+    ANNOTATION_ASSUME_TIME,
+    ANNOTATION_BATCH_SIZE,
+    ANNOTATION_DURATION,
+    ANNOTATION_GPU_INDEX,
+    ANNOTATION_GPU_MEM,
+    ANNOTATION_MODEL,
+    PodSpecError,
+    TypeResolver,
+)
+from iadeep.interference import InterferenceModel
+from iadeep.state import GpuInfo, JobRecord, Measurement, NodeInventory, StateStore, StoreUnavailable
+
+__all__ = ["EmulatorService", "node_inventory", "ANNOTATION_EMULATED", "ANNOTATION_EMULATED_START", "ANNOTATION_EMULATED_END",
+           "ANNOTATION_SPEEDUP", "NODE_ANNOTATION_GPUS"]
+
+log = logging.getLogger("iadeep.emulator")
+
+ANNOTATION_EMULATED = "iadeep.io/emulated"
+"""On a pod: the emulator completes it when its work is done (kwok's own completion stage skips it)."""
+ANNOTATION_SPEEDUP = "iadeep.io/emulation-speedup"
+"""On a pod: emulated seconds per wall second (decimal)."""
+ANNOTATION_EMULATED_START = "iadeep.io/emulated-start"
+"""Written by the emulator: when the pod's GPUs started its work, Unix seconds (decimal)."""
+ANNOTATION_EMULATED_END = "iadeep.io/emulated-end"
+"""Written by the emulator: when its work was done, Unix seconds (decimal)."""
+NODE_ANNOTATION_GPUS = "iadeep.io/gpus"
+"""On a node: its GPUs as JSON, ``[{"index": 0, "uuid": "...", "memGiB": 32}, ...]``."""
+
+_ENDED = ("Succeeded", "Failed")
+
+
+@dataclass
+class _Pod:
+    obj: dict[str, Any]
+    running: bool = False  # kwok marked it Running
+    done: bool = False  # its work is done (it left its emulated GPUs); complete when running
+    completing: bool = False
+    started_s: float = 0.0
+    finished_s: float = 0.0
+
+
+def node_inventory(node: dict[str, Any]) -> NodeInventory | None:
+    """The GPU inventory a node advertises (annotation, else labels); ``None`` when it has none.
+
+    Raises:
+        ValueError: the annotation is not a JSON list of GPUs (the message names the node).
+    """
+    meta = node.get("metadata") or {}
+    name = meta.get("name", "")
+    raw = (meta.get("annotations") or {}).get(NODE_ANNOTATION_GPUS)
+    if raw:
+        try:
+            gpus = tuple(GpuInfo(int(g["index"]), float(g["memGiB"]), str(g.get("uuid", ""))) for g in json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"node {name}: annotation {NODE_ANNOTATION_GPUS} is not a list of GPUs: {exc}") from None
+        return NodeInventory(name, gpus) if gpus else None
+    labels = meta.get("labels") or {}
+    try:
+        count, mem = int(labels.get("iadeep.io/gpu-count", 0)), float(labels.get("iadeep.io/gpu-mem-gib", 0))
+    except ValueError as exc:
+        raise ValueError(f"node {name}: GPU labels: {exc}") from None
+    if count <= 0 or mem <= 0:
+        return None
+    return NodeInventory(name, tuple(GpuInfo(i, mem, f"GPU-{name}-{i}") for i in range(count)))
+
+
+def _job_record(pod: dict[str, Any], gpus: tuple[int, ...], remaining_s: float) -> JobRecord | None:
+    """The extender's job record of a bound pod (:meth:`PodDemand.job_record`: the same fields from
+    the pod's annotations) with ``remaining_s`` brought up to date; ``None`` when unreadable."""
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    try:
+        return JobRecord(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""),
+                         ann.get(ANNOTATION_MODEL, "ResNet-50"), int(ann.get(ANNOTATION_BATCH_SIZE, 64)), len(gpus),
+                         float(ann.get(ANNOTATION_GPU_MEM, 0.0)), remaining_s=float(remaining_s),
+                         submitted_at=int(ann.get(ANNOTATION_ASSUME_TIME, 0)) / 1e9)
+    except (ValueError, TypeError):
+        return None
+
+
+class EmulatorService:
+    """Emulated GPUs for the nodes matching the settings' selector (see the module docstring).
+
+    Args:
+        settings: the settings.
+        store: the state store (inventories, measurements).
+        kube: the Kubernetes calls.
+        model: the interference model.
+        clock: Unix time, injectable.
+    """
+
+    def __init__(self, settings: EmulatorSettings, *, store: StateStore, kube: KubeApi, model: InterferenceModel,
+                 clock: Callable[[], float] = time.time):
+        self.settings = settings
+        self.store = store
+        self.kube = kube
+        self.model = model
+        self.clock = clock
+        self.gpus = EmulatedGpus(model, seed=settings.seed, measurement_noise=settings.measurement_noise)
+        self.types = TypeResolver(model, settings.default_model, settings.default_batch_size)
+        self.nodes: dict[str, NodeInventory] = {}
+        self.pods: dict[str, _Pod] = {}
+        self.completed = 0
+        self.measurements = 0
+        self.errors = 0
+        self._lock = threading.Condition()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._listed = {"nodes": threading.Event(), "pods": threading.Event()}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the followers and the completer (idempotent)."""
+        if self._threads:
+            return
+        self._stop.clear()
+        selector = {"label_selector": self.settings.node_selector} if self.settings.node_selector else {}
+        for name, target in (("nodes", lambda: self._follow("nodes", self._on_node, selector)),
+                             ("pods", lambda: self._listed["nodes"].wait() and self._follow("pods", self._on_pod, {})),
+                             ("complete", self._complete_loop), ("keepalive", self._keepalive_loop),
+                             ("progress", self._progress_loop)):
+            t = threading.Thread(target=target, name=f"iadeep-emulator-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def wait_ready(self, timeout_s: float = 30.0) -> bool:
+        """True once nodes and pods have been listed once."""
+        deadline = time.monotonic() + timeout_s
+        return all(e.wait(max(deadline - time.monotonic(), 0)) for e in self._listed.values())
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        for t in self._threads:
+            t.join(timeout=2)
+        self._threads = []
+
+    def status(self) -> dict[str, Any]:
+        """Counts for humans and tests: nodes, running jobs, completed pods, measurements, errors."""
+        with self._lock:
+            return {"nodes": len(self.nodes), "running": len(self.gpus.jobs), "completed": self.completed,
+                    "measurements": self.measurements, "errors": self.errors}
+
+    # -- following ---------------------------------------------------------------------------
+    def _follow(self, kind: str, handle: Callable[[str, dict[str, Any]], None], selectors: dict[str, str]) -> None:
+        version = ""
+        while not self._stop.is_set():
+            try:
+                if not version:
+                    items, version = self.kube.list(kind, **selectors)
+                    for obj in items:
+                        handle("ADDED", obj)
+                    self._listed[kind].set()
+                for event, obj in self.kube.watch(kind, version, timeout_s=self.settings.kube.watch_timeout_s, **selectors):
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if rv:
+                        version = str(rv)
+                    if event != "BOOKMARK":
+                        handle(event, obj)
+                    if self._stop.is_set():
+                        return
+            except KubeCallError as exc:
+                if exc.status != 410:
+                    log.warning("%s", exc)
+                    self._stop.wait(1.0)
+                version = ""
+            except Exception:  # noqa: BLE001 - a follower never dies
+                log.exception("following %s failed", kind)
+                version = ""
+                self._stop.wait(1.0)
+
+    def _on_node(self, event: str, node: dict[str, Any]) -> None:
+        name = (node.get("metadata") or {}).get("name", "")
+        if event == "DELETED":
+            with self._lock:
+                self.nodes.pop(name, None)
+            return
+        try:
+            inv = node_inventory(node)
+        except ValueError as exc:
+            log.warning("%s", exc)
+            return
+        with self._lock:
+            if inv is None or self.nodes.get(name) == inv:
+                return
+        try:
+            self.store.put_inventory(inv, lease_ttl_s=self.settings.inventory_ttl_s)
+        except StoreUnavailable as exc:
+            log.warning("could not publish node %s: %s", name, exc)
+            return
+        with self._lock:
+            self.nodes[name] = inv
+            self._lock.notify_all()
+
+    def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        uid, node = meta.get("uid", ""), spec.get("nodeName") or ""
+        ann = meta.get("annotations") or {}
+        now = self.clock()
+        changes: list[RateChange] = []
+        with self._lock:
+            known = self.pods.get(uid)
+            if event == "DELETED" or status.get("phase") in _ENDED:
+                if known is not None:
+                    del self.pods[uid]
+                    changes = self.gpus.stop(uid, now_s=now)
+            elif known is not None:
+                known.obj = pod
+                running = status.get("phase") == "Running"
+                if running and not known.running and known.done:
+                    self._lock.notify_all()  # done before kwok marked it Running: complete it now
+                known.running = running
+            elif node in self.nodes and ann.get(ANNOTATION_GPU_INDEX):
+                try:
+                    start = self._start_args(pod)
+                except (PodSpecError, ValueError) as exc:
+                    log.warning("pod %s/%s cannot be emulated: %s", meta.get("namespace"), meta.get("name"), exc)
+                    self.errors += 1
+                    return
+                self.pods[uid] = _Pod(pod, running=status.get("phase") == "Running", started_s=now)
+                changes = self.gpus.start(uid, node, now_s=now, **start)
+            if changes:
+                self._lock.notify_all()
+        self._report(changes, now)
+
+    def _start_args(self, pod: dict[str, Any]) -> dict[str, Any]:
+        ann = (pod.get("metadata") or {}).get("annotations") or {}
+        s = self.settings
+        gpus = [int(x) for x in ann[ANNOTATION_GPU_INDEX].split(",") if x.strip()]
+        type_id = self.types.resolve(ann.get(ANNOTATION_MODEL, s.default_model),
+                                     int(ann.get(ANNOTATION_BATCH_SIZE, s.default_batch_size)))
+        work = float(ann.get(ANNOTATION_DURATION, s.default_duration_s))
+        speedup = float(ann.get(ANNOTATION_SPEEDUP, s.speedup))
+        if not (speedup > 0) or not (work >= 0):
+            raise ValueError(f"{ANNOTATION_SPEEDUP}={speedup} / {ANNOTATION_DURATION}={work} out of range")
+        return {"gpus": gpus, "type_id": type_id, "work_s": work, "speedup": speedup}
+
+    def _report(self, changes: list[RateChange], now: float) -> None:
+        s = self.settings
+        if not changes or not (s.report_measurements or s.update_job_records):
+            return
+        measured, records = [], []
+        with self._lock:
+            for c in changes:
+                job, pod = self.gpus.jobs.get(c.uid), self.pods.get(c.uid)
+                if job is None or pod is None:
+                    continue
+                if s.report_measurements:
+                    measured.append(Measurement(c.uid, self.gpus.measure(c.uid), self.model.types[job.type_id].batch_size, now))
+                if s.update_job_records:
+                    records.append(_job_record(pod.obj, job.gpus, self.gpus.progress_of(c.uid, now)))
+        try:
+            for m in measured:
+                self.store.add_measurement(m)
+                self.measurements += 1
+            for r in records:
+                if r is not None:
+                    self.store.put_job(r)
+        except StoreUnavailable as exc:
+            log.warning("could not report progress: %s", exc)
+
+    # -- completing --------------------------------------------------------------------------
+    def _complete_loop(self) -> None:
+        while not self._stop.is_set():
+            todo: list[tuple[dict[str, Any], float, float]] = []
+            changes: list[RateChange] = []
+            with self._lock:
+                now = self.clock()
+                for uid in self.gpus.due(now):
+                    p = self.pods.get(uid)
+                    job = self.gpus.jobs.get(uid)
+                    if p is None or job is None:
+                        continue
+                    ann = (p.obj.get("metadata") or {}).get("annotations") or {}
+                    if ANNOTATION_EMULATED not in ann:
+                        continue  # not ours to complete (kwok's own timer): it runs on
+                    # the work is done: the job leaves its GPUs at its finish time (partners speed
+                    # up from then on), whatever the API calls below take
+                    p.done, p.finished_s = True, self.gpus.finish_time(job)
+                    changes += self.gpus.stop(uid, now_s=p.finished_s)
+                for p in self.pods.values():
+                    if p.done and p.running and not p.completing:
+                        p.completing = True
+                        todo.append((p.obj, p.started_s, p.finished_s))
+                if not todo and not changes:
+                    nxt = self.gpus.next_due()
+                    wait = 1.0 if nxt is None else min(max(nxt - now, 0.0), 1.0)
+                    self._lock.wait(wait)
+                    continue
+            self._report(changes, now)
+            for pod, started, finished in todo:
+                self._complete(pod, started, finished)
+
+    def _complete(self, pod: dict[str, Any], started: float, finished: float) -> None:
+        meta = pod.get("metadata") or {}
+        ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+        try:
+            self.kube.annotate_pod(ns, name, uid, {ANNOTATION_EMULATED_START: f"{started:.6f}",
+                                                   ANNOTATION_EMULATED_END: f"{finished:.6f}"})
+            self.kube.complete_pod(pod, started_s=started, finished_s=finished)
+            with self._lock:
+                self.completed += 1
+        except KubeCallError as exc:
+            with self._lock:
+                self.errors += 1
+                p = self.pods.get(uid)
+                if p is not None:
+                    p.completing = False  # tried again on the next pass
+            if exc.status != 404:
+                log.warning("could not complete pod %s/%s: %s", ns, name, exc)
+                self._stop.wait(0.2)
+
+    def _progress_loop(self) -> None:
+        """Every ``progress_interval_s``, bring every running job's record up to date: the
+        extender's view projects a job's remaining work at rate 1 per wall second from the last
+        record, which under a speedup (and under interference) falls behind at once."""
+        interval = self.settings.progress_interval_s
+        if not self.settings.update_job_records or interval <= 0:
+            return
+        while not self._stop.wait(interval):
+            now = self.clock()
+            with self._lock:
+                records = [_job_record(self.pods[uid].obj, job.gpus, self.gpus.progress_of(uid, now))
+                           for uid, job in self.gpus.jobs.items() if uid in self.pods]
+            try:
+                for r in records:
+                    if r is not None:
+                        self.store.put_job(r)
+            except StoreUnavailable as exc:
+                log.warning("could not report progress: %s", exc)
+
+    def _keepalive_loop(self) -> None:
+        while not self._stop.wait(self.settings.inventory_ttl_s / 3):
+            with self._lock:
+                nodes = list(self.nodes.values())
+            for inv in nodes:
+                try:
+                    if not self.store.keepalive(inv.node):
+                        self.store.put_inventory(inv, lease_ttl_s=self.settings.inventory_ttl_s)
+                except StoreUnavailable as exc:
+                    log.warning("inventory keepalive failed: %s", exc)
+                    break

@@ -1,0 +1,79 @@
+"""Settings of the GPU emulator (``iadeep emulator serve``), from ``IADEEP_EMULATOR_*`` variables::
+
+    IADEEP_EMULATOR_SPEEDUP=1000
+    IADEEP_EMULATOR_NODE_SELECTOR=iadeep.io/emulated-gpus=true
+    IADEEP_EMULATOR_KUBE__KUBECONFIG=/path/to/kubeconfig
+
+etcd through the state store's own settings (``IADEEP_ETCD_*``), nested as ``etcd``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from iadeep.state import StateSettings
+
+__all__ = ["EmulatorSettings", "EmulatorKube"]
+
+
+class EmulatorKube(BaseModel):
+    """How the emulator reaches the Kubernetes API.
+
+    Attributes:
+        in_cluster: use the pod's service account.
+        kubeconfig: kubeconfig file; ``None``: ``$KUBECONFIG`` or ``~/.kube/config``.
+        request_timeout_s: per API call (s).
+        watch_timeout_s: how long one watch request stays open before it is reopened (s).
+    """
+
+    in_cluster: bool = False
+    kubeconfig: Path | None = None
+    request_timeout_s: float = Field(10.0, gt=0)
+    watch_timeout_s: float = Field(60.0, gt=0)
+
+
+class EmulatorSettings(BaseSettings):
+    """Everything the emulator needs.
+
+    Attributes:
+        speedup: emulated seconds per wall second for pods without the
+            ``iadeep.io/emulation-speedup`` annotation (1: real time).
+        node_selector: label selector of the nodes whose GPUs are emulated (the local control
+            plane's kwok nodes carry ``iadeep.io/gpu-node=true``).
+        throughputs_file: Gavel ``simulation_throughputs.json`` (the simulator's ground truth);
+            ``None``: the dataset registry's ``gavel-throughputs`` in the user cache.
+        gpu_type: which GPU type's measurements to use.
+        seed: seeds the measurement noise.
+        measurement_noise: relative standard deviation of reported throughput (the simulator's 5 %).
+        report_measurements: write each job's measured throughput to the state store (the
+            measurement records the node coordinator reads) whenever its co-located set changes.
+        update_job_records: write each affected job's remaining work into its job record (the
+            extender's placement policy reads it) whenever its co-located set changes.
+        progress_interval_s: how often every running job's record is brought up to date besides
+            the co-location changes (wall s; 0: never). The extender's view has no emulated
+            clock: it projects remaining work at rate 1 per wall second from the last record.
+        inventory_ttl_s: lease of each published node inventory (renewed at a third of it).
+        default_model / default_batch_size / default_duration_s: a pod without the annotations.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="IADEEP_EMULATOR_", env_nested_delimiter="__", extra="ignore")
+
+    speedup: float = Field(1.0, gt=0)
+    node_selector: str = "iadeep.io/gpu-node=true"
+    throughputs_file: Path | None = None
+    gpu_type: str = "v100"
+    seed: int = 0
+    measurement_noise: float = Field(0.05, ge=0)
+    report_measurements: bool = True
+    update_job_records: bool = True
+    progress_interval_s: float = Field(1.0, ge=0)
+    inventory_ttl_s: int = Field(120, ge=3)
+    default_model: str = "ResNet-50"
+    default_batch_size: int = Field(64, ge=1)
+    default_duration_s: float = Field(3600.0, ge=0)
+    log_level: str = "info"
+    kube: EmulatorKube = Field(default_factory=EmulatorKube)
+    etcd: StateSettings = Field(default_factory=StateSettings)

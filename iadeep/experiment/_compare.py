@@ -1,0 +1,151 @@
+"""Simulator-live parity: the same trace slice, seed and cluster through both backends.
+
+:func:`parity` compares two per-job tables (the simulator's and the kubernetes backend's, columns
+of :data:`iadeep.sim.JOB_COLUMNS`) and :func:`run_compare` produces them and writes, per policy,
+``parity-<policy>.csv`` (one row per job: placement GPU, co-location partners, start and JCT in
+both) and ``parity.json`` / ``parity.md`` with the differences:
+
+- avg JCT, p99 JCT and makespan, live relative to the simulator (``live / sim - 1``);
+- ``partners_match``: the share of jobs whose set of co-location partners is the same in both;
+- ``pairs_identical``: co-located pairs found in both over pairs found in either (Jaccard index
+  of the two pair sets; 1.0 when neither co-located anything);
+- ``placement_match``: the share of jobs that first started on the same node and GPU(s).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from iadeep.experiment._config import ExperimentConfig
+
+__all__ = ["parity", "parity_table", "run_compare", "write_parity"]
+
+
+def _sets(col: pd.Series) -> list[frozenset[str]]:
+    return [frozenset(x for x in str(v).split(";") if x) if isinstance(v, str) else frozenset() for v in col]
+
+
+def _pairs(jobs: pd.DataFrame) -> set[frozenset[str]]:
+    out = set()
+    for jid, ps in zip(jobs["job_id"].astype(str), _sets(jobs["partners"])):
+        out.update(frozenset((jid, p)) for p in ps)
+    return out
+
+
+def parity_table(sim: pd.DataFrame, live: pd.DataFrame) -> pd.DataFrame:
+    """Per job: placement, partners, start (s) and JCT (s) in both backends, and the JCT difference.
+
+    Raises:
+        ValueError: the two tables do not hold the same jobs (the message names some that differ).
+    """
+    a, b = sim.set_index(sim["job_id"].astype(str)), live.set_index(live["job_id"].astype(str))
+    if set(a.index) != set(b.index):
+        diff = sorted(set(a.index) ^ set(b.index))
+        raise ValueError(f"the two runs hold different jobs, e.g. {diff[:5]}")
+    b = b.loc[a.index]
+    def text(col: pd.Series) -> np.ndarray:  # a column of empty strings reads back from CSV as NaN floats
+        return np.array(["" if not isinstance(v, str) else v for v in col], dtype=object)
+
+    table = pd.DataFrame({
+        "job_id": a.index,
+        "placement_sim": text(a["placement"]), "placement_live": text(b["placement"]),
+        "partners_sim": text(a["partners"]), "partners_live": text(b["partners"]),
+        "start_sim_s": a["start_s"].to_numpy(), "start_live_s": b["start_s"].to_numpy(),
+        "jct_sim_s": a["jct_s"].to_numpy(), "jct_live_s": b["jct_s"].to_numpy(),
+    })
+    table["jct_diff_rel"] = table["jct_live_s"] / table["jct_sim_s"] - 1.0
+    return table.reset_index(drop=True)
+
+
+def parity(sim: pd.DataFrame, live: pd.DataFrame) -> dict[str, float]:
+    """The parity figures of the module docstring for one policy.
+
+    Raises:
+        ValueError: the tables hold different jobs.
+    """
+    t = parity_table(sim, live)
+
+    def rel(x: float, y: float) -> float:
+        return float(y / x - 1.0) if x else float("nan")
+
+    def makespan(df: pd.DataFrame) -> float:
+        return float(df["end_s"].max() - df["submit_s"].min())
+
+    ps, pl = _pairs(sim), _pairs(live)
+    union = ps | pl
+    same_partners = [x == y for x, y in zip(_sets(t["partners_sim"]), _sets(t["partners_live"]))]
+    return {
+        "jobs": int(len(t)),
+        "avg_jct_sim_s": float(t["jct_sim_s"].mean()), "avg_jct_live_s": float(t["jct_live_s"].mean()),
+        "avg_jct_diff_rel": rel(t["jct_sim_s"].mean(), t["jct_live_s"].mean()),
+        "p99_jct_diff_rel": rel(float(np.percentile(t["jct_sim_s"], 99)), float(np.percentile(t["jct_live_s"], 99))),
+        "makespan_diff_rel": rel(makespan(sim), makespan(live)),
+        "partners_match": float(np.mean(same_partners)) if len(t) else 1.0,
+        "pairs_sim": len(ps), "pairs_live": len(pl), "pairs_common": len(ps & pl),
+        "pairs_identical": float(len(ps & pl) / len(union)) if union else 1.0,
+        "placement_match": float(np.mean(t["placement_sim"] == t["placement_live"])) if len(t) else 1.0,
+        "median_abs_jct_diff_rel": float(np.median(np.abs(t["jct_diff_rel"]))) if len(t) else 0.0,
+    }
+
+
+def write_parity(out: Path, figures: dict[str, dict[str, Any]], config: dict[str, Any]) -> None:
+    """``parity.json`` and ``parity.md`` (one row per policy)."""
+    (out / "parity.json").write_text(json.dumps({"config": config, "policies": figures}, indent=2) + "\n")
+    lines = ["# Simulator-live parity", "",
+             f"{config.get('jobs')} jobs of {config.get('trace')} from job {config.get('start_job')}, seed "
+             f"{config.get('seed')}, {config.get('nodes')}x{config.get('gpus_per_node')} GPUs, simulator queue "
+             f"`{config.get('queue')}`, live speedup {config.get('speedup'):g}x.", "",
+             "| policy | avg JCT sim (h) | avg JCT live (h) | avg JCT diff | p99 diff | makespan diff | "
+             "same partners | identical pairs | same placement |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, f in figures.items():
+        lines.append(f"| {name} | {f['avg_jct_sim_s'] / 3600:.2f} | {f['avg_jct_live_s'] / 3600:.2f} | "
+                     f"{f['avg_jct_diff_rel']:+.1%} | {f['p99_jct_diff_rel']:+.1%} | {f['makespan_diff_rel']:+.1%} | "
+                     f"{f['partners_match']:.0%} | {f['pairs_identical']:.0%} ({f['pairs_common']}/"
+                     f"{len_union(f)}) | {f['placement_match']:.0%} |")
+    lines += ["", "Per-job tables: `parity-<policy>.csv`."]
+    (out / "parity.md").write_text("\n".join(lines) + "\n")
+
+
+def len_union(f: dict[str, Any]) -> int:
+    """Pairs found by either backend."""
+    return int(f["pairs_sim"] + f["pairs_live"] - f["pairs_common"])
+
+
+def run_compare(cfg: ExperimentConfig, on_policy=None) -> dict[str, dict[str, Any]]:
+    """Both backends on the same workload; writes ``sim/``, ``live/`` and the parity files under
+    ``cfg.out``. Returns the figures by policy.
+
+    Raises:
+        TimeoutError, RuntimeError: the live run failed (see :func:`iadeep.experiment._steps.run_live`).
+    """
+    from iadeep.experiment._steps import build_workload, fetch_inputs, run_live, run_policy, write_report
+
+    out = cfg.out_dir
+    paths = fetch_inputs(cfg, progress=False)
+    sim_cfg = replace(cfg, backend="simulator", whole_gib=True, kube_time_scale=cfg.speedup, out=str(out / "sim"))
+    live_cfg = replace(cfg, backend="kubernetes", out=str(out / "live"))
+    workload, _ = build_workload(sim_cfg, paths["trace"])
+    build_workload(live_cfg, paths["trace"])
+    for name in cfg.policies:
+        run_policy(sim_cfg, name, workload, paths["throughputs"])
+    write_report(sim_cfg)
+    run_live(live_cfg, workload, paths["throughputs"], on_policy)
+    write_report(live_cfg)
+    figures = {}
+    for name in cfg.policies:
+        sim = pd.read_csv(out / "sim" / f"jobs-{name}.csv", dtype={"job_id": str})
+        live = pd.read_csv(out / "live" / f"jobs-{name}.csv", dtype={"job_id": str})
+        parity_table(sim, live).to_csv(out / f"parity-{name}.csv", index=False)
+        figures[name] = parity(sim, live)
+        metrics = json.loads((out / "live" / f"metrics-{name}.json").read_text())
+        figures[name]["reservations_left"] = metrics.get("reservations_left")
+        figures[name]["live_wall_s"] = metrics.get("wall_s")
+    write_parity(out, figures, cfg.to_dict())
+    return figures

@@ -1,0 +1,621 @@
+"""The experiment on a live cluster: Jobs submitted at their arrival times, results read back.
+
+:func:`run_live_policy` replays a job table against one policy on a Kubernetes cluster and
+returns a :class:`~iadeep.sim.SimResult` with the simulator's columns, so that the report, the
+plots and ``summary.json`` are the simulator backend's. Per trace job it creates one
+``batch/v1`` Job (:func:`job_manifest`) at ``t0 + (submit - first submit) / speedup`` wall
+seconds: scheduler ``iadeep-scheduler``, the GPU-memory request (``iadeep.io/gpu-mem``, whole
+GiB: extended resources are integers), ``iadeep.io/gpu-count``, and the annotations the
+extender and the emulator read (model, batch size, duration, ``iadeep.io/emulated``, speedup).
+It waits for every Job's ``Complete`` or ``Failed`` condition through a watch (reopened until a
+deadline), then reads the times back:
+
+- submit: the wall time the Job was created (annotation ``iadeep.io/submit-time``, written by
+  the submitter; the API's ``creationTimestamp`` has 1 s resolution, 1,000 emulated s at 1000x);
+- start: the emulator's ``iadeep.io/emulated-start`` (when the GPUs started the work; the
+  extender's ``iadeep.io/assume-time`` is the bind);
+- end: the emulator's ``iadeep.io/emulated-end``;
+
+and converts them to emulated seconds, ``submit_0 + (wall - t0) x speedup``. Placement and
+co-location partners come from the pods' ``iadeep.io/gpu-index`` and nodes (two jobs are
+partners when their runs overlap on a GPU). At the end the reservations left in etcd are counted
+(the extender releases each when its pod ends). The per-job overhead breakdown (submission lag,
+bind latency, start lag, completion lag) goes to ``metrics-<policy>.json``.
+
+The cluster around it (:class:`LocalCluster`, the default): the local control plane
+(:class:`iadeep.dev.ControlPlane`, real kube-apiserver, kube-scheduler with the
+``iadeep-scheduler`` profile, kube-controller-manager, kwok), a local etcd, and per policy a
+fresh set of kwok GPU nodes, the extender (``iadeep extender serve``) and the GPU emulator
+(``iadeep emulator serve``) as processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from iadeep.interference import InterferenceModel
+from iadeep.sim import ClusterSpec, SimResult
+
+__all__ = ["LiveSettings", "LocalCluster", "job_manifest", "run_live_policy", "live_result"]
+
+log = logging.getLogger("iadeep.experiment")
+
+SCHEDULER = "iadeep-scheduler"
+RUN_LABEL = "iadeep.io/run"
+JOB_ID_ANNOTATION = "iadeep.io/job-id"
+SUBMIT_ANNOTATION = "iadeep.io/submit-time"
+REPO = Path(__file__).resolve().parents[2]
+SCHEDULER_CONFIG = REPO / "k8s" / "extender" / "kube-scheduler-config.control-plane.yaml"
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    """How a live run goes.
+
+    Attributes:
+        speedup: emulated seconds per wall second (1000: an hour of trace in 3.6 s).
+        timeout_s: wall-clock bound of one policy's run (submission and completion); ``None``:
+            the trace span plus the total work over the cluster's GPUs, at ``speedup``, x 3 + 120 s.
+        namespace: namespace of the Jobs (created; a fresh one per policy when ``None``).
+        reservations_wait_s: how long to wait at the end for the extender to release every reservation.
+    """
+
+    speedup: float = 1000.0
+    timeout_s: float | None = None
+    namespace: str | None = None
+    reservations_wait_s: float = 10.0
+
+
+def job_name(index: int, job_id: str) -> str:
+    """A DNS-1123 Job name for trace job ``job_id`` (``j-<index>-<id>``, at most 63 characters)."""
+    clean = re.sub(r"[^a-z0-9-]+", "-", str(job_id).lower()).strip("-")
+    return f"j-{index:05d}-{clean}"[:63].rstrip("-")
+
+
+def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: float, speedup: float,
+                 submit_time_s: float, pin_nodes: bool = True) -> dict[str, Any]:
+    """The ``batch/v1`` Job for one trace job (a pure function; see the module docstring).
+
+    Args:
+        row: the job's row of the job table (job_id, duration, num_gpus, model, batch_size).
+        index: its position in the table (makes the name unique).
+        namespace / run: the namespace and the run's label value (nodes carry the same label).
+        mem_gib: GPU memory per GPU (GiB); requested for the pod as ``ceil(mem_gib) x num_gpus``.
+        speedup: emulated seconds per wall second.
+        submit_time_s: wall time of creation (Unix s), for the submit annotation.
+        pin_nodes: select the nodes labelled with ``run`` (the local cluster's per-run nodes).
+    """
+    gpus = int(row.num_gpus)
+    res = {"iadeep.io/gpu-mem": str(int(math.ceil(mem_gib - 1e-9)) * gpus), "iadeep.io/gpu-count": str(gpus)}
+    annotations = {
+        "iadeep.io/model": str(row.model),
+        "iadeep.io/batch-size": str(int(row.batch_size)),
+        "iadeep.io/duration-s": f"{float(row.duration):.3f}",
+        "iadeep.io/emulated": "true",
+        "iadeep.io/emulation-speedup": f"{speedup:g}",
+        JOB_ID_ANNOTATION: str(row.job_id),
+    }
+    labels = {RUN_LABEL: run}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(index, row.job_id), "namespace": namespace, "labels": labels,
+                     "annotations": {JOB_ID_ANNOTATION: str(row.job_id), SUBMIT_ANNOTATION: f"{submit_time_s:.6f}"}},
+        "spec": {
+            "backoffLimit": 0,
+            "completions": 1,
+            "parallelism": 1,
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {
+                    "schedulerName": SCHEDULER,
+                    "restartPolicy": "Never",
+                    **({"nodeSelector": {RUN_LABEL: run}} if pin_nodes else {}),
+                    "containers": [{"name": "train", "image": "registry.invalid/iadeep/emulated-trainer:0",
+                                    "resources": {"limits": dict(res), "requests": dict(res)}}],
+                },
+            },
+        },
+    }
+
+
+def _json(api_client: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    import json
+
+    resp = fn(*args, _preload_content=False, **kwargs)
+    data = resp.data
+    resp.release_conn()
+    return json.loads(data) if data else {}
+
+
+def _free_port() -> int:
+    from iadeep._host import free_port
+
+    return free_port()
+
+
+class _Process:
+    """A service of ours as a child process (its own session), log to a file."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
+        self.log_path = log_path
+        self._fh = log_path.open("ab")
+        self.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=self._fh, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def check(self, what: str) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._fh.close()
+
+
+@dataclass
+class LocalCluster:
+    """The local control plane, etcd and our services for live runs (see the module docstring).
+
+    Args:
+        cluster: the cluster shape (one kwok node per node, its GPUs and memory).
+        throughputs: Gavel ``simulation_throughputs.json`` (extender and emulator).
+        workdir: where logs and data go (a temporary folder when ``None``; kept when given).
+    """
+
+    cluster: ClusterSpec
+    throughputs: Path
+    workdir: Path | None = None
+    extender_port: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __enter__(self) -> LocalCluster:
+        from iadeep.dev import ControlPlane
+        from iadeep.state import LocalEtcd
+
+        t0 = time.monotonic()
+        self._tmp = None
+        if self.workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="iadeep-live-")
+            self.workdir = Path(self._tmp.name)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.extender_port = self.extender_port or _free_port()
+        self.etcd = LocalEtcd(self.workdir / "etcd")
+        self.etcd.start()
+        self.control_plane = ControlPlane(nodes=0, gpus_per_node=self.cluster.gpus_per_node,
+                                          gpu_mem_gib=int(self.cluster.gpu_mem_gib),
+                                          scheduler_config=scheduler_config(self.extender_port),
+                                          workdir=self.workdir / "controlplane", ready_timeout=120)
+        try:
+            self.control_plane.start()
+        except BaseException:
+            self.etcd.stop()
+            raise
+        self.api = self.control_plane.api_client()
+        self._procs: list[_Process] = []
+        self.timings["cluster_start_s"] = time.monotonic() - t0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_services()
+        self.api.close()
+        self.control_plane.stop()
+        self.etcd.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.control_plane.kubeconfig
+
+    def prepare(self, run: str, policy: str, *, seed: int, speedup: float) -> str:
+        """Fresh nodes labelled ``run``, a fresh etcd prefix, and the extender and emulator for
+        ``policy``; returns the etcd prefix. Nodes and services of an earlier run are removed."""
+        from kubernetes import client
+
+        self.stop_services()
+        core = client.CoreV1Api(self.api)
+        old = [n.metadata.name for n in core.list_node(label_selector=RUN_LABEL).items]
+        for name in old:
+            core.delete_node(name)
+        from iadeep.dev import NodeSpec
+
+        specs = [NodeSpec(f"{run}-{name}", gpus=self.cluster.gpus_per_node, gpu_mem_gib=int(self.cluster.gpu_mem_gib),
+                          labels={RUN_LABEL: run}) for name in self.cluster.node_names()]
+        t0 = time.monotonic()
+        self.control_plane.add_nodes(specs, timeout=max(60.0, len(specs) * 0.2))
+        self.timings["nodes_ready_s"] = time.monotonic() - t0
+        prefix = f"/iadeep-live/{run}"
+        env = {
+            "IADEEP_ETCD_ENDPOINTS": self.etcd.endpoint,
+            "IADEEP_ETCD_PREFIX": prefix,
+            "KUBECONFIG": str(self.kubeconfig),
+        }
+        logs = self.workdir / "logs"  # type: ignore[operator]
+        logs.mkdir(exist_ok=True)
+        ext = _Process([sys.executable, "-m", "iadeep.extender", "serve"], {
+            **env, "IADEEP_EXTENDER_PORT": str(self.extender_port), "IADEEP_EXTENDER_HOST": "127.0.0.1",
+            "IADEEP_EXTENDER_POLICY": policy, "IADEEP_EXTENDER_THROUGHPUTS_FILE": str(self.throughputs),
+            "IADEEP_EXTENDER_KUBE__KUBECONFIG": str(self.kubeconfig), "IADEEP_EXTENDER_LOG_LEVEL": "warning",
+        }, logs / f"extender-{run}.log")
+        emu = _Process([sys.executable, "-m", "iadeep.emulator", "serve"], {
+            **env, "IADEEP_EMULATOR_THROUGHPUTS_FILE": str(self.throughputs), "IADEEP_EMULATOR_SPEEDUP": f"{speedup:g}",
+            "IADEEP_EMULATOR_SEED": str(seed), "IADEEP_EMULATOR_NODE_SELECTOR": f"{RUN_LABEL}={run}",
+            # job records current to a minute of emulated time (at most 5 writes per job per second)
+            "IADEEP_EMULATOR_PROGRESS_INTERVAL_S": f"{max(60.0 / speedup, 0.2):g}",
+            "IADEEP_EMULATOR_KUBE__KUBECONFIG": str(self.kubeconfig), "IADEEP_EMULATOR_LOG_LEVEL": "warning",
+        }, logs / f"emulator-{run}.log")
+        self._procs = [ext, emu]
+        self._wait_ready(prefix, len(specs), ext, emu)
+        return prefix
+
+    def _wait_ready(self, prefix: str, n_nodes: int, ext: _Process, emu: _Process, timeout_s: float = 120.0) -> None:
+        """Until every node's inventory is in etcd (the emulator) and the extender answers /readyz
+        and has followed those inventories."""
+        import httpx
+
+        from iadeep.state import EtcdStateStore, StateSettings
+
+        store = EtcdStateStore(StateSettings(endpoints=[self.etcd.endpoint], prefix=prefix))
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                ext.check("the extender")
+                emu.check("the emulator")
+                ok = len(store.inventories()) >= n_nodes
+                if ok:
+                    try:
+                        doc = httpx.get(f"http://127.0.0.1:{self.extender_port}/inspect", timeout=5).json()
+                        ok = len(doc.get("nodes") or {}) >= n_nodes
+                    except (httpx.HTTPError, ValueError):
+                        ok = False
+                if ok:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"extender/emulator not ready after {timeout_s:.0f}s (logs in {self.workdir}/logs)")
+                time.sleep(0.2)
+        finally:
+            store.close()
+
+    def stop_services(self) -> None:
+        for p in getattr(self, "_procs", []):
+            p.stop()
+        self._procs = []
+
+
+def scheduler_config(port: int) -> dict[str, Any]:
+    """The shipped control-plane KubeSchedulerConfiguration, its extender at ``127.0.0.1:port``."""
+    import yaml
+
+    config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    for ext in config["extenders"]:
+        ext["urlPrefix"] = f"http://127.0.0.1:{port}/iadeep"
+    return config
+
+
+# -- one policy's run ------------------------------------------------------------------------
+
+def _watch_jobs(api_client: Any, namespace: str, run: str, total: int, deadline: float,
+                on_done: Callable[[str, str, float], None]) -> None:
+    """Watch the run's Jobs until ``total`` have a ``Complete`` or ``Failed`` condition or the
+    deadline passes (list, then watch from the list's version; reopened, re-listed on 410)."""
+    import json
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    batch = client.BatchV1Api(api_client)
+    done: set[str] = set()
+
+    def handle(job: dict[str, Any]) -> None:
+        name = (job.get("metadata") or {}).get("name", "")
+        if name in done:
+            return
+        for c in (job.get("status") or {}).get("conditions") or []:
+            if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+                done.add(name)
+                on_done(name, c["type"], time.time())
+                return
+
+    version = ""
+    while len(done) < total:
+        left = deadline - time.time()
+        if left <= 0:
+            raise TimeoutError(f"{total - len(done)} of {total} Jobs not finished by the deadline")
+        try:
+            if not version:
+                doc = _json(api_client, batch.list_namespaced_job, namespace, label_selector=f"{RUN_LABEL}={run}")
+                for j in doc.get("items") or []:
+                    handle(j)
+                version = str((doc.get("metadata") or {}).get("resourceVersion") or "")
+                continue
+            resp = batch.list_namespaced_job(namespace, label_selector=f"{RUN_LABEL}={run}", watch=True,
+                                             resource_version=version, allow_watch_bookmarks=True,
+                                             timeout_seconds=max(1, int(min(left, 30))), _preload_content=False,
+                                             _request_timeout=(10, min(left, 30) + 10))
+            try:
+                buf = b""
+                for chunk in resp.stream(None, decode_content=False):
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        ev = json.loads(line)
+                        obj = ev.get("object") or {}
+                        if ev.get("type") == "ERROR":
+                            version = ""
+                            break
+                        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                        if ev.get("type") != "BOOKMARK":
+                            handle(obj)
+                    if len(done) >= total or not version:
+                        break
+            finally:
+                resp.release_conn()
+        except (ApiException, OSError, ValueError) as exc:
+            log.warning("job watch: %s", exc)
+            version = ""
+            time.sleep(0.5)
+        except Exception as exc:  # noqa: BLE001 - urllib3 errors: reopen
+            log.warning("job watch: %s", exc)
+            version = ""
+            time.sleep(0.5)
+
+
+def run_live_policy(api_client: Any, workload: pd.DataFrame, model: InterferenceModel, cluster: ClusterSpec, *,
+                    policy: str, run: str, settings: LiveSettings, store: Any | None = None,
+                    progress: Callable[[int], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+    """Submit ``workload`` as Jobs at their (compressed) arrival times and wait for all of them.
+
+    Args:
+        api_client: a ``kubernetes.client.ApiClient`` for the cluster.
+        workload: the job table (job_id, submit_time, duration, num_gpus, model, batch_size).
+        model: the interference model (memory estimates of the job types).
+        cluster: the cluster shape (for the result's GPU count and node names).
+        policy / run: the policy's name (for the result) and the run label of the nodes.
+        settings: speedup, deadline, namespace.
+        store: the state store the extender uses (reservations are counted at the end), or ``None``.
+        progress: called with the number of finished Jobs.
+
+    Returns:
+        ``(result, metrics)``: the simulator-shaped result and the live metrics (overhead
+        breakdown, reservations left, wall time).
+
+    Raises:
+        TimeoutError: not every Job finished before the deadline (the message says how many).
+    """
+    from kubernetes import client
+
+    from iadeep.jobtypes import JobType
+
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    ns = settings.namespace or f"live-{run}"
+    try:
+        core.create_namespace({"metadata": {"name": ns}})
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
+    _wait_service_account(core, ns)
+    speedup = settings.speedup
+    jobs = workload.reset_index(drop=True)
+    submit0 = float(jobs["submit_time"].min()) if len(jobs) else 0.0
+    span = float(jobs["submit_time"].max() - submit0) if len(jobs) else 0.0
+    work = float((jobs["duration"] * jobs["num_gpus"]).sum()) / cluster.total_gpus
+    timeout = settings.timeout_s or 3.0 * (span + work) / speedup + 120.0
+    order = np.argsort(jobs["submit_time"].to_numpy(), kind="stable")
+    finished = {"n": 0}
+    done_at: dict[str, tuple[str, float]] = {}
+
+    def on_done(name: str, kind: str, at: float) -> None:
+        done_at[name] = (kind, at)
+        finished["n"] += 1
+        if progress is not None:
+            progress(finished["n"])
+
+    import threading
+
+    t0 = time.time() + 1.0  # first arrival one second from now
+    deadline = t0 + timeout
+    errors: list[BaseException] = []
+    waiter = threading.Thread(target=lambda: _guard(errors, _watch_jobs, api_client, ns, run, len(jobs), deadline, on_done),
+                              name="iadeep-live-wait", daemon=True)
+    waiter.start()
+    lags = []
+    for i in order:
+        row = jobs.iloc[i]
+        target = t0 + (float(row.submit_time) - submit0) / speedup
+        pause = target - time.time()
+        if pause > 0:
+            time.sleep(pause)  # the submission clock: one thread, waiting only for the next arrival
+        now = time.time()
+        lags.append(now - target)
+        mem = float(model.mem_gib[model.type_id(JobType(str(row.model), int(row.batch_size)))])
+        body = job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, submit_time_s=now)
+        _json(api_client, batch.create_namespaced_job, ns, body)
+        if errors:
+            break
+    waiter.join(timeout=max(deadline - time.time(), 0) + 30)
+    if errors:
+        raise errors[0]
+    if waiter.is_alive():
+        raise TimeoutError(f"Jobs of run {run} not finished by the deadline")
+    wall = time.time() - t0
+    pods = _json(api_client, core.list_namespaced_pod, ns, label_selector=f"{RUN_LABEL}={run}").get("items") or []
+    jobs_doc = _json(api_client, batch.list_namespaced_job, ns, label_selector=f"{RUN_LABEL}={run}").get("items") or []
+    left = _reservations_left(store, settings.reservations_wait_s)
+    result, breakdown = live_result(jobs, jobs_doc, pods, done_at, cluster=cluster, policy=policy, run=run, t0=t0,
+                                    submit0=submit0, speedup=speedup, model=model)
+    metrics = {"backend": "kubernetes", "speedup": speedup, "wall_s": wall, "jobs_per_wall_s": len(jobs) / wall if wall else 0.0,
+               "reservations_left": left, "failed_jobs": sum(k == "Failed" for k, _ in done_at.values()),
+               "submit_lag_s_median": float(np.median(lags)) if lags else 0.0, "breakdown_s": breakdown, "namespace": ns}
+    return result, metrics
+
+
+def _guard(errors: list[BaseException], fn: Callable[..., None], *args: Any) -> None:
+    try:
+        fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - handed to the submitting thread
+        errors.append(exc)
+
+
+def _wait_service_account(core: Any, ns: str, timeout_s: float = 30.0) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespaced_service_account("default", ns)
+            return
+        except ApiException:
+            time.sleep(0.1)
+    raise TimeoutError(f"namespace {ns}: no default service account after {timeout_s:.0f}s")
+
+
+def _reservations_left(store: Any | None, wait_s: float) -> int | None:
+    if store is None:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        n = len(store.assignments())
+        if n == 0 or time.monotonic() > deadline:
+            return n
+        time.sleep(0.1)
+
+
+def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[dict[str, Any]],
+                done_at: dict[str, tuple[str, float]], *, cluster: ClusterSpec, policy: str, run: str, t0: float,
+                submit0: float, speedup: float, model: InterferenceModel) -> tuple[SimResult, dict[str, float]]:
+    """The simulator-shaped result of a live run from the Jobs and pods read back (module docstring).
+
+    Returns:
+        ``(result, breakdown)``: breakdown holds medians (wall s) of bind latency (bind - submit),
+        start lag (emulated start - bind) and completion lag (Job condition - emulated end).
+
+    Raises:
+        RuntimeError: a finished Job has no pod with the emulator's times (the message names it).
+    """
+    def emu(t: float) -> float:
+        return submit0 + (t - t0) * speedup
+
+    by_id = {str(j): i for i, j in enumerate(jobs["job_id"].astype(str))}
+    submit_wall = {((d.get("metadata") or {}).get("annotations") or {}).get(JOB_ID_ANNOTATION):
+                   float(((d.get("metadata") or {}).get("annotations") or {}).get(SUBMIT_ANNOTATION, "nan"))
+                   for d in jobs_doc}
+    n = len(jobs)
+    start, end, submit = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    placement = [""] * n
+    runs: list[tuple[int, str, float, float]] = []  # (job, "node/gpu", start, end)
+    bind_lat, start_lag, done_lag = [], [], []
+    for p in pods:
+        meta = p.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        jid = ann.get(JOB_ID_ANNOTATION)
+        if jid not in by_id or "iadeep.io/emulated-end" not in ann:
+            continue
+        i = by_id[jid]
+        s_wall, e_wall = float(ann["iadeep.io/emulated-start"]), float(ann["iadeep.io/emulated-end"])
+        start[i], end[i], submit[i] = emu(s_wall), emu(e_wall), emu(submit_wall.get(jid, math.nan))
+        node = (p.get("spec") or {}).get("nodeName") or ""
+        node = node[len(run) + 1:] if node.startswith(f"{run}-") else node
+        gpus = [g for g in ann.get("iadeep.io/gpu-index", "").split(",") if g]
+        placement[i] = ";".join(f"{node}/{g}" for g in gpus)
+        runs += [(i, f"{node}/{g}", start[i], end[i]) for g in gpus]
+        if "iadeep.io/assume-time" in ann:
+            bound = int(ann["iadeep.io/assume-time"]) / 1e9
+            bind_lat.append(bound - submit_wall.get(jid, math.nan))
+            start_lag.append(s_wall - bound)
+        owner = [o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job"]
+        if owner and owner[0] in done_at:
+            done_lag.append(done_at[owner[0]][1] - e_wall)
+    missing = [str(jobs["job_id"].iloc[i]) for i in range(n) if np.isnan(end[i])]
+    if missing:
+        raise RuntimeError(f"{len(missing)} job(s) have no completed pod with emulator times, e.g. {missing[:3]}")
+    coloc = np.zeros(n, dtype=np.int64)
+    partners: list[set[int]] = [set() for _ in range(n)]
+    by_gpu: dict[str, list[tuple[int, float, float]]] = {}
+    for i, g, s, e in runs:
+        by_gpu.setdefault(g, []).append((i, s, e))
+    for rows in by_gpu.values():
+        for a in range(len(rows)):
+            for b in range(a + 1, len(rows)):
+                (i, s1, e1), (j, s2, e2) = rows[a], rows[b]
+                if i != j and s1 < e2 and s2 < e1:
+                    coloc[i] += 1
+                    coloc[j] += 1
+                    partners[i].add(j)
+                    partners[j].add(i)
+    ids = jobs["job_id"].astype(str).to_numpy()
+    jct = end - submit
+    duration = jobs["duration"].to_numpy(dtype=float)
+    table = pd.DataFrame({
+        "job_id": ids, "submit_s": submit, "start_s": start, "end_s": end, "jct_s": jct, "queueing_s": start - submit,
+        "duration_s": duration, "slowdown": jct / duration, "num_gpus": jobs["num_gpus"].to_numpy(),
+        "model": jobs["model"].to_numpy(), "batch_size": jobs["batch_size"].to_numpy(),
+        "final_batch_size": jobs["batch_size"].to_numpy(), "colocations": coloc,
+        "tuning_trials": np.zeros(n, dtype=np.int64), "evictions": np.zeros(n, dtype=np.int64),
+        "placement": placement, "partners": [";".join(sorted(ids[o] for o in ps)) for ps in partners],
+    })
+    timeline, busy = _timeline(table, runs)
+    breakdown = {
+        "bind_latency_s_median": float(np.nanmedian(bind_lat)) if bind_lat else math.nan,
+        "start_lag_s_median": float(np.nanmedian(start_lag)) if start_lag else math.nan,
+        "completion_lag_s_median": float(np.nanmedian(done_lag)) if done_lag else math.nan,
+    }
+    return SimResult(policy, table, timeline, cluster.total_gpus, busy), breakdown
+
+
+def _timeline(table: pd.DataFrame, runs: list[tuple[int, str, float, float]]) -> tuple[pd.DataFrame, float]:
+    """``t_s, queue_len, busy_gpus, running_jobs`` at every submit/start/end, and busy GPU-seconds."""
+    events: list[tuple[float, int, int, int]] = []  # (t, d_queue, d_running, 0)
+    for s, st, e in zip(table["submit_s"], table["start_s"], table["end_s"]):
+        events += [(s, 1, 0, 0), (st, -1, 1, 0), (e, 0, -1, 0)]
+    gpu_events: list[tuple[float, str, int]] = []
+    for _, g, s, e in runs:
+        gpu_events += [(s, g, 1), (e, g, -1)]
+    gpu_events.sort()
+    times = sorted({t for t, *_ in events})
+    events.sort()
+    rows, q, r, k, gi = [], 0, 0, 0, 0
+    occupied: dict[str, int] = {}
+    busy_s, last_t = 0.0, times[0] if times else 0.0
+    for t in times:
+        busy_s += sum(1 for v in occupied.values() if v > 0) * (t - last_t)
+        last_t = t
+        while k < len(events) and events[k][0] <= t:
+            q += events[k][1]
+            r += events[k][2]
+            k += 1
+        while gi < len(gpu_events) and gpu_events[gi][0] <= t:
+            _, g, d = gpu_events[gi]
+            occupied[g] = occupied.get(g, 0) + d
+            gi += 1
+        rows.append((t, q, sum(1 for v in occupied.values() if v > 0), r))
+    return pd.DataFrame(rows, columns=["t_s", "queue_len", "busy_gpus", "running_jobs"]), busy_s
+
+
+def iter_runs(policies: list[str]) -> Iterator[tuple[str, str]]:
+    """``(policy, run label)`` for each policy, labels unique per call."""
+    tag = uuid.uuid4().hex[:5]
+    for k, p in enumerate(policies):
+        yield p, f"r{tag}{k}"

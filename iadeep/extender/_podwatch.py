@@ -1,0 +1,129 @@
+"""Following the cluster's pods: a reservation is released as soon as its pod ends.
+
+A pod that succeeded, failed or was deleted holds GPU memory in etcd until something releases
+it; kube-scheduler meanwhile refuses pods that would fit. :class:`PodFollower` follows the pods
+the way a Kubernetes informer does: one list (its ``resourceVersion``), then a watch from there,
+reopened when the server closes it (``timeout_s``) and re-listed when the server answers
+``410 Gone`` (the version is older than the API server's watch cache). For every pod that is
+``Succeeded``/``Failed`` or deleted it calls ``on_ended(uids)``, which releases the reservations
+(:meth:`ExtenderService.release_pods`, the one release path, also used by the periodic sweep).
+The watch delivers such a change within milliseconds of the API server storing it; the sweep
+(``CacheSettings.sweep_interval_s``) remains as a safety net for what a watch can miss: a
+reservation whose pod never existed, a bind that was never completed, an outage of the follower.
+
+The pods are read through :class:`PodWatchApi` (:class:`~iadeep.extender.KubernetesPodApi`
+implements it); the thread never raises, it logs and retries after ``retry_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
+from iadeep.extender._bind import KubeError, PodStatus
+
+__all__ = ["PodFollower", "PodWatchApi", "ENDED_PHASES"]
+
+log = logging.getLogger("iadeep.extender")
+
+#: Pod phases after which a pod's containers never run again (Kubernetes API, ``PodPhase``).
+ENDED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class PodWatchApi(Protocol):
+    """Listing and watching every pod of the cluster (raise :class:`KubeError`; status 410 when the
+    resource version is too old)."""
+
+    def list_pods(self) -> tuple[list[PodStatus], str]:
+        """Every pod and the list's ``resourceVersion``."""
+
+    def watch_pods(self, resource_version: str, *, timeout_s: float) -> Iterator[tuple[str, PodStatus | None, str]]:
+        """Changes after ``resource_version`` as ``(type, pod, resourceVersion)``: type ``ADDED``,
+        ``MODIFIED``, ``DELETED`` or ``BOOKMARK`` (pod ``None``); ends after about ``timeout_s``."""
+
+
+def ended(event_type: str, pod: PodStatus | None) -> bool:
+    """Whether a watch event says the pod is done with its GPUs (deleted, or in an ended phase)."""
+    return pod is not None and (event_type == "DELETED" or pod.phase in ENDED_PHASES)
+
+
+class PodFollower:
+    """A daemon thread that lists, then watches the pods and reports those that ended.
+
+    Args:
+        api: the pod listing and watch.
+        on_ended: called with the UIDs of pods that ended (possibly again for the same pod: it
+            must be idempotent); exceptions are logged, the follower goes on.
+        timeout_s: how long one watch request stays open before it is reopened (s).
+        retry_s: wait after a failed list or watch before trying again (s).
+    """
+
+    def __init__(self, api: PodWatchApi, on_ended: Callable[[Sequence[str]], object], *, timeout_s: float = 30.0,
+                 retry_s: float = 1.0):
+        self.api = api
+        self.on_ended = on_ended
+        self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self.listings = 0
+        self.events = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listed = threading.Event()
+
+    def start(self) -> None:
+        """Start following (idempotent)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="iadeep-pod-follow", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Ask the thread to stop; a watch blocked in a read ends with its request (daemon thread)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s)
+            self._thread = None
+
+    def wait_listed(self, timeout_s: float) -> bool:
+        """True once the first listing has been handled (tests, readiness)."""
+        return self._listed.wait(timeout_s)
+
+    def _report(self, uids: list[str]) -> None:
+        if not uids:
+            return
+        try:
+            self.on_ended(uids)
+        except Exception:  # noqa: BLE001 - a failed release is retried by the sweep
+            log.exception("releasing the reservations of ended pods failed")
+
+    def _run(self) -> None:
+        version = ""
+        while not self._stop.is_set():
+            try:
+                if not version:
+                    pods, version = self.api.list_pods()
+                    self.listings += 1
+                    self._report([p.uid for p in pods if p.phase in ENDED_PHASES])
+                    self._listed.set()
+                for kind, pod, rv in self.api.watch_pods(version, timeout_s=self.timeout_s):
+                    self.events += 1
+                    if rv:
+                        version = rv
+                    if ended(kind, pod):
+                        self._report([pod.uid])  # type: ignore[union-attr]
+                    if self._stop.is_set():
+                        return
+            except KubeError as exc:
+                if exc.status == 410:  # too old for the watch cache: list again
+                    version = ""
+                    continue
+                log.warning("pod watch failed: %s", exc)
+                version = ""
+                self._stop.wait(self.retry_s)
+            except Exception:  # noqa: BLE001 - never let the follower die
+                log.exception("pod watch failed")
+                version = ""
+                self._stop.wait(self.retry_s)

@@ -1,0 +1,83 @@
+"""Parity figures between two per-job tables, and the live backend's pure pieces (Job manifest,
+results read back from Jobs and pods)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from iadeep.experiment._compare import parity, parity_table
+from iadeep.experiment._live import job_manifest, job_name, live_result
+from iadeep.sim import ClusterSpec
+
+
+def _table(rows):
+    cols = ["job_id", "submit_s", "start_s", "end_s", "placement", "partners"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["jct_s"] = df["end_s"] - df["submit_s"]
+    return df
+
+
+SIM = _table([("a", 0, 0, 100, "node-00/0", "b"), ("b", 10, 10, 110, "node-00/0", "a"),
+              ("c", 20, 20, 60, "node-00/1", None)])
+
+
+def test_identical_runs_have_perfect_parity():
+    f = parity(SIM, SIM.copy())
+    assert f["avg_jct_diff_rel"] == 0 and f["makespan_diff_rel"] == 0
+    assert f["partners_match"] == 1 and f["pairs_identical"] == 1 and f["placement_match"] == 1
+
+
+def test_parity_counts_changed_partners_and_slower_jobs():
+    live = _table([("a", 0, 0, 150, "node-00/0", "c"), ("b", 10, 10, 110, "node-00/1", None),
+                   ("c", 20, 20, 60, "node-00/0", "a")])
+    f = parity(SIM, live)
+    assert f["avg_jct_diff_rel"] == pytest.approx((150 + 100 + 40) / (100 + 100 + 40) - 1)
+    assert f["partners_match"] == pytest.approx(0.0)  # a: {b} vs {c}; b: {a} vs {}; c: {} vs {a}
+    assert (f["pairs_sim"], f["pairs_live"], f["pairs_common"], f["pairs_identical"]) == (1, 1, 0, 0.0)
+    assert f["placement_match"] == pytest.approx(1 / 3)
+    t = parity_table(SIM, live)
+    assert list(t["jct_live_s"]) == [150, 100, 40]
+    with pytest.raises(ValueError, match="different jobs"):
+        parity(SIM, live.iloc[:2])
+
+
+def test_job_manifest_asks_for_whole_gib_on_each_gpu():
+    row = pd.Series({"job_id": "Philly_7/x", "duration": 3600.0, "num_gpus": 2, "model": "ResNet-50", "batch_size": 64})
+    m = job_manifest(row, 7, namespace="ns", run="r1", mem_gib=5.2, speedup=500, submit_time_s=12.5)
+    pod = m["spec"]["template"]
+    res = pod["spec"]["containers"][0]["resources"]
+    assert res["limits"] == res["requests"] == {"iadeep.io/gpu-mem": "12", "iadeep.io/gpu-count": "2"}
+    assert pod["spec"]["schedulerName"] == "iadeep-scheduler" and pod["spec"]["nodeSelector"] == {"iadeep.io/run": "r1"}
+    ann = pod["metadata"]["annotations"]
+    assert ann["iadeep.io/duration-s"] == "3600.000" and ann["iadeep.io/emulation-speedup"] == "500"
+    assert ann["iadeep.io/emulated"] == "true" and ann["iadeep.io/job-id"] == "Philly_7/x"
+    assert m["metadata"]["name"] == job_name(7, "Philly_7/x") == "j-00007-philly-7-x"
+    assert m["spec"]["backoffLimit"] == 0
+
+
+def test_live_result_converts_wall_times_and_finds_partners(model):
+    jobs = pd.DataFrame({"job_id": ["a", "b"], "submit_time": [100.0, 200.0], "duration": [1000.0, 500.0],
+                         "num_gpus": [1, 1], "model": ["ResNet-50", "ResNet-50"], "batch_size": [64, 64]})
+    t0, speedup = 1000.0, 100.0
+
+    def pod(jid, node, gpu, bind, start, end):
+        return {"metadata": {"annotations": {"iadeep.io/job-id": jid, "iadeep.io/gpu-index": gpu,
+                                             "iadeep.io/assume-time": str(int(bind * 1e9)),
+                                             "iadeep.io/emulated-start": str(start), "iadeep.io/emulated-end": str(end)},
+                             "ownerReferences": [{"kind": "Job", "name": f"job-{jid}"}]},
+                "spec": {"nodeName": f"r1-{node}"}}
+
+    jobs_doc = [{"metadata": {"annotations": {"iadeep.io/job-id": "a", "iadeep.io/submit-time": "1000.0"}}},
+                {"metadata": {"annotations": {"iadeep.io/job-id": "b", "iadeep.io/submit-time": "1001.0"}}}]
+    pods = [pod("a", "node-00", "0", 1000.01, 1000.02, 1012.0), pod("b", "node-00", "0", 1001.01, 1001.02, 1007.0)]
+    done = {"job-a": ("Complete", 1012.5), "job-b": ("Complete", 1007.5)}
+    result, breakdown = live_result(jobs, jobs_doc, pods, done, cluster=ClusterSpec(1, 2, 24.0), policy="p", run="r1",
+                                    t0=t0, submit0=100.0, speedup=speedup, model=model)
+    j = result.jobs.set_index("job_id")
+    assert j.loc["a", "submit_s"] == pytest.approx(100.0) and j.loc["b", "submit_s"] == pytest.approx(200.0)
+    assert j.loc["a", "end_s"] == pytest.approx(100.0 + 12.0 * speedup)
+    assert j.loc["a", "placement"] == "node-00/0" and j.loc["a", "partners"] == "b"
+    assert j.loc["a", "colocations"] == 1 and j.loc["b", "colocations"] == 1
+    assert breakdown["completion_lag_s_median"] == pytest.approx(0.5)
+    assert result.busy_gpu_seconds == pytest.approx((12.0 - 0.02) * speedup)

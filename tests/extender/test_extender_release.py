@@ -1,0 +1,99 @@
+"""Reservations are released when their pod ends, through the pod watch (the sweep switched off):
+real kube-apiserver, real etcd, kwok moving the pods through their phases."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from extender_support import gpu_pod, publish, wait_for
+
+from iadeep.extender import KubernetesPodApi, KubeSettings, PodStatus
+from iadeep.extender._podwatch import ended
+
+client = pytest.importorskip("kubernetes.client")
+
+NOBODY = "nobody-schedules-this"
+R18 = {"iadeep.io/model": "ResNet-18", "iadeep.io/batch-size": "16"}
+
+
+@pytest.fixture
+def api(control_plane):
+    pod_api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())
+    yield pod_api
+    pod_api.close()
+
+
+@pytest.fixture
+def service(control_plane, store, make_service, api):
+    """A started service (cache follower and pod follower) whose sweep never runs."""
+    nodes = control_plane.add_nodes(1, gpus=4, gpu_mem_gib=16, prefix=f"w{uuid.uuid4().hex[:6]}-")
+    publish(store, nodes, gpus=4)  # a free GPU for each pod: no co-location question
+    svc = make_service(pod_api=api, cache={"sweep_interval_s": 0, "pod_watch": True, "pod_watch_timeout_s": 5})
+    svc.start()
+    assert svc.pod_follower is not None and svc.pod_follower.wait_listed(20)
+    yield svc, nodes[0]
+    svc.stop()
+
+
+def _bind(svc, core, ns, name, node, annotations=R18):
+    from iadeep.extender._wire import ExtenderBindingArgs
+
+    pod = core.create_namespaced_pod(ns, gpu_pod(name, mem=6, namespace=ns, scheduler=NOBODY, annotations=annotations))
+    body = {"PodName": name, "PodNamespace": ns, "PodUID": pod.metadata.uid, "Node": node}
+    assert svc.bind(ExtenderBindingArgs.model_validate(body)).error == ""
+    return pod
+
+
+def _held(store):
+    return {a.pod_uid for a in store.assignments()}
+
+
+def test_deleted_and_failed_pods_release_their_reservations_without_the_sweep(k8s_client, k8s_namespace, store, service):
+    svc, node = service
+    core = client.CoreV1Api(k8s_client)
+    keep = _bind(svc, core, k8s_namespace, "keep", node)
+    gone = _bind(svc, core, k8s_namespace, "gone", node)
+    failing = _bind(svc, core, k8s_namespace, "failing", node,
+                    annotations={**R18, "iadeep.io/fake-exit-code": "3", "iadeep.io/fake-run-duration": "1s"})
+    assert _held(store) == {keep.metadata.uid, gone.metadata.uid, failing.metadata.uid}
+
+    core.delete_namespaced_pod("gone", k8s_namespace, grace_period_seconds=0)
+    wait_for(lambda: _held(store), lambda h: gone.metadata.uid not in h, timeout=15, what="deleted pod released")
+    wait_for(lambda: core.read_namespaced_pod("failing", k8s_namespace), lambda p: p.status.phase == "Failed",
+             timeout=30, what="failing pod Failed")
+    wait_for(lambda: _held(store), lambda h: h == {keep.metadata.uid}, timeout=15, what="failed pod released")
+    # the freed memory is in the followed copy too: another pod fits on that GPU again
+    st = {g: s for (n, g), s in store.gpu_states().items() if n == node}
+    assert sum(s.mem_used_gib for s in st.values()) == pytest.approx(6.0)
+    assert svc.metrics.releases.labels("pod ended")._value.get() == 2
+
+
+def test_ended_reads_phases_and_deletions():
+    def pod(phase):
+        return PodStatus("u", "ns", "p", phase, "n")
+
+    assert ended("DELETED", pod("Running"))
+    assert ended("MODIFIED", pod("Succeeded")) and ended("MODIFIED", pod("Failed"))
+    assert not ended("MODIFIED", pod("Running")) and not ended("ADDED", pod("Pending"))
+    assert not ended("BOOKMARK", None)
+
+
+def test_release_pods_releases_only_reserved_pods_and_counts_them(make_service, store):
+    """The one release path, against the real etcd store: a reserved pod's memory is freed in the
+    store and in the followed copy; a pod never reserved through iadeep costs nothing."""
+    from iadeep.state import JobRecord
+
+    publish(store, ["n0"])
+    svc = make_service()
+    svc.cache.refresh()
+    job = JobRecord("uid-a", "ns", "a", "ResNet-18", 16, 1, 6.0, remaining_s=100.0)
+    svc.cache.apply(job, svc.types.resolve("ResNet-18", 16),
+                    store.reserve(job, "n0", [0], colocation_limit=2, now_s=0.0))
+    assert svc.release_pods(["uid-a", "never-reserved"]) == ["uid-a"]
+    assert store.assignments() == []
+    _, base = svc.cache.current()
+    assert float(base.gpu_mem_used_gib.sum()) == 0.0
+    assert svc.metrics.releases.labels("pod ended")._value.get() == 1
+    assert svc.releases_in_flight == 0
+    svc.await_releases()  # nothing in flight: returns at once
