@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from iadeep._climain import usage_error
+from iadeep._params import ConfigError
 from iadeep.experiment._config import DEFAULT_POLICIES, ExperimentConfig
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -56,8 +58,10 @@ def run_cmd(
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, seed=seed, backfill=backfill, predictor=predictor, out=out)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"])
-    except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except ConfigError as exc:
+        raise usage_error(exc) from None
+    except (DatasetError, TraceFormatError, FileNotFoundError) as exc:
+        typer.echo(f"iadeep experiment run: error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from None
     if meta["skipped_rows"]:
         console.print(f"[yellow]skipped {meta['skipped_rows']} malformed row(s) of {meta['source']}[/yellow]")
@@ -90,12 +94,11 @@ def sweep_cmd(
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
         base = ExperimentConfig(trace=trace, jobs=jobs, policies=tuple(p.strip() for p in policies.split(",") if p.strip()), out=out)
-        starts = [int(x) for x in start_jobs.split(",")]
-        load_list = [float(x) for x in loads.split(",")]
-        seed_list = [int(x) for x in seeds.split(",")]
-    except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        starts = _number_list("start_jobs", start_jobs, int)
+        load_list = _number_list("loads", loads, float)
+        seed_list = _number_list("seeds", seeds, int)
+    except ConfigError as exc:
+        raise usage_error(exc) from None
     n = len(starts) * len(load_list) * len(seed_list)
     with Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("settings", total=n)
@@ -118,6 +121,18 @@ def sweep_cmd(
         table.add_row(str(setting), *(f"{v:.2f}" for v in row))
     console.print(table)
     console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png")
+
+
+def _number_list(name: str, text: str, kind: type[int] | type[float]) -> list:
+    """A comma-separated option as numbers.
+
+    Raises:
+        ConfigError: an item is not a number of that kind (the message names the option).
+    """
+    try:
+        return [kind(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(name, f"expected comma-separated {kind.__name__}s, got {text!r}") from None
 
 
 def summary_table(summary: dict) -> Table:
