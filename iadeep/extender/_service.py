@@ -204,6 +204,15 @@ class ExtenderService:
             return f"pod needs {demand.mem_gib:g} GiB on each of {demand.num_gpus} GPU(s); {big} GPU(s) of the node are that large"
         return None
 
+    def _too_wide(self, demand: PodDemand) -> str | None:
+        """Why no node can take the pod because one store transaction cannot reserve that many
+        GPUs (bind would fail the same way everywhere), else None."""
+        limit = getattr(self.store, "max_reservation_gpus", None)
+        if limit is not None and demand.num_gpus > limit:
+            return (f"pod needs {demand.num_gpus} GPUs; one reservation is one etcd transaction and etcd's "
+                    f"--max-txn-ops allows at most {limit} GPUs per pod (IADEEP_ETCD_MAX_TXN_OPS)")
+        return None
+
     def _assess(self, demand: PodDemand, type_id: int, base: ViewBase, names: list[str]) -> tuple[FilterResult, dict[str, int]]:
         """Filter and score ``names`` for the pod on ``base``; remembered for the pod's ``prioritize``."""
         now = self.clock()
@@ -231,6 +240,10 @@ class ExtenderService:
             type_id = self.types.resolve(demand.model, demand.batch_size)
         except PodSpecError as exc:
             return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {exc}" for n in names})
+        too_wide = self._too_wide(demand)
+        if too_wide is not None:  # filter and bind agree: no node could ever be bound
+            self.metrics.filter_nodes.labels("unresolvable").inc(len(names))
+            return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {too_wide}" for n in names})
         try:
             _, base = self.cache.current()
         except StoreUnavailable as exc:
@@ -362,14 +375,39 @@ class ExtenderService:
             try:
                 assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now, known=known)
             except AllocationConflict as exc:
-                held = [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
-                if held:
+                held = list(exc.held) or [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
+                if held and held[0].node == node:
                     return held, "reservation already held", uuids, held[0].assumed_at
-                last = str(exc)
-                continue
+                if not held or not self._unbound(demand):
+                    last = str(exc)
+                    continue
+                # an earlier attempt of this pod's bind was interrupted after its reservation (on
+                # another node) committed: the pod is unbound, so that reservation is superseded,
+                # released in the same transaction that makes this one
+                try:
+                    assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now,
+                                                     known=known, supersede=True)
+                except AllocationConflict as again:
+                    last = str(again)
+                    continue
+                log.info("pod %s/%s: superseded its unbound reservation on %s", demand.namespace, demand.name,
+                         held[0].node)
+                self.cache.forget(demand.uid)
             self.cache.apply(job, type_id, assignments)
             return assignments, decision.reason, uuids, now
         return f"could not reserve GPU memory after {self.settings.bind_attempts} attempt(s): {last}"
+
+    def _unbound(self, demand: PodDemand) -> bool:
+        """Whether the pod (same UID) exists and is bound to no node (so a reservation it holds is
+        an interrupted bind's, safe to supersede)."""
+        if self.pod_api is None:
+            return False
+        try:
+            pod = self.pod_api.read_pod(demand.namespace, demand.name)
+        except KubeError as exc:
+            log.warning("could not read pod %s/%s: %s", demand.namespace, demand.name, exc)
+            return False
+        return pod.metadata.uid == demand.uid and not pod.spec.nodeName
 
     # -- upkeep ------------------------------------------------------------------------------
     def sweep(self) -> list[str]:
