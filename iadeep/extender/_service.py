@@ -26,6 +26,7 @@ from iadeep.extender._bind import (
     PodApi,
     annotate_and_bind,
     bind_annotations,
+    call_deadline,
     release_reservation,
 )
 from iadeep.extender._cache import StateCache
@@ -295,9 +296,17 @@ class ExtenderService:
         return HostPriorityList(names, [get(n, 0) for n in names])
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        """Choose the GPU(s) on ``args.node``, reserve, annotate, bind (see :mod:`._bind`)."""
+        """Choose the GPU(s) on ``args.node``, reserve, annotate, bind (see :mod:`._bind`), all
+        within ``call_budget_s``: the store's and the Kubernetes API's requests share it (see
+        :class:`~iadeep.extender.ExtenderSettings`)."""
         if self.pod_api is None:
             return ExtenderBindingResult(Error="iadeep: no Kubernetes API configured")
+        budget = self.settings.call_budget_s
+        with call_deadline(budget), self.store.deadline(budget):
+            return self._bind(args)
+
+    def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        assert self.pod_api is not None
         ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
         with self._memo_lock:
             demand = self._demands.get(uid)
@@ -320,7 +329,12 @@ class ExtenderService:
             try:
                 placed = self._reserve(demand, type_id, node)
             except StoreUnavailable as exc:
-                return self._bind_result("failed", f"state store unavailable: {exc}")
+                # a reservation sent before the store stopped answering may still commit: the
+                # sweep releases it unless a later bind of the pod reuses or supersedes it
+                with self._memo_lock:
+                    self._pending_release.add(uid)
+                return self._bind_result("failed", f"state store did not answer within the bind's budget "
+                                                   f"({self.settings.call_budget_s:g} s): {exc}")
             except RecordError as exc:
                 return self._bind_result("failed", str(exc))
             if isinstance(placed, str):
@@ -338,6 +352,8 @@ class ExtenderService:
                     self._pending_release.add(uid)
             self.pod_api.event(ns, name, uid, "IadeepBindFailed", str(exc), warning=True)
             return self._bind_result("released", str(exc))
+        with self._memo_lock:
+            self._pending_release.discard(uid)  # bound: no earlier failed attempt's release applies
         return self._bind_result("bound")
 
     def _bind_result(self, outcome: str, error: str = "") -> ExtenderBindingResult:

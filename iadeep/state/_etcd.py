@@ -57,7 +57,7 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
-    stop_after_delay,
+    stop_before_delay,
     wait_exponential,
     wait_random,
 )
@@ -324,6 +324,30 @@ class EtcdStateStore:
                 return errno.group(0)
             return text if len(text) <= 300 else text[:297] + "..."
 
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """Bound every request this thread makes inside the block to end within ``seconds``
+        from now (nested blocks keep the earlier deadline): the per-request timeouts shrink to
+        the time left, no retry starts past it, and a request with no time left fails at once
+        with :class:`StoreUnavailable`. A caller with a budget of its own (the extender answering
+        kube-scheduler within ``httpTimeout``) derives the store's deadline from it.
+
+        Note that a transaction sent before the deadline may still commit after it (etcd got it
+        and was slow): the caller must treat such a failure as "maybe done".
+        """
+        previous = getattr(self._tls, "deadline", None)
+        end = time.monotonic() + seconds
+        self._tls.deadline = end if previous is None else min(previous, end)
+        try:
+            yield
+        finally:
+            self._tls.deadline = previous
+
+    def _left(self) -> float | None:
+        """Seconds left before this thread's :meth:`deadline` (``None``: no deadline)."""
+        end = getattr(self._tls, "deadline", None)
+        return None if end is None else end - time.monotonic()
+
     def _post_once(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         endpoint = self.endpoints[self._preferred % len(self.endpoints)]
         with self._lock:
@@ -331,6 +355,13 @@ class EtcdStateStore:
         try:
             conn = self._conn(endpoint)
             client, gen = conn.client, conn.token_gen
+            t = self.settings.timeouts
+            left = self._left()
+            if left is not None and left <= 0:
+                raise _Transient(endpoint, "deadline reached")
+            # the client is this thread's own: its timeout may follow this thread's deadline
+            client.timeout = (t.connect_s, t.request_s) if left is None else (  # type: ignore[assignment]
+                min(t.connect_s, left), min(t.request_s, left))
             return dict(client.post(client.get_url(path), json=payload))
         except (etcd_exc.ConnectionFailedError, etcd_exc.ConnectionTimeoutError, etcd_exc.InternalServerError) as exc:
             raise _Transient(endpoint, f"{type(exc).__name__}: {self._message(exc.detail_text)}") from None
@@ -370,8 +401,13 @@ class EtcdStateStore:
         if self._closed:
             raise StoreUnavailable(f"etcd store for {self._where()} is closed")
         r = self.settings.retry
+        left = self._left()
+        if left is not None and left <= 0:
+            raise StoreUnavailable(f"etcd at {self._where()}: no time left in the caller's budget ({path})")
+        budget = r.deadline_s if left is None else min(r.deadline_s, left)
         retrying = Retrying(
-            stop=stop_after_attempt(r.attempts) | stop_after_delay(r.deadline_s),
+            # no retry that would start past the deadline (the wait before it included)
+            stop=stop_after_attempt(r.attempts) | stop_before_delay(budget),
             wait=wait_exponential(multiplier=r.initial_backoff_s, max=r.max_backoff_s) + wait_random(0, r.initial_backoff_s),
             retry=retry_if_exception_type(_Transient),
             before_sleep=self._before_retry,

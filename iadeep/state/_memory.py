@@ -17,6 +17,7 @@ pod can never hold two reservations, and :meth:`release` finds its GPUs in one r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -542,6 +543,11 @@ class MemoryStateStore:
         with self._lock:
             self._jobs[job.pod_uid] = job
             self._emit("put", self.keys.job(job.pod_uid), to_json(job))
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """See :meth:`StateStore.deadline`; nothing here waits on a network, so nothing to bound."""
+        yield
 
     def delete_job(self, pod_uid: str) -> bool:
         """Forget a job record and its measurements (not its reservation: :meth:`release` that).

@@ -17,6 +17,7 @@ Nothing is written when a method raises.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -130,6 +131,10 @@ class StateStore(Protocol):
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
         """True when the backend answers within ``timeout_s`` (used by ``/readyz``)."""
+
+    def deadline(self, seconds: float) -> AbstractContextManager[None]:
+        """A block within which every call of this thread ends within ``seconds`` (else raises
+        :class:`StoreUnavailable`); a write sent before the deadline may still land after it."""
 
     # inventory (device plugin)
     def put_inventory(self, inventory: NodeInventory, *, lease_ttl_s: int | None = None) -> None:
