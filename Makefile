@@ -29,6 +29,7 @@ test: $(STAMP) controlplane
 bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)
 	$(BIN)/python benchmarks/extender.py
+	$(BIN)/python benchmarks/timings.py
 
 # Regenerate the pinned set from pyproject.toml (starting from the set known to install together).
 lock:
