@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated, Optional
 
@@ -89,7 +90,7 @@ def sweep_cmd(
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/sweep",
 ) -> None:
     """Compare the policies over several windows x loads x seeds; write sweep.csv and sweep.png."""
-    from iadeep.experiment._sweep import plot_sweep, run_sweep
+    from iadeep.experiment._sweep import GUARD_GOALS, guard_figures, plot_sweep, run_sweep
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
@@ -120,7 +121,15 @@ def sweep_cmd(
     for setting, row in pivot.iterrows():
         table.add_row(str(setting), *(f"{v:.2f}" for v in row))
     console.print(table)
-    console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png")
+    guard = guard_figures(df)
+    if guard["worst_vs_packing"] is not None:
+        console.print(f"guard: iadeep / better of antman, gandiva: worst {guard['worst_vs_packing']:.2f} "
+                      f"({guard['worst_setting']}), median {guard['median_vs_packing']:.2f}; "
+                      f"worst vs exclusive {guard['worst_vs_exclusive'] if guard['worst_vs_exclusive'] is None else round(guard['worst_vs_exclusive'], 2)}"
+                      f" (goals {GUARD_GOALS['worst_vs_packing']}, {GUARD_GOALS['median_vs_packing']}, "
+                      f"{GUARD_GOALS['worst_vs_exclusive']}: met {guard['met']})")
+    (base.out_dir / "guard.json").write_text(json.dumps(guard, indent=2, allow_nan=False) + "\n")
+    console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png, guard.json")
 
 
 def _number_list(name: str, text: str, kind: type[int] | type[float]) -> list:

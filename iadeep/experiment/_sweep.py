@@ -18,7 +18,7 @@ import pandas as pd
 from iadeep.experiment._config import ExperimentConfig
 from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy
 
-__all__ = ["run_sweep", "plot_sweep"]
+__all__ = ["run_sweep", "plot_sweep", "guard_figures", "GUARD_GOALS"]
 
 
 def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence[float], seeds: Sequence[int],
@@ -47,6 +47,42 @@ def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "sweep.csv", index=False)
     return df
+
+
+#: The robustness goal of issue 9: iadeep's avg JCT over the better packing baseline's (antman,
+#: gandiva) at most 1.0 on every setting and 0.8 at the median; over exclusive's at most 0.5 everywhere.
+GUARD_GOALS = {"worst_vs_packing": 1.0, "median_vs_packing": 0.8, "worst_vs_exclusive": 0.5}
+
+
+def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[str] = ("antman", "gandiva"),
+                  exclusive: str = "exclusive") -> dict[str, float | str | None]:
+    """The sweep's guard against collapse: ``policy``'s avg JCT relative to the better packing baseline.
+
+    Args:
+        df: the ``sweep.csv`` table (:func:`run_sweep`).
+
+    Returns:
+        ``worst_vs_packing`` (max over settings of avg JCT / min(packing baselines' avg JCT)),
+        ``worst_setting``, ``median_vs_packing``, ``worst_vs_exclusive`` (max of avg JCT /
+        exclusive's), ``settings`` (count), and ``met`` (``"yes"``/``"no"`` against
+        :data:`GUARD_GOALS`); a figure is ``None`` when its policies were not run.
+    """
+    table = df.pivot(index="setting", columns="policy", values="avg_jct_s")
+    out: dict[str, float | str | None] = {"settings": float(len(table)), "worst_vs_packing": None, "worst_setting": None,
+                                          "median_vs_packing": None, "worst_vs_exclusive": None, "met": None}
+    if policy not in table:
+        return out
+    base = [p for p in packing if p in table]
+    if base:
+        ratio = table[policy] / table[base].min(axis=1)
+        out.update(worst_vs_packing=float(ratio.max()), worst_setting=str(ratio.idxmax()),
+                   median_vs_packing=float(ratio.median()))
+    if exclusive in table:
+        out["worst_vs_exclusive"] = float((table[policy] / table[exclusive]).max())
+    figures = [(out[k], goal) for k, goal in GUARD_GOALS.items()]
+    if all(v is not None for v, _ in figures):
+        out["met"] = "yes" if all(v <= goal for v, goal in figures) else "no"
+    return out
 
 
 def plot_sweep(df: pd.DataFrame, path: Path, reference: str = "iadeep") -> Path:

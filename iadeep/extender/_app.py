@@ -66,12 +66,9 @@ def build_service(settings: ExtenderSettings) -> ExtenderService:
     from iadeep.interference import InterferenceModel
     from iadeep.state import EtcdStateStore
 
-    path = settings.throughputs_file
-    if path is None:
-        from iadeep.datasets import fetch
-
-        path = fetch("gavel-throughputs", progress=False) / "simulation_throughputs.json"
-    model = InterferenceModel.from_file(path, settings.gpu_type)
+    if settings.throughputs_file is None:  # the service never downloads: configuration names the file
+        raise ValueError("no throughputs file: set IADEEP_EXTENDER_THROUGHPUTS_FILE (the service never downloads it)")
+    model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type)
     store = EtcdStateStore(settings.etcd)
     return ExtenderService(settings, store=store, pod_api=KubernetesPodApi(settings.kube), model=model)
 

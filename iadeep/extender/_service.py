@@ -383,8 +383,8 @@ class ExtenderService:
             view, request = nb.with_job(job, type_id, now_s=now)
             with self._policy_lock:
                 decision = self.policy.place(request, view)
-            if not isinstance(decision, Placement):
-                return f"wait: {decision.reason}"
+            if not isinstance(decision, Placement) or decision.preempt:  # the extender never preempts
+                return f"wait: {getattr(decision, 'reason', '')}"
             gpus = [int(view.gpu_local_index[g]) for g in decision.gpus]
             inv = snap.inventories.get(node)
             known = None if inv is None else NodeRecords(inv, {g.index: snap.gpu_states.get((node, g.index)) for g in inv.gpus})

@@ -10,9 +10,8 @@ from iadeep.experiment import ExperimentConfig, run_experiment
 KEYS = {"avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queueing_s", "makespan_s", "gpu_utilisation", "mean_slowdown"}
 
 
-def test_run_experiment_writes_summary_and_plots(tmp_path, data_env, monkeypatch):
-    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+def test_run_experiment_writes_summary_and_plots(tmp_path, dataset_cache, monkeypatch):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     cfg = ExperimentConfig(jobs=80, out=str(tmp_path / "run"))
     summary = run_experiment(cfg, progress=False)
     doc = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -29,9 +28,8 @@ def test_run_experiment_writes_summary_and_plots(tmp_path, data_env, monkeypatch
     assert (tmp_path / "run" / "jct_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_prints_summary_and_rejects_bad_input(tmp_path, data_env, monkeypatch):
-    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+def test_cli_prints_summary_and_rejects_bad_input(tmp_path, dataset_cache, monkeypatch):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     runner = CliRunner()
     res = runner.invoke(app, ["experiment", "run", "--jobs", "40", "--policies", "iadeep,exclusive", "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
@@ -42,9 +40,8 @@ def test_cli_prints_summary_and_rejects_bad_input(tmp_path, data_env, monkeypatc
     assert bad.exit_code == 2 and "unknown policy 'nope'" in bad.output
 
 
-def test_sweep_compares_every_setting(tmp_path, data_env, monkeypatch):
-    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+def test_sweep_compares_every_setting(tmp_path, dataset_cache, monkeypatch):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     res = CliRunner().invoke(app, ["experiment", "sweep", "--start-jobs", "40000,60000", "--loads", "1", "--seeds", "0,1",
                                    "--jobs", "40", "--policies", "iadeep,exclusive", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
