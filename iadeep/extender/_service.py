@@ -325,6 +325,9 @@ class ExtenderService:
         except PodSpecError as exc:
             return self._bind_result("failed", str(exc))
 
+        too_wide = self._too_wide(demand)
+        if too_wide is not None:  # as filter said: no node can ever take it
+            return self._bind_result("failed", too_wide)
         with self._node_lock(node):
             try:
                 placed = self._reserve(demand, type_id, node)
