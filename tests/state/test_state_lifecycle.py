@@ -192,3 +192,30 @@ def test_raw_key_count_matches_after_release(etcd_store) -> None:
     for i in range(20):
         s.release(f"q{i}", now_s=1.0)
     assert _raw_count(s) == 1  # the inventory alone, counted by etcd itself
+
+
+def test_the_bound_is_tight_against_a_real_etcd_limit(tmp_path, prefix) -> None:
+    """etcd started with --max-txn-ops=32 and the store told so: 9 GPUs reserve (29 operations)
+    and release (30), 10 are refused by the store naming the limit; told 35 instead, the store
+    would reserve 10 (32 operations, accepted) and then fail to release them (33): the release
+    is what bounds n, and etcd's refusal reads as too large, not as unavailable."""
+    from iadeep.state import LocalEtcd
+
+    etcd = LocalEtcd(tmp_path / "etcd", extra_args=["--max-txn-ops=32"])
+    etcd.start()
+    try:
+        store = EtcdStateStore(etcd_settings(etcd.endpoint, prefix, max_txn_ops=32))
+        store.put_inventory(inventory("n", 12, 80.0))
+        assert store.max_reservation_gpus == 9
+        assert len(store.reserve(job("nine", 1.0, 9), "n", range(9), colocation_limit=2, now_s=1.0)) == 9
+        assert len(store.release("nine", now_s=2.0)) == 9
+        with pytest.raises(AllocationConflict, match="at most 9 GPUs per pod"):
+            store.reserve(job("ten", 1.0, 10), "n", range(10), colocation_limit=2, now_s=3.0)
+        store.close()
+        wrong = EtcdStateStore(etcd_settings(etcd.endpoint, prefix, max_txn_ops=35))
+        assert len(wrong.reserve(job("ten", 1.0, 10), "n", range(10), colocation_limit=2, now_s=4.0)) == 10
+        with pytest.raises(TransactionTooLarge, match="33 operations"):
+            wrong.release("ten", now_s=5.0)
+        wrong.close()
+    finally:
+        etcd.stop()
