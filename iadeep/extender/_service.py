@@ -411,7 +411,12 @@ class ExtenderService:
                     continue
                 log.info("pod %s/%s: superseded its unbound reservation on %s", demand.namespace, demand.name,
                          held[0].node)
-                self.cache.forget(demand.uid)
+                # the copy drops the old reservation when the watch delivers this transaction; wait
+                # for that (dropping the pod by hand could also drop the new one the watch brought)
+                try:
+                    self.cache.sync()
+                except StoreUnavailable:
+                    pass  # the new reservation is applied below; the watch corrects the rest
             self.cache.apply(job, type_id, assignments)
             return assignments, decision.reason, uuids, now
         return f"could not reserve GPU memory after {self.settings.bind_attempts} attempt(s): {last}"
