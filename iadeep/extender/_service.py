@@ -62,6 +62,7 @@ _NO_INVENTORY = "node has no GPU inventory published by the iadeep device plugin
 _DEMAND_CACHE = 10_000
 _ASSESSED = 8  # pods whose filter scores are kept for their prioritize (it follows at once)
 _ASSESSED_TTL_S = 10.0
+_CALLS_SHARE = 0.8  # of call_budget_s, for a bind's etcd and Kubernetes API calls together
 
 
 class ExtenderService:
@@ -301,8 +302,10 @@ class ExtenderService:
         :class:`~iadeep.extender.ExtenderSettings`)."""
         if self.pod_api is None:
             return ExtenderBindingResult(Error="iadeep: no Kubernetes API configured")
-        budget = self.settings.call_budget_s
-        with call_deadline(budget), self.store.deadline(budget):
+        # the calls get 80% of the budget: the rest is for the verb's own work (placement, the
+        # answer) and for a loaded machine's scheduling delays
+        calls_s = self.settings.call_budget_s * _CALLS_SHARE
+        with call_deadline(calls_s), self.store.deadline(calls_s):
             return self._bind(args)
 
     def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:

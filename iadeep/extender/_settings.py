@@ -106,8 +106,9 @@ class ExtenderSettings(BaseSettings):
         call_budget_s: every filter, prioritize and bind answers within this many seconds; it must
             stay below the ``httpTimeout`` of kube-scheduler's extender configuration (10 s in
             ``k8s/extender``), which otherwise cancels the call and retries while the extender is
-            still working. A bind's etcd requests and Kubernetes API calls share it: the state
-            store's retry deadline and per-request timeouts are cut to the time left (a bind that
+            still working. A bind's etcd requests and Kubernetes API calls share 80% of it (the
+            rest is for the verb's own work): the state store's retry deadline and per-request
+            timeouts are cut to the time left (a bind that
             runs out answers ``Error``; a reservation it may have left is released by the sweep or
             superseded by the pod's next bind). 8 s leaves 2 s of the shipped 10 s for the network.
         log_level: uvicorn and ``iadeep`` log level.
