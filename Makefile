@@ -39,7 +39,7 @@ results: $(STAMP)
 # blind to (each must fail a core test), then mutmut over iadeep/policy, iadeep/sim, iadeep/goodput.py.
 mutation: $(STAMP)
 	$(BIN)/python tools/mutation/deliberate_bugs.py
-	$(BIN)/python -m pip install -q mutmut==3.3.1 -c constraints.txt
+	$(BIN)/python -m pip install -q mutmut==3.8.1 -c constraints.txt
 	$(BIN)/mutmut run || true
 	$(BIN)/mutmut results
 

@@ -247,6 +247,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             procs["kube-apiserver"] = ProcessTree(cp.procs["kube-apiserver"].pid)
             procs["apiserver-etcd"] = ProcessTree(cp.procs["etcd"].pid)
         measured = _go_client(url, pods, args, work, procs)
+        phases = _bind_phases(http.get("/metrics").text)
         stop.set()
         sampler.join()
         rss_end = tree.rss()
@@ -290,6 +291,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "bind_p99_ms_under_load": round(pct(bind_lat, 99), 2),
                        "binds_refused_and_rescheduled": measured["binds_refused_and_rescheduled"],
                        "cpu_ms_per_pod": measured["cpu_ms_per_pod"]},
+        "bind_phase_mean_ms": phases,
         "rss_mib": {"idle": round(rss_idle / mib, 1), "peak": round(max(peak[0], rss_end) / mib, 1), "end": round(rss_end / mib, 1)},
         "breakdown_ms": breakdown,
     }
@@ -306,6 +308,25 @@ class _Client:
 def _cpu_s(procs: dict[str, Any]) -> dict[str, float]:
     """User + system CPU seconds of each process (tree) so far."""
     return {k: p.cpu_s() for k, p in procs.items()}
+
+
+def _bind_phases(text: str) -> dict[str, float]:
+    """Mean milliseconds per bind phase over the whole run, from the extender's
+    ``iadeep_extender_bind_phase_seconds`` histogram (where binds wait under load)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "iadeep_extender_bind_phase_seconds":
+            continue
+        for sample in family.samples:
+            phase = sample.labels.get("phase", "")
+            if sample.name.endswith("_sum"):
+                sums[phase] = sample.value
+            elif sample.name.endswith("_count"):
+                counts[phase] = sample.value
+    return {k: round(1e3 * sums[k] / counts[k], 2) for k in sorted(sums) if counts.get(k)}
 
 
 def _preload(store: Any, names: list[str], args: argparse.Namespace) -> int:

@@ -39,7 +39,7 @@ def sweep_table(df) -> str:
     """Markdown table: every policy's avg JCT over iadeep's, per sweep setting."""
     pivot = df.pivot(index="setting", columns="policy", values="avg_jct_vs_iadeep").reindex(df["setting"].unique())
     cols = [c for c in pivot.columns if c != "iadeep"]
-    lines = ["| setting (start job - load - seed) | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    lines = ["| setting ([trace-]start job - load - seed) | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     for setting, row in pivot.iterrows():
         lines.append(f"| {setting} | " + " | ".join(f"{row[c]:.2f}" for c in cols) + " |")
     lines.append("")
@@ -81,8 +81,19 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     summary = run_experiment(ExperimentConfig(out=str(out / "main")), progress=True)
+    import pandas as pd
+
+    say = lambda s: print(f"sweep: {s}", file=sys.stderr, flush=True)  # noqa: E731
     df = run_sweep(ExperimentConfig(jobs=400, out=str(out / "sweep")), [0, 20_000, 40_000, 60_000], [1.0, 2.0], [0, 1],
-                   on_setting=lambda s: print(f"sweep: {s}", file=sys.stderr, flush=True))
+                   on_setting=say)
+    # beyond Philly: the Alibaba openb pods (Gavel mix) and two Microsoft ITP clusters
+    others = [run_sweep(ExperimentConfig(trace="openb", mix="gavel", jobs=400, out=str(out / "openb")), [0], [1.0], [0, 1],
+                        on_setting=say, label="openb-", write=False)]
+    for vc in ("cluster03", "cluster05"):
+        others.append(run_sweep(ExperimentConfig(trace="ms-itp", virtual_cluster=vc, jobs=400, out=str(out / vc)), [0],
+                                [1.0], [0, 1], on_setting=say, label=f"itp-{vc}-", write=False))
+    df = pd.concat([df, *others], ignore_index=True)
+    df.to_csv(out / "sweep-all.csv", index=False)
     guard = guard_figures(df)
     readme = REPO / "README.md"
     text = readme.read_text()

@@ -86,6 +86,8 @@ def sweep_cmd(
     seeds: Annotated[str, typer.Option(help="Comma-separated seeds.")] = "0,1",
     jobs: Annotated[int, typer.Option(help="Jobs per setting.")] = _D.jobs or 400,
     trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
+    virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
+    mix: Annotated[str, typer.Option(help="Workload mix: iadeep or gavel.")] = _D.mix,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/sweep",
 ) -> None:
@@ -94,7 +96,8 @@ def sweep_cmd(
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
-        base = ExperimentConfig(trace=trace, jobs=jobs, policies=tuple(p.strip() for p in policies.split(",") if p.strip()), out=out)
+        base = ExperimentConfig(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
+                                policies=tuple(p.strip() for p in policies.split(",") if p.strip()), out=out)
         starts = _number_list("start_jobs", start_jobs, int)
         load_list = _number_list("loads", loads, float)
         seed_list = _number_list("seeds", seeds, int)

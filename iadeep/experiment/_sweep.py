@@ -22,15 +22,17 @@ __all__ = ["run_sweep", "plot_sweep", "guard_figures", "GUARD_GOALS"]
 
 
 def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence[float], seeds: Sequence[int],
-              reference: str = "iadeep", on_setting: Callable[[str], None] | None = None) -> pd.DataFrame:
+              reference: str = "iadeep", on_setting: Callable[[str], None] | None = None, label: str = "",
+              write: bool = True) -> pd.DataFrame:
     """Run ``base`` for every (start job, target load, seed); returns the ``sweep.csv`` table.
 
-    Each setting writes its files under ``<base.out>/<start>-<load>-<seed>/``.
+    Each setting is named ``<label><start>-<load>-<seed>`` and writes its files under
+    ``<base.out>/<setting>/``; ``write=False`` skips ``sweep.csv`` (for callers that combine sweeps).
     """
     rows = []
     paths = fetch_inputs(base, progress=False)
     for start, load, seed in itertools.product(start_jobs, loads, seeds):
-        setting = f"{start}-{load:g}-{seed}"
+        setting = f"{label}{start}-{load:g}-{seed}"
         if on_setting:
             on_setting(setting)
         cfg = dataclasses.replace(base, start_job=start, target_load=load, seed=seed, out=str(Path(base.out) / setting))
@@ -43,9 +45,10 @@ def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence
     if reference in set(df["policy"]):
         ref = df[df["policy"] == reference].set_index("setting")["avg_jct_s"]
         df[f"avg_jct_vs_{reference}"] = df["avg_jct_s"] / df["setting"].map(ref)
-    out = Path(base.out)
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "sweep.csv", index=False)
+    if write:
+        out = Path(base.out)
+        out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out / "sweep.csv", index=False)
     return df
 
 

@@ -51,3 +51,19 @@ def test_sweep_compares_every_setting(tmp_path, dataset_cache, monkeypatch):
     assert len(df) == 2 * 2 * 2 and set(df["policy"]) == {"iadeep", "exclusive"}
     assert (df[df.policy == "iadeep"]["avg_jct_vs_iadeep"] == 1.0).all()
     assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_guard_figures_name_the_worst_setting():
+    """The guard divides iadeep's avg JCT by the better packing baseline's, per setting."""
+    import pandas as pd
+
+    from iadeep.experiment._sweep import guard_figures
+
+    rows = []
+    for setting, (i, a, g, e) in {"s1": (2.0, 4.0, 2.5, 6.0), "s2": (3.0, 2.0, 2.4, 4.0), "s3": (1.0, 1.25, 1.5, 2.5)}.items():
+        rows += [{"setting": setting, "policy": p, "avg_jct_s": v} for p, v in
+                 (("iadeep", i), ("antman", a), ("gandiva", g), ("exclusive", e))]
+    guard = guard_figures(pd.DataFrame(rows))
+    assert guard["worst_vs_packing"] == 1.5 and guard["worst_setting"] == "s2"  # 3.0 / min(2.0, 2.4)
+    assert guard["median_vs_packing"] == 0.8  # ratios 0.8, 1.5, 0.8
+    assert guard["worst_vs_exclusive"] == 0.75 and guard["met"] == "no"

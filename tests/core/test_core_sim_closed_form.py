@@ -215,3 +215,12 @@ def test_exclusive_equals_a_strict_fifo_reference_on_a_real_slice(model, workloa
     assert (workload["num_gpus"] > 1).any()
     np.testing.assert_allclose(sim.loc[ref.index, "start_s"], ref["start_s"], atol=1.0)
     np.testing.assert_allclose(sim.loc[ref.index, "end_s"], ref["end_s"], atol=1.0)
+
+
+def test_progress_never_exceeds_the_dedicated_run():
+    """A larger batch can raise goodput, but a job never progresses faster than its dedicated run as
+    submitted (the trace's duration is the fastest it runs). Found by mutmut: a cap of 2 survived."""
+    from iadeep.goodput import progress
+
+    assert progress(1.0, 1.7) == 1.0 and progress(0.9, 1.5) == 1.0
+    assert progress(0.5, 1.5) == pytest.approx(0.75)
