@@ -33,6 +33,7 @@ bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/extender.py
 	$(BIN)/python benchmarks/tuner.py
 	$(BIN)/python benchmarks/live.py
+	$(BIN)/python benchmarks/timings.py
 
 # The README's result tables (main job, sweep, guard figures) from fresh runs (about 5 min).
 results: $(STAMP)

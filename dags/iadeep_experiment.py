@@ -20,7 +20,10 @@ the tables travel through the output folder, so all tasks must see the same file
 Parameters mirror the CLI's options (and :class:`~iadeep.experiment.ExperimentConfig`) with the same
 defaults: the project's main job, 400 Philly jobs from job 40,000 on, all four policies.
 As in the CLI, ``jobs: 0`` means all jobs and ``target_load: 0`` keeps the trace's timing (``null``
-works for both too). Unknown keys in the run's conf fail the run (no silently ignored typos).
+works for both too). The first task validates the whole conf with the CLI's validator before any
+work: unknown keys (typos), wrong types (``{"jobs": 60.5}``, ``{"nodes": "2"}``) and values out of
+bounds fail it with a message naming the parameter; whole-number floats (``{"jobs": 60.0}``, which
+Airflow's JSON Schema accepts as integers) are converted.
 
 Output folder (``out``): an absolute path is used as is. A relative one is resolved under
 ``$IADEEP_RUNS_DIR`` when that is set, else under the worker's current working directory, so the
@@ -110,17 +113,21 @@ def resolve_out(out: str) -> str:
 def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
     """The run's params as a validated ``ExperimentConfig.to_dict()`` with an absolute ``out``.
 
+    The one validator shared with the CLI (:func:`iadeep.experiment.validate_params`) converts
+    every value into its typed field (``{"jobs": 60.0}`` becomes ``60``; ``60.5`` fails) before
+    any work, so no later task sees an unconverted value.
+
     Raises:
-        TypeError: unknown keys (e.g. a typo in the run's conf).
-        ValueError: an invalid value (unknown trace, policy or mix, ...).
+        iadeep.experiment.ConfigError: (a ``ValueError``) an unknown key (e.g. a typo in the
+            run's conf), a value of the wrong type or out of bounds, or an unknown trace, policy
+            or mix; the message names the parameter.
     """
+    import dataclasses
+
     from iadeep.experiment import ExperimentConfig
 
-    d = dict(params)
-    d["out"] = resolve_out(str(d.get("out") or ExperimentConfig.out))
-    # ExperimentConfig applies the CLI's conventions (0 = all jobs / trace timing) and checks names
-    cfg = ExperimentConfig.from_dict(d)
-    return cfg.to_dict()
+    cfg = ExperimentConfig.from_dict(params)
+    return dataclasses.replace(cfg, out=resolve_out(cfg.out)).to_dict()
 
 
 @dag(
@@ -137,7 +144,8 @@ def iadeep_experiment() -> None:
 
     @task
     def fetch_datasets(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Validate the params into a config, create the output folder, fetch the trace and throughputs."""
+        """Validate the params into a config (first, before any work), create the output folder,
+        fetch the trace and throughputs."""
         from pathlib import Path
 
         from iadeep.experiment import ExperimentConfig, fetch_inputs

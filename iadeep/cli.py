@@ -1,8 +1,19 @@
-"""The ``iadeep`` command: one entry point, thin sub-commands that parse flags and call a ``run()``."""
+"""The ``iadeep`` command: one entry point, thin sub-commands that parse flags and call a ``run()``.
+
+Configuration errors (a bad option, a bad ``IADEEP_*`` setting, a bad experiment parameter) end
+the command with one line on stderr and exit code 2, never a traceback.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+
 import typer
+
+from iadeep._climain import run_cli
+
+__all__ = ["app", "main"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -46,3 +57,20 @@ def _mount() -> None:
 
 
 _mount()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``iadeep`` command (the console script); return its exit code.
+
+    Args:
+        argv: Arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        0 on success; 2 for a configuration error (one line on stderr, see
+        :func:`iadeep._climain.run_cli`); the command's own code otherwise.
+    """
+    return run_cli(app, argv, prog_name="iadeep")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

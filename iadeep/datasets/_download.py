@@ -20,7 +20,7 @@ from iadeep.datasets._manifest import FileSpec
 __all__ = ["DownloadPolicy", "Reporter", "Source", "acquire", "resolve_source"]
 
 _RETRY_STATUSES = frozenset({408, 429})
-_CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-\d+/(?:\d+|\*)$")
+_CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-\d+/(\d+|\*)$")
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,12 @@ def acquire(
 ) -> None:
     """Fill ``part`` with the file's bytes (size and checksum are checked by the caller).
 
-    An HTTP download resumes an existing ``part`` with a ``Range`` request; a server answering
-    200 instead of 206 restarts it cleanly. A local mirror file is copied.
+    An HTTP download writes the body exactly as sent (a ``Content-Encoding`` label is not
+    decoded: the manifest's checksum decides). It resumes an existing ``part`` with a ``Range``
+    request (plus ``If-Range`` with the first answer's strong validator); an answer of 200
+    restarts it cleanly, and a 206 that does not continue the part (another start, complete
+    length or content coding, or a multipart body) discards the part and is retried. A local
+    mirror file is copied.
 
     Raises:
         DatasetError: Missing mirror file, an HTTP error status, a response larger than the
@@ -128,7 +132,35 @@ class _TransientStatus(Exception):
 
 
 class _BadRange(Exception):
-    """The server's byte range does not continue the partial file; it was discarded."""
+    """The server's answer to a resumed request does not continue the partial file; it was discarded."""
+
+
+@dataclass
+class _Representation:
+    """What the first response of one fetch said about the file it sent (RFC 9110 section 8).
+
+    A partial file may only be continued with bytes of the same representation: the same
+    content coding (section 8.4: a range applies to the encoded bytes) and, when the server
+    gave one, the same strong validator, sent back as ``If-Range`` (section 13.1.5) so that a
+    server whose file changed answers 200 with all of it instead of a 206 that would splice
+    two versions. Weak entity tags are never sent in ``If-Range`` (the RFC forbids it).
+
+    Attributes:
+        encoding: The ``Content-Encoding`` header ("" for none), or ``None`` while unknown (a
+            partial file left by an earlier process).
+        validator: A strong ``ETag`` or the ``Last-Modified`` date, or ``None``.
+    """
+
+    encoding: str | None = None
+    validator: str | None = None
+
+    def learn(self, response: httpx.Response) -> None:
+        self.encoding = response.headers.get("Content-Encoding", "").strip().lower()
+        etag = response.headers.get("ETag")
+        if etag and not etag.startswith("W/"):
+            self.validator = etag
+        else:
+            self.validator = response.headers.get("Last-Modified")
 
 
 def _download(
@@ -143,15 +175,19 @@ def _download(
         retry=tenacity.retry_if_exception_type((httpx.TransportError, _TransientStatus, _BadRange)),
         reraise=True,
     )
+    # "identity" asks for the file as stored; a server may still label it with a content coding
+    # (e.g. "Content-Encoding: gzip" on a .tar.gz), and the body is then written as received:
+    # the file on disk is the bytes sent, and the manifest's size and checksum decide.
     headers = {"User-Agent": f"iadeep/{__version__}", "Accept-Encoding": "identity"}
     tries = f"after {max(1, policy.attempts)} attempt(s)"
+    seen = _Representation()
     with httpx.Client(follow_redirects=True, timeout=policy.timeout_s, headers=headers) as client:
         try:
-            retrying(_attempt, client, url, part, spec.size_bytes, reporter, error)
+            retrying(_attempt, client, url, part, spec.size_bytes, reporter, error, seen)
         except _TransientStatus as exc:
             raise error(f"{exc} {tries}") from exc
         except _BadRange as exc:
-            raise error(f"server does not honour byte ranges {tries}") from exc
+            raise error(f"server does not honour byte ranges {tries}: {exc}") from exc
         except httpx.TransportError as exc:
             got = part.stat().st_size if part.exists() else 0
             cause = f"{type(exc).__name__}: {exc}"
@@ -162,6 +198,29 @@ def _download(
             raise error(f"cannot write {part}: {exc}") from exc
 
 
+def _continues(response: httpx.Response, offset: int, size: int, seen: _Representation) -> str | None:
+    """Why a 206 answer cannot be appended at ``offset``, or ``None`` when it can.
+
+    Legal answers to ``Range: bytes=<offset>-`` (RFC 9110 section 14.2, 15.3.7): one
+    ``Content-Range: bytes <offset>-<last>/<complete length>`` part; the same range as a
+    ``multipart/byteranges`` body (not used here: rejected); 200 with the whole file; 416.
+    """
+    if response.headers.get("Content-Type", "").lower().startswith("multipart/byteranges"):
+        return "multipart/byteranges answer to a single range"
+    match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+    if match is None:
+        return f"206 with Content-Range {response.headers.get('Content-Range')!r}"
+    first, total = int(match.group(1)), match.group(2)
+    if first != offset:
+        return f"206 starts at byte {first}, not at {offset}"
+    if total != "*" and int(total) != size:
+        return f"206 says the file has {total} bytes, the manifest {size}"
+    encoding = response.headers.get("Content-Encoding", "").strip().lower()
+    if seen.encoding is not None and encoding != seen.encoding:
+        return f"206 has content coding {encoding or 'identity'!r}, the partial file {seen.encoding or 'identity'!r}"
+    return None
+
+
 def _attempt(
     client: httpx.Client,
     url: str,
@@ -169,35 +228,45 @@ def _attempt(
     size: int,
     reporter: Reporter,
     error: Callable[[str], DatasetError],
+    seen: _Representation,
 ) -> None:
     offset = part.stat().st_size if part.exists() else 0
     if offset > size:
         part.unlink()
         offset = 0
-    request_headers = {"Range": f"bytes={offset}-"} if offset else {}
+    request_headers = {}
+    if offset:
+        request_headers["Range"] = f"bytes={offset}-"
+        if seen.validator:
+            request_headers["If-Range"] = seen.validator
     with client.stream("GET", url, headers=request_headers) as response:
         status = response.status_code
         if status == 416 and offset:
             if offset == size:  # already complete; the checksum decides
                 return
             part.unlink()
-            raise _BadRange()
+            raise _BadRange(f"416 for a partial file of {offset} bytes")
         if status >= 500 or status in _RETRY_STATUSES:
             raise _TransientStatus(response)
         if status == 206 and offset:
-            match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
-            if match is None or int(match.group(1)) != offset:
+            why = _continues(response, offset, size, seen)
+            if why is not None:
                 part.unlink()
-                raise _BadRange()
+                raise _BadRange(why)
             mode = "ab"
         elif status == 200:
             mode, offset = "wb", 0
+            seen.learn(response)
         else:
             raise error(f"HTTP {status} {response.reason_phrase}".rstrip())
+        if seen.encoding is None:
+            seen.learn(response)
         reporter.reset(offset)
         written = offset
         with part.open(mode) as fh:
-            for chunk in response.iter_bytes():  # as received, so an interruption loses nothing
+            # iter_raw: the bytes as sent, never decoded by their Content-Encoding; written as
+            # received, so an interruption loses nothing.
+            for chunk in response.iter_raw():
                 written += len(chunk)
                 if written > size:
                     break

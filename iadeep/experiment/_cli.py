@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from iadeep._climain import usage_error
+from iadeep._params import ConfigError
 from iadeep.experiment._config import DEFAULT_POLICIES, ExperimentConfig
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -70,8 +72,10 @@ def run_cmd(
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
         cluster = cluster_of(cfg)
+    except ConfigError as exc:
+        raise usage_error(exc) from None
     except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        typer.echo(f"iadeep experiment run: error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from None
     if meta["skipped_rows"]:
         console.print(f"[yellow]skipped {meta['skipped_rows']} malformed row(s) of {meta['source']}[/yellow]")
@@ -140,12 +144,11 @@ def sweep_cmd(
     try:
         base = ExperimentConfig(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
                                 policies=tuple(p.strip() for p in policies.split(",") if p.strip()), out=out)
-        starts = [int(x) for x in start_jobs.split(",")]
-        load_list = [float(x) for x in loads.split(",")]
-        seed_list = [int(x) for x in seeds.split(",")]
-    except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        starts = _number_list("start_jobs", start_jobs, int)
+        load_list = _number_list("loads", loads, float)
+        seed_list = _number_list("seeds", seeds, int)
+    except ConfigError as exc:
+        raise usage_error(exc) from None
     n = len(starts) * len(load_list) * len(seed_list)
     with Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("settings", total=n)
@@ -239,6 +242,18 @@ def compare_cmd(
                       f"{f['partners_match']:.0%}", f"{f['pairs_identical']:.0%}", str(f["reservations_left"]))
     console.print(table)
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: parity.md, parity.json, parity-<policy>.csv, sim/, live/")
+
+
+def _number_list(name: str, text: str, kind: type[int] | type[float]) -> list:
+    """A comma-separated option as numbers.
+
+    Raises:
+        ConfigError: an item is not a number of that kind (the message names the option).
+    """
+    try:
+        return [kind(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(name, f"expected comma-separated {kind.__name__}s, got {text!r}") from None
 
 
 def summary_table(summary: dict) -> Table:

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExperimentConfig", "TRACE_DATASETS", "DEFAULT_POLICIES"]
+__all__ = ["DEFAULT_POLICIES", "TRACE_DATASETS", "ExperimentConfig"]
 
 #: trace format -> (dataset registry entry, path inside the dataset folder); ``philly-json`` has no
 #: public mirror in the registry (the original 1 GB tarball): pass ``trace_file``.
@@ -83,15 +83,15 @@ class ExperimentConfig:
 
     trace: str = "philly"
     trace_file: str | None = None
-    jobs: int | None = 400
-    start_job: int | None = None
-    window_start_s: float | None = None
-    window_end_s: float | None = None
+    jobs: int | None = field(default=400, metadata={"ge": 0})
+    start_job: int | None = field(default=None, metadata={"ge": 0})
+    window_start_s: float | None = field(default=None, metadata={"ge": 0})
+    window_end_s: float | None = field(default=None, metadata={"ge": 0})
     virtual_cluster: str | None = None
-    max_gpus: int | None = None
-    arrival_scale: float = 1.0
+    max_gpus: int | None = field(default=None, metadata={"ge": 1})
+    arrival_scale: float = field(default=1.0, metadata={"gt": 0})
     iadeep_arrival_rule: bool = False
-    target_load: float | None = 1.0
+    target_load: float | None = field(default=1.0, metadata={"ge": 0})
     mix: str = "iadeep"
     skip_bad_rows: bool = False
     strict: bool = False
@@ -99,17 +99,17 @@ class ExperimentConfig:
     infeasible: str = "drop"
     cluster_file: str | None = None
     policies: tuple[str, ...] = DEFAULT_POLICIES
-    nodes: int = 5
-    gpus_per_node: int = 4
-    gpu_mem_gib: float = 24.0
+    nodes: int = field(default=5, metadata={"ge": 1})
+    gpus_per_node: int = field(default=4, metadata={"ge": 1})
+    gpu_mem_gib: float = field(default=24.0, metadata={"gt": 0})
     gpu_type: str = "v100"
     throughputs_file: str | None = None
     seed: int = 0
     backfill: bool = False
     queue: str = "fifo"
     scheduler_config: str | None = None
-    trial_s: float = 20.0
-    measurement_noise: float = 0.05
+    trial_s: float = field(default=20.0, metadata={"gt": 0})
+    measurement_noise: float = field(default=0.05, metadata={"ge": 0})
     predictor: str = "learned"
     tuning: bool = True
     whole_gib: bool = False
@@ -121,32 +121,37 @@ class ExperimentConfig:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        """Normalise ``jobs=0`` / ``target_load=0`` to ``None`` (all jobs / trace timing) and check names.
+        """Convert and check every field (:func:`iadeep.experiment.coerce_fields`: whole-number
+        floats become ints, bounds from each field's ``metadata``), normalise ``jobs=0`` /
+        ``target_load=0`` to ``None`` (all jobs / trace timing) and check names.
 
         Raises:
-            ValueError: unknown trace, policy, mix, GPU type or predictor (the message lists the
-                known ones), or a registry-less trace without ``trace_file``.
+            ConfigError: (a ``ValueError``) a value of the wrong type or out of bounds, an unknown
+                trace, policy, mix, GPU type or predictor (the message names the parameter and
+                lists the known values), or a registry-less trace without ``trace_file``.
         """
+        from iadeep._params import ConfigError, coerce_fields
         from iadeep.interference import GPU_TYPES
         from iadeep.policy import POLICIES
         from iadeep.traces import MIXES
 
+        coerce_fields(self)
         if self.start_job is None:
             object.__setattr__(self, "start_job", 40_000 if self.trace == "philly" and not self.trace_file else 0)
         for name in ("jobs", "target_load"):
             if not getattr(self, name):
                 object.__setattr__(self, name, None)
         if self.trace not in TRACE_DATASETS:
-            raise ValueError(f"unknown trace {self.trace!r}; known: {', '.join(TRACE_DATASETS)}")
+            raise ConfigError("trace", f"unknown trace {self.trace!r}; known: {', '.join(TRACE_DATASETS)}")
         if TRACE_DATASETS[self.trace] is None and not self.trace_file:
-            raise ValueError(f"trace {self.trace!r} is not in the dataset registry: pass trace_file")
+            raise ConfigError("trace_file", f"trace {self.trace!r} is not in the dataset registry: pass trace_file")
         if not self.speedup > 0:
-            raise ValueError(f"speedup must be positive, got {self.speedup}")
+            raise ConfigError("speedup", f"speedup must be positive, got {self.speedup}")
         if not self.policies:
-            raise ValueError("at least one policy is needed")
+            raise ConfigError("policies", "at least one policy is needed")
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown:
-            raise ValueError(f"unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(POLICIES)}")
+            raise ConfigError("policies", f"unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(POLICIES)}")
         from iadeep.sim import QUEUES
 
         checks = [("mix", self.mix, tuple(MIXES)), ("predictor", self.predictor, ("learned", "oracle")),
@@ -156,7 +161,9 @@ class ExperimentConfig:
             checks.append(("gpu_type", self.gpu_type, GPU_TYPES))
         for field_name, value, known in checks:
             if value not in known:
-                raise ValueError(f"unknown {field_name} {value!r}; known: {', '.join(known)}")
+                raise ConfigError(field_name, f"unknown {field_name} {value!r}; known: {', '.join(known)}")
+        if self.window_start_s is not None and self.window_end_s is not None and self.window_end_s <= self.window_start_s:
+            raise ConfigError("window_end_s", f"must be after window_start_s ({self.window_start_s}), got {self.window_end_s}")
 
     @property
     def out_dir(self) -> Path:
@@ -171,11 +178,12 @@ class ExperimentConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ExperimentConfig":
-        """Inverse of :meth:`to_dict`; unknown keys raise ``TypeError`` naming them."""
-        d = dict(d)
-        if "policies" in d and d["policies"] is not None:
-            d["policies"] = tuple(d["policies"])
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise TypeError(f"unknown experiment option(s): {', '.join(sorted(unknown))}")
-        return cls(**d)
+        """Inverse of :meth:`to_dict`, and the validator of untyped parameters (a DAG conf).
+
+        Raises:
+            ConfigError: unknown keys, wrong types or values (the message names the parameter);
+                see :func:`iadeep.experiment.validate_params`.
+        """
+        from iadeep._params import validate_params
+
+        return validate_params(cls, d)

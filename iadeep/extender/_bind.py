@@ -20,8 +20,10 @@ slowest part of a call, and the binding call cannot deserialise its own answer).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,11 +53,33 @@ __all__ = [
     "PodStatus",
     "annotate_and_bind",
     "bind_annotations",
+    "call_deadline",
     "clear_annotations",
     "release_reservation",
 ]
 
 log = logging.getLogger("iadeep.extender")
+
+_budget = threading.local()
+
+
+@contextlib.contextmanager
+def call_deadline(seconds: float) -> Iterator[None]:
+    """Bound the Kubernetes calls this thread makes inside the block (:class:`KubernetesPodApi`)
+    to end within ``seconds`` from now: each call's timeout is cut to the time left, and a call
+    with none left fails at once with :class:`KubeError` (nested blocks keep the earlier end)."""
+    previous = getattr(_budget, "end", None)
+    end = time.monotonic() + seconds
+    _budget.end = end if previous is None else min(previous, end)
+    try:
+        yield
+    finally:
+        _budget.end = previous
+
+
+def _time_left() -> float | None:
+    end = getattr(_budget, "end", None)
+    return None if end is None else end - time.monotonic()
 
 
 class KubeError(RuntimeError):
@@ -178,10 +202,14 @@ class KubernetesPodApi:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        left = _time_left()
+        if left is not None and left <= 0:
+            raise KubeError(f"{what}: no time left in the extender's call budget")
+        timeout = self.timeout_s if left is None else min(self.timeout_s, left)
         try:
             # raw response (no model objects); reading it whole hands the connection back to the
             # pool; an unread one is dropped and the next call pays a new TLS handshake
-            resp = fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+            resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
             resp.data  # noqa: B018 - read and keep the body
             resp.release_conn()
             return resp

@@ -6,8 +6,10 @@ informer follows the API server: :meth:`StateStore.list_state` once (all records
 revision), then :meth:`StateStore.changes` from the next revision, each batch of changes applied
 to the copy in place of a re-read (Python work only for the GPUs and jobs that changed). The
 watch is reopened every ``idle_s`` when nothing changes, which also proves the store is still
-reachable; after ``max_age_s`` without that proof :meth:`current` refuses the copy (filter
-answers ``Error``, ``/readyz`` fails). A broken watch is resumed from the last revision seen;
+reachable: a watch that only timed out proves nothing (a paused etcd holds the stream open and
+silent), so a quiet watch is followed by one cheap linearizable read, and only an answer (or a
+delivered change) confirms the copy. After ``max_age_s`` without confirmation :meth:`current`
+refuses the copy (filter answers ``Error``, ``/readyz`` fails). A broken watch is resumed from the last revision seen;
 compacted history (or an outage) makes the cache list again.
 
 Reservations this process makes are applied to the copy at once (:meth:`apply`), so the next
@@ -288,7 +290,13 @@ class StateCache:
                     self.apply_batch(batch)
                     if self._stop.is_set():
                         return
-                self._confirmed_at = self.clock()  # the watch was open and quiet for idle_s
+                # The watch delivered nothing for idle_s. That alone proves nothing (a paused etcd
+                # keeps the stream open and silent), so one linearizable read confirms that etcd
+                # answers; the copy is confirmed as of when the read was sent (changes made before
+                # it are delivered by the next watch, which starts where this one stopped).
+                asked = self.clock()
+                self.store.revision()
+                self._confirmed_at = asked
                 backoff = 0.1
             except HistoryCompacted as exc:
                 log.info("state history compacted, listing again: %s", exc)

@@ -137,8 +137,13 @@ def serve(
     in_cluster: Annotated[bool | None, typer.Option("--in-cluster/--no-in-cluster", help="Use the pod's service account.")] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (default info).")] = None,
     workers: Annotated[int | None, typer.Option(help="Server processes sharing the port (default 1).", min=1)] = None,
+    max_txn_ops: Annotated[int | None, typer.Option(
+        help="etcd's --max-txn-ops (operations per transaction; default 128, IADEEP_ETCD_MAX_TXN_OPS): bounds the GPUs "
+             "one pod may reserve (41 at 128); larger pods fail filter as unresolvable.", min=8)] = None,
 ) -> None:
     """Serve filter, prioritize and bind for kube-scheduler (plus /healthz, /readyz, /metrics, /inspect)."""
     kube = {k: v for k, v in {"kubeconfig": kubeconfig, "in_cluster": in_cluster}.items() if v is not None}
+    etcd = {"max_txn_ops": max_txn_ops} if max_txn_ops is not None else None
     run({"host": host, "port": port, "url_prefix": url_prefix, "policy": policy, "colocation_limit": colocation_limit,
-         "throughputs_file": throughputs_file, "gpu_type": gpu_type, "log_level": log_level, "workers": workers, "kube": kube or None})
+         "throughputs_file": throughputs_file, "gpu_type": gpu_type, "log_level": log_level, "workers": workers,
+         "kube": kube or None, "etcd": etcd})

@@ -26,6 +26,7 @@ from iadeep.extender._bind import (
     PodApi,
     annotate_and_bind,
     bind_annotations,
+    call_deadline,
     release_reservation,
 )
 from iadeep.extender._cache import StateCache
@@ -62,6 +63,7 @@ _NO_INVENTORY = "node has no GPU inventory published by the iadeep device plugin
 _DEMAND_CACHE = 10_000
 _ASSESSED = 8  # pods whose filter scores are kept for their prioritize (it follows at once)
 _ASSESSED_TTL_S = 10.0
+_CALLS_SHARE = 0.8  # of call_budget_s, for a bind's etcd and Kubernetes API calls together
 
 
 class ExtenderService:
@@ -217,6 +219,15 @@ class ExtenderService:
             return f"pod needs {demand.mem_gib:g} GiB on each of {demand.num_gpus} GPU(s); {big} GPU(s) of the node are that large"
         return None
 
+    def _too_wide(self, demand: PodDemand) -> str | None:
+        """Why no node can take the pod because one store transaction cannot reserve that many
+        GPUs (bind would fail the same way everywhere), else None."""
+        limit = getattr(self.store, "max_reservation_gpus", None)
+        if limit is not None and demand.num_gpus > limit:
+            return (f"pod needs {demand.num_gpus} GPUs; one reservation is one etcd transaction and etcd's "
+                    f"--max-txn-ops allows at most {limit} GPUs per pod (IADEEP_ETCD_MAX_TXN_OPS)")
+        return None
+
     def _assess(self, demand: PodDemand, type_id: int, base: ViewBase, names: list[str]) -> tuple[FilterResult, dict[str, int]]:
         """Filter and score ``names`` for the pod on ``base``; remembered for the pod's ``prioritize``."""
         now = self.clock()
@@ -244,6 +255,10 @@ class ExtenderService:
             type_id = self.types.resolve(demand.model, demand.batch_size)
         except PodSpecError as exc:
             return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {exc}" for n in names})
+        too_wide = self._too_wide(demand)
+        if too_wide is not None:  # filter and bind agree: no node could ever be bound
+            self.metrics.filter_nodes.labels("unresolvable").inc(len(names))
+            return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {too_wide}" for n in names})
         self.await_releases()
         try:
             _, base = self.cache.current()
@@ -296,9 +311,19 @@ class ExtenderService:
         return HostPriorityList(names, [get(n, 0) for n in names])
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        """Choose the GPU(s) on ``args.node``, reserve, annotate, bind (see :mod:`._bind`)."""
+        """Choose the GPU(s) on ``args.node``, reserve, annotate, bind (see :mod:`._bind`), all
+        within ``call_budget_s``: the store's and the Kubernetes API's requests share it (see
+        :class:`~iadeep.extender.ExtenderSettings`)."""
         if self.pod_api is None:
             return ExtenderBindingResult(Error="iadeep: no Kubernetes API configured")
+        # the calls get 80% of the budget: the rest is for the verb's own work (placement, the
+        # answer) and for a loaded machine's scheduling delays
+        calls_s = self.settings.call_budget_s * _CALLS_SHARE
+        with call_deadline(calls_s), self.store.deadline(calls_s):
+            return self._bind(args)
+
+    def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        assert self.pod_api is not None
         ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
         with self._memo_lock:
             demand = self._demands.get(uid)
@@ -317,13 +342,21 @@ class ExtenderService:
         except PodSpecError as exc:
             return self._bind_result("failed", str(exc))
 
+        too_wide = self._too_wide(demand)
+        if too_wide is not None:  # as filter said: no node can ever take it
+            return self._bind_result("failed", too_wide)
         t_lock = time.perf_counter()
         with self._node_lock(node):
             self.metrics.bind_phase.labels("node_lock").observe(time.perf_counter() - t_lock)
             try:
                 placed = self._reserve(demand, type_id, node)
             except StoreUnavailable as exc:
-                return self._bind_result("failed", f"state store unavailable: {exc}")
+                # a reservation sent before the store stopped answering may still commit: the
+                # sweep releases it unless a later bind of the pod reuses or supersedes it
+                with self._memo_lock:
+                    self._pending_release.add(uid)
+                return self._bind_result("failed", f"state store did not answer within the bind's budget "
+                                                   f"({self.settings.call_budget_s:g} s): {exc}")
             except RecordError as exc:
                 return self._bind_result("failed", str(exc))
             if isinstance(placed, str):
@@ -342,6 +375,8 @@ class ExtenderService:
                     self._pending_release.add(uid)
             self.pod_api.event(ns, name, uid, "IadeepBindFailed", str(exc), warning=True)
             return self._bind_result("released", str(exc))
+        with self._memo_lock:
+            self._pending_release.discard(uid)  # bound: no earlier failed attempt's release applies
         return self._bind_result("bound")
 
     @property
@@ -399,14 +434,44 @@ class ExtenderService:
                     assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now,
                                                      known=known)
             except AllocationConflict as exc:
-                held = [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
-                if held:
+                held = list(exc.held) or [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
+                if held and held[0].node == node:
                     return held, "reservation already held", uuids, held[0].assumed_at
-                last = str(exc)
-                continue
+                if not held or not self._unbound(demand):
+                    last = str(exc)
+                    continue
+                # an earlier attempt of this pod's bind was interrupted after its reservation (on
+                # another node) committed: the pod is unbound, so that reservation is superseded,
+                # released in the same transaction that makes this one
+                try:
+                    assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now,
+                                                     known=known, supersede=True)
+                except AllocationConflict as again:
+                    last = str(again)
+                    continue
+                log.info("pod %s/%s: superseded its unbound reservation on %s", demand.namespace, demand.name,
+                         held[0].node)
+                # the copy drops the old reservation when the watch delivers this transaction; wait
+                # for that (dropping the pod by hand could also drop the new one the watch brought)
+                try:
+                    self.cache.sync()
+                except StoreUnavailable:
+                    pass  # the new reservation is applied below; the watch corrects the rest
             self.cache.apply(job, type_id, assignments)
             return assignments, decision.reason, uuids, now
         return f"could not reserve GPU memory after {self.settings.bind_attempts} attempt(s): {last}"
+
+    def _unbound(self, demand: PodDemand) -> bool:
+        """Whether the pod (same UID) exists and is bound to no node (so a reservation it holds is
+        an interrupted bind's, safe to supersede)."""
+        if self.pod_api is None:
+            return False
+        try:
+            pod = self.pod_api.read_pod(demand.namespace, demand.name)
+        except KubeError as exc:
+            log.warning("could not read pod %s/%s: %s", demand.namespace, demand.name, exc)
+            return False
+        return pod.metadata.uid == demand.uid and not pod.spec.nodeName
 
     # -- upkeep ------------------------------------------------------------------------------
     def sweep(self) -> list[str]:

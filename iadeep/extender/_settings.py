@@ -36,8 +36,8 @@ class KubeSettings(BaseModel):
         in_cluster: use the pod's service-account token (the Deployment in ``k8s/extender``).
         kubeconfig: kubeconfig file when not in cluster; ``None``: ``$KUBECONFIG`` or ``~/.kube/config``.
         context: kubeconfig context; ``None``: its current context.
-        request_timeout_s: per API call; kube-scheduler's ``httpTimeout`` (30 s in our manifest) must
-            cover a bind's two calls, so 10 s each leaves room for the etcd transaction.
+        request_timeout_s: per API call (cut to what is left of the extender's ``call_budget_s``
+            inside a bind).
         max_connections: kept-alive connections to the API server. At least as many as binds run
             at once (the server's worker threads, 40): a smaller pool closes the surplus after
             each call and the next call pays a new TLS handshake (the client's default is 5 per CPU).
@@ -56,10 +56,12 @@ class CacheSettings(BaseModel):
     The copy is listed once and then follows etcd's watch (see :mod:`iadeep.extender._cache`).
 
     Attributes:
-        watch_idle_s: a watch that delivered nothing for this long is reopened, which proves etcd
-            still answers (1 s).
-        max_age_s: a copy etcd has not confirmed for this long is not used: filter answers
-            ``Error`` and ``/readyz`` fails. 5 s = several reopened watches.
+        watch_idle_s: a watch that delivered nothing for this long ends and is followed by one cheap
+            linearizable read (the store's revision), which confirms the copy; a watch that merely
+            timed out proves nothing (a paused etcd keeps the connection open and says nothing).
+        max_age_s: a copy etcd has not confirmed (by a delivered change or that read) for this long
+            is not used: filter answers ``Error`` (kube-scheduler fails the cycle cleanly and
+            retries) and ``/readyz`` fails. 5 s = several confirmations.
         pod_watch: follow the cluster's pods (list, then watch) and release a pod's reservation as
             soon as the pod succeeds, fails or is deleted (``iadeep.extender._podwatch``).
         pod_watch_timeout_s: how long one pod watch request stays open before it is reopened (s).
@@ -109,6 +111,14 @@ class ExtenderSettings(BaseSettings):
             never downloads; ``iadeep datasets fetch gavel-throughputs`` or the image provides it).
         gpu_type: which GPU type's measurements to use.
         bind_attempts: placements tried per bind when the reservation meets a concurrent change.
+        call_budget_s: every filter, prioritize and bind answers within this many seconds; it must
+            stay below the ``httpTimeout`` of kube-scheduler's extender configuration (10 s in
+            ``k8s/extender``), which otherwise cancels the call and retries while the extender is
+            still working. A bind's etcd requests and Kubernetes API calls share 80% of it (the
+            rest is for the verb's own work): the state store's retry deadline and per-request
+            timeouts are cut to the time left (a bind that
+            runs out answers ``Error``; a reservation it may have left is released by the sweep or
+            superseded by the pod's next bind). 8 s leaves 2 s of the shipped 10 s for the network.
         log_level: uvicorn and ``iadeep`` log level.
         workers: server processes (uvicorn workers) sharing the port. Each keeps its own copy of
             the state; etcd's transactions keep them (like several replicas) from taking the same
@@ -131,6 +141,7 @@ class ExtenderSettings(BaseSettings):
     throughputs_file: Path | None = None
     gpu_type: str = "v100"
     bind_attempts: int = Field(3, ge=1)
+    call_budget_s: float = Field(8.0, gt=0)
     log_level: str = "info"
     workers: int = Field(1, ge=1)
     defaults: JobDefaults = Field(default_factory=JobDefaults)

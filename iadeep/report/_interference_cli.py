@@ -26,7 +26,7 @@ def report_cmd(
     try:
         model = InterferenceModel.from_file(fetch("gavel-throughputs", progress=False) / "simulation_throughputs.json", gpu_type)
     except (DatasetError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        typer.echo(f"iadeep interference report: error: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from None
     sums = (model.norm + model.norm.T)[model.fits]
     co = model.norm * model.isolated_steps_per_s[:, None]

@@ -5,7 +5,7 @@
 
 from iadeep.state._etcd import EtcdStateStore
 from iadeep.state._local import LocalEtcd, LocalEtcdError, ensure_local_etcd, local_endpoint
-from iadeep.state._memory import MemoryStateStore
+from iadeep.state._memory import MemoryStateStore, reservation_gpu_limit
 from iadeep.state._protocol import (
     AllocationConflict,
     Change,
@@ -15,6 +15,7 @@ from iadeep.state._protocol import (
     StateListing,
     StateStore,
     StoreUnavailable,
+    TransactionTooLarge,
 )
 from iadeep.state._records import (
     WORKLOAD_STATES,
@@ -73,7 +74,9 @@ __all__ = [
     "RecordError",
     "StateStore",
     "StoreUnavailable",
+    "TransactionTooLarge",
     "TuningRequest",
     "from_json",
+    "reservation_gpu_limit",
     "to_json",
 ]

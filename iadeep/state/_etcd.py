@@ -57,14 +57,17 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
-    stop_after_delay,
+    stop_before_delay,
     wait_exponential,
     wait_random,
 )
 
 from iadeep.state._memory import (
     Keys,
+    ReleasePlan,
+    check_gpu_count,
     check_name,
+    reservation_gpu_limit,
     new_seqs,
     plan_release,
     plan_reserve,
@@ -78,6 +81,7 @@ from iadeep.state._protocol import (
     NodeRecords,
     StateListing,
     StoreUnavailable,
+    TransactionTooLarge,
 )
 from iadeep.state._records import (
     Assignment,
@@ -103,7 +107,6 @@ R = TypeVar("R")
 
 _API = "/v3/"
 _PAGE = 1000  # keys per range page
-_TXN_OPS = 100  # etcd's default --max-txn-ops is 128
 
 
 class _Transient(Exception):
@@ -170,6 +173,10 @@ def _delete_op(key: str) -> dict[str, Any]:
     return {"request_delete_range": {"key": _b64(key)}}
 
 
+def _delete_prefix_op(prefix: str) -> dict[str, Any]:
+    return {"request_delete_range": {"key": _b64(prefix), "range_end": _range_end(prefix)}}
+
+
 def _same_rev(key: str, kv: _KV | None) -> dict[str, Any]:
     """Compare: ``key`` is unchanged since it was read as ``kv`` (absent when ``None``)."""
     if kv is None:
@@ -222,6 +229,7 @@ class EtcdStateStore:
             settings = StateSettings.model_validate({**settings.model_dump(), "endpoints": require_endpoints(settings)})
         self.settings = settings
         self.keys = Keys(settings.prefix)
+        self.max_reservation_gpus = reservation_gpu_limit(settings.max_txn_ops)
         self.endpoints: tuple[str, ...] = tuple(settings.endpoints)
         self._preferred = 0
         self._tls = threading.local()
@@ -318,6 +326,30 @@ class EtcdStateStore:
                 return errno.group(0)
             return text if len(text) <= 300 else text[:297] + "..."
 
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """Bound every request this thread makes inside the block to end within ``seconds``
+        from now (nested blocks keep the earlier deadline): the per-request timeouts shrink to
+        the time left, no retry starts past it, and a request with no time left fails at once
+        with :class:`StoreUnavailable`. A caller with a budget of its own (the extender answering
+        kube-scheduler within ``httpTimeout``) derives the store's deadline from it.
+
+        Note that a transaction sent before the deadline may still commit after it (etcd got it
+        and was slow): the caller must treat such a failure as "maybe done".
+        """
+        previous = getattr(self._tls, "deadline", None)
+        end = time.monotonic() + seconds
+        self._tls.deadline = end if previous is None else min(previous, end)
+        try:
+            yield
+        finally:
+            self._tls.deadline = previous
+
+    def _left(self) -> float | None:
+        """Seconds left before this thread's :meth:`deadline` (``None``: no deadline)."""
+        end = getattr(self._tls, "deadline", None)
+        return None if end is None else end - time.monotonic()
+
     def _post_once(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         endpoint = self.endpoints[self._preferred % len(self.endpoints)]
         with self._lock:
@@ -325,11 +357,24 @@ class EtcdStateStore:
         try:
             conn = self._conn(endpoint)
             client, gen = conn.client, conn.token_gen
+            t = self.settings.timeouts
+            left = self._left()
+            if left is not None and left <= 0:
+                raise _Transient(endpoint, "deadline reached")
+            # the client is this thread's own: its timeout may follow this thread's deadline
+            client.timeout = (t.connect_s, t.request_s) if left is None else (  # type: ignore[assignment]
+                min(t.connect_s, left), min(t.request_s, left))
             return dict(client.post(client.get_url(path), json=payload))
         except (etcd_exc.ConnectionFailedError, etcd_exc.ConnectionTimeoutError, etcd_exc.InternalServerError) as exc:
             raise _Transient(endpoint, f"{type(exc).__name__}: {self._message(exc.detail_text)}") from None
         except etcd_exc.Etcd3Exception as exc:
             message = self._message(exc.detail_text)
+            if "too many operations in txn request" in message:
+                sizes = {k: len(payload.get(k) or ()) for k in ("compare", "success", "failure")}
+                raise TransactionTooLarge(
+                    f"etcd at {endpoint} refused a transaction of {max(sizes.values())} operations ({message}): its "
+                    f"--max-txn-ops is below this store's max_txn_ops={self.settings.max_txn_ops} "
+                    "(IADEEP_ETCD_MAX_TXN_OPS): set them equal") from None
             if "invalid auth token" in message or "revision in header is old" in message:
                 self._authenticate(endpoint, client, gen)
                 raise _Transient(endpoint, message) from None
@@ -358,8 +403,13 @@ class EtcdStateStore:
         if self._closed:
             raise StoreUnavailable(f"etcd store for {self._where()} is closed")
         r = self.settings.retry
+        left = self._left()
+        if left is not None and left <= 0:
+            raise StoreUnavailable(f"etcd at {self._where()}: no time left in the caller's budget ({path})")
+        budget = r.deadline_s if left is None else min(r.deadline_s, left)
         retrying = Retrying(
-            stop=stop_after_attempt(r.attempts) | stop_after_delay(r.deadline_s),
+            # no retry that would start past the deadline (the wait before it included)
+            stop=stop_after_attempt(r.attempts) | stop_before_delay(budget),
             wait=wait_exponential(multiplier=r.initial_backoff_s, max=r.max_backoff_s) + wait_random(0, r.initial_backoff_s),
             retry=retry_if_exception_type(_Transient),
             before_sleep=self._before_retry,
@@ -570,25 +620,30 @@ class EtcdStateStore:
 
     def reserve(
         self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float,
-        known: NodeRecords | None = None,
+        known: NodeRecords | None = None, supersede: bool = False,
     ) -> list[Assignment]:
         """See :meth:`StateStore.reserve`. Without ``known`` (or after it proved wrong) the node's
         records are read first and compared by mod revision; with it, the one transaction
         compares their values with ``known`` (a mismatch returns the current records, as a lost
-        race does)."""
+        race does). A superseded reservation's GPU records join the reads and compares, and its
+        release joins the same transaction."""
         check_name("JobRecord.pod_uid", job.pod_uid)
         check_name("node", node)
         gpus = [int(g) for g in gpus]
+        check_gpu_count(job, gpus, self.max_reservation_gpus, self.settings.max_txn_ops)
         unique = sorted(set(gpus))
         k_node, k_res = self.keys.node(node), self.keys.reservation(job.pod_uid)
         k_gpus = [self.keys.gpu(node, g) for g in unique]
-        reads = [_range_op(k_node), _range_op(k_res)] + [_range_op(k) for k in k_gpus]
+        base_reads = [_range_op(k_node), _range_op(k_res)] + [_range_op(k) for k in k_gpus]
+        old_keys: list[str] = []  # GPU records of a reservation being superseded (other node)
+        reads = base_reads
         nonce = secrets.token_hex(8)
         snapshot = None if known is not None else self._read(reads)
         maybe_committed = False  # a commit failed on the wire: it may have landed
         attempts = self.settings.retry.conflict_attempts
         for attempt in range(attempts):
             plan = None
+            release_ops: list[dict[str, Any]] = []
             if snapshot is None:  # decide from the caller's records; the compares check them
                 assert known is not None
                 states = {g: known.gpu_states.get(g) for g in unique}
@@ -601,23 +656,52 @@ class EtcdStateStore:
                     snapshot = self._read(reads)  # the caller's records refuse it: judge the real ones
             if plan is None:
                 assert snapshot is not None
-                inv_kv, res_kv, gpu_kvs = _first(snapshot[0]), _first(snapshot[1]), [_first(r) for r in snapshot[2:]]
+                n_base = len(base_reads)
+                inv_kv, res_kv = _first(snapshot[0]), _first(snapshot[1])
+                gpu_kvs = [_first(r) for r in snapshot[2:n_base]]
                 held = reservation_from_json(res_kv.value) if res_kv else None
                 if held and maybe_committed and held[1] == nonce:
                     return held[0]  # our own earlier try landed
+                superseded: list[Assignment] = []
+                if held and supersede:
+                    if held[0] and held[0][0].node == node:
+                        return held[0]  # the pod's own earlier reservation on this node: reuse it
+                    superseded = held[0]
+                    want = [self.keys.gpu(a.node, a.gpu) for a in superseded]
+                    if want != old_keys:  # read the superseded GPUs with the rest, at one revision
+                        old_keys = want
+                        reads = base_reads + [_range_op(k) for k in old_keys]
+                        snapshot = self._read(reads)
+                        continue
                 plan = plan_reserve(
                     job,
                     node,
                     gpus,
                     inventory=_parse(NodeInventory, inv_kv) if inv_kv else None,
                     states={g: _parse(GpuState, kv) if kv else None for g, kv in zip(unique, gpu_kvs, strict=True)},
-                    held=held[0] if held else None,
+                    held=None if superseded else (held[0] if held else None),
                     colocation_limit=colocation_limit,
                     now_s=now_s,
                 )
-                compare = [_same_rev(k_node, inv_kv), _same_rev(k_res, None)]
+                compare = [_same_rev(k_node, inv_kv), _same_rev(k_res, res_kv if superseded else None)]
                 compare += [_same_rev(k, kv) for k, kv in zip(k_gpus, gpu_kvs, strict=True)]
-            ops = [_put_op(self.keys.job(job.pod_uid), to_json(job))]
+                if superseded:
+                    old_kvs = [_first(r) for r in snapshot[n_base:]]
+                    compare += [_same_rev(k, kv) for k, kv in zip(old_keys, old_kvs, strict=True)]
+                    release = plan_release(
+                        superseded,
+                        {(a.node, a.gpu): _parse(GpuState, kv) if kv else None
+                         for a, kv in zip(superseded, old_kvs, strict=True)},
+                        now_s=now_s,
+                    )
+                    release_ops = self._release_ops(release)
+                    if len(release_ops) + 3 * len(plan.assignments) + 2 > self.settings.max_txn_ops:
+                        # together too large for one transaction: release first, then decide again
+                        self.release(job.pod_uid, now_s=now_s, end_of_life=False)
+                        old_keys, reads = [], base_reads
+                        snapshot = self._read(reads)
+                        continue
+            ops = release_ops + [_put_op(self.keys.job(job.pod_uid), to_json(job))]
             for a, st, t in zip(plan.assignments, plan.gpu_states, plan.tuning, strict=True):
                 ops.append(_put_op(self.keys.assignment(a.node, a.gpu, a.pod_uid), to_json(a)))
                 ops.append(_put_op(self.keys.gpu(st.node, st.gpu), to_json(st)))
@@ -634,7 +718,18 @@ class EtcdStateStore:
             f"{node}/{gpus}: gave up after {attempts} transactions lost to concurrent changes of the same GPUs"
         )
 
-    def release(self, pod_uid: str, *, now_s: float) -> list[Assignment]:
+    def _release_ops(self, plan: ReleasePlan) -> list[dict[str, Any]]:
+        """The writes of a release plan (assignments, GPU states, tuning requests)."""
+        ops = [_delete_op(self.keys.assignment(a.node, a.gpu, a.pod_uid)) for a in plan.released]
+        ops += [_put_op(self.keys.gpu(st.node, st.gpu), to_json(st)) for st in plan.gpu_states]
+        ops += [_delete_op(self.keys.gpu(n, g)) for n, g in plan.gpu_delete]
+        ops += [_put_op(self.keys.tuning(t.node, t.gpu), to_json(t)) for t in plan.tuning_put]
+        ops += [_delete_op(self.keys.tuning(n, g)) for n, g in plan.tuning_delete]
+        return ops
+
+    def release(self, pod_uid: str, *, now_s: float, end_of_life: bool = True) -> list[Assignment]:
+        """See :meth:`StateStore.release`; ``end_of_life=False`` keeps the job record and its
+        measurements (a superseded reservation of a pod that is being placed again)."""
         k_res = self.keys.reservation(check_name("pod_uid", pod_uid))
         maybe_committed = False
         planned: list[Assignment] = []
@@ -662,11 +757,11 @@ class EtcdStateStore:
                 now_s=now_s,
             )
             compare = [_same_rev(k_res, res_kv)] + [_same_rev(k, kv) for k, kv in zip(keys, gpu_kvs, strict=True)]
-            ops = [_delete_op(self.keys.assignment(a.node, a.gpu, a.pod_uid)) for a in held]
-            ops += [_put_op(self.keys.gpu(st.node, st.gpu), to_json(st)) for st in plan.gpu_states]
-            ops += [_put_op(self.keys.tuning(t.node, t.gpu), to_json(t)) for t in plan.tuning_put]
-            ops += [_delete_op(self.keys.tuning(n, g)) for n, g in plan.tuning_delete]
+            ops = self._release_ops(plan)
             ops.append(_delete_op(k_res))
+            if end_of_life:  # the pod's records end with its reservation
+                ops.append(_delete_op(self.keys.job(pod_uid)))
+                ops.append(_delete_prefix_op(self.keys.measurement(pod_uid, "")))
             ok, snapshot, tries = self._txn(compare, ops, reads)
             if ok:
                 return held
@@ -711,16 +806,17 @@ class EtcdStateStore:
         return ok or (tries > 1 and self._get(key) is None)
 
     def add_samples(self, samples: Sequence[InterferenceSampleRecord]) -> None:
-        """Append samples; one transaction per 100 (a failure part-way leaves the earlier chunks,
-        each of which is whole)."""
+        """Append samples; one transaction per ``max_txn_ops`` samples (a failure part-way leaves
+        the earlier chunks, each of which is whole)."""
         samples = list(samples)
         for s in samples:
             if not isinstance(s, InterferenceSampleRecord):
                 raise RecordError(f"add_samples: expected InterferenceSampleRecord, got {type(s).__name__}")
         seqs = new_seqs(len(samples))
         ops = [_put_op(self.keys.sample(q), to_json(s)) for q, s in zip(seqs, samples, strict=True)]
-        for i in range(0, len(ops), _TXN_OPS):
-            self._txn([], ops[i : i + _TXN_OPS])
+        step = self.settings.max_txn_ops
+        for i in range(0, len(ops), step):
+            self._txn([], ops[i : i + step])
 
     def samples(self) -> list[InterferenceSampleRecord]:
         return [_parse(InterferenceSampleRecord, kv) for kv in self._scan_ordered(self.keys.folder("samples/"))]

@@ -17,6 +17,7 @@ pod can never hold two reservations, and :meth:`release` finds its GPUs in one r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -63,10 +64,30 @@ __all__ = [
     "plan_reserve",
     "plan_release",
     "check_name",
+    "reservation_gpu_limit",
 ]
 
 MEM_EPSILON_GIB = 1e-9
 """Tolerance of the memory check (GiB): sums of float sizes must not reject an exact fit."""
+
+
+RESERVE_OPS_FIXED = 2
+"""Operations of a reservation beyond 3 per GPU: the job record and the reservation record."""
+RELEASE_OPS_FIXED = 3
+"""Operations of a release beyond 3 per GPU: the reservation, job and measurements deletes."""
+
+
+def reservation_gpu_limit(max_txn_ops: int) -> int:
+    """The most GPUs one pod may reserve when a transaction may hold ``max_txn_ops`` operations.
+
+    A reservation of n GPUs is one transaction of 3n+2 puts (per GPU: its assignment, GPU state
+    and tuning request; plus the job and reservation records) and its release one of 3n+3 (per
+    GPU: the assignment delete, the GPU state and the tuning request put or delete; plus the
+    reservation, job and measurements deletes). etcd refuses a transaction whose compare list or
+    either branch holds more than ``--max-txn-ops`` operations (default 128; etcd's
+    ``checkTxnRequest``), so both must fit: ``n <= (max_txn_ops - 3) // 3`` (41 at 128).
+    """
+    return max(0, (int(max_txn_ops) - RELEASE_OPS_FIXED) // 3)
 
 
 def check_name(kind: str, value: str) -> str:
@@ -235,12 +256,20 @@ class ReservePlan:
 
 @dataclass(frozen=True)
 class ReleasePlan:
-    """What one release writes: new GPU states, tuning requests to set and to clear."""
+    """What one release writes: GPU states to put (GPUs still shared) and to delete (GPUs left
+    empty), tuning requests to set and to clear."""
 
     released: list[Assignment]
     gpu_states: list[GpuState]
     tuning_put: list[TuningRequest]
     tuning_delete: list[tuple[str, int]] = field(default_factory=list)
+    gpu_delete: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def ops(self) -> int:
+        """Operations of this plan in a transaction (besides the per-pod records)."""
+        return len(self.released) + len(self.gpu_states) + len(self.gpu_delete) + len(self.tuning_put) + len(
+            self.tuning_delete)
 
 
 def _check_job(job: JobRecord) -> None:
@@ -249,6 +278,20 @@ def _check_job(job: JobRecord) -> None:
         raise RecordError(f"JobRecord.mem_gib: expected a positive number of GiB, got {job.mem_gib!r}")
     if not (isinstance(job.num_gpus, int) and job.num_gpus >= 1):
         raise RecordError(f"JobRecord.num_gpus: expected an integer >= 1, got {job.num_gpus!r}")
+
+
+def check_gpu_count(job: JobRecord, gpus: Sequence[int], limit: int, max_txn_ops: int) -> None:
+    """Refuse a reservation of more GPUs than one transaction can hold.
+
+    Raises:
+        AllocationConflict: ``len(gpus)`` above ``limit`` (the message names the limit and the
+            ``IADEEP_ETCD_MAX_TXN_OPS`` setting it comes from).
+    """
+    if len(gpus) > limit:
+        raise AllocationConflict(
+            f"pod {job.pod_uid} needs {len(gpus)} GPUs; one reservation is one etcd transaction of 3n+3 operations "
+            f"and etcd's --max-txn-ops is {max_txn_ops} (IADEEP_ETCD_MAX_TXN_OPS): at most {limit} GPUs per pod"
+        )
 
 
 def plan_reserve(
@@ -292,7 +335,7 @@ def plan_reserve(
     if held:
         h = held[0]
         raise AllocationConflict(
-            f"pod {job.pod_uid} already holds a reservation on {h.node}/{sorted(a.gpu for a in held)}"
+            f"pod {job.pod_uid} already holds a reservation on {h.node}/{sorted(a.gpu for a in held)}", held=held
         )
     if not gpus or len(set(gpus)) != len(gpus):
         raise AllocationConflict(f"{where}: GPUs must be distinct and at least one")
@@ -327,21 +370,23 @@ def plan_release(
 ) -> ReleasePlan:
     """Decide the release of ``held`` (a pod's assignments) given the current GPU states.
 
-    A GPU left with pods gets a new tuning request (its co-location set changed); a GPU left
-    empty has its tuning request cleared and keeps an empty :class:`GpuState`.
+    A GPU left with pods gets a new state and tuning request (its co-location set changed); a
+    GPU left empty has its state and tuning request deleted (an absent state means unused), so
+    no record outlives the pods it describes.
     """
-    new_states, put, delete = [], [], []
+    new_states, put, delete, gone = [], [], [], []
     for a in held:
         st = states.get((a.node, a.gpu)) or GpuState(a.node, a.gpu)
         pods = tuple(p for p in st.pods if p != a.pod_uid)
         mem = st.mem_used_gib - a.mem_gib if a.pod_uid in st.pods else st.mem_used_gib
         mem = 0.0 if not pods or mem < MEM_EPSILON_GIB else mem
-        new_states.append(GpuState(a.node, a.gpu, mem, pods))
         if pods:
+            new_states.append(GpuState(a.node, a.gpu, mem, pods))
             put.append(TuningRequest(a.node, a.gpu, pods, float(now_s)))
         else:
+            gone.append((a.node, a.gpu))
             delete.append((a.node, a.gpu))
-    return ReleasePlan(list(held), new_states, put, delete)
+    return ReleasePlan(list(held), new_states, put, delete, gone)
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -405,8 +450,10 @@ class MemoryStateStore:
     """
 
     def __init__(self, *, prefix: str = "/iadeep", clock: Callable[[], float] = time.monotonic,
-                 history: int = 100_000) -> None:
+                 history: int = 100_000, max_txn_ops: int = 128) -> None:
         self.keys = Keys("/" + prefix.strip("/"))
+        self.max_txn_ops = max_txn_ops  # the same limit as etcd's, so both stores refuse alike
+        self.max_reservation_gpus = reservation_gpu_limit(max_txn_ops)
         self._clock = clock
         self._lock = threading.RLock()
         self._inventories: dict[str, NodeInventory] = {}
@@ -507,6 +554,11 @@ class MemoryStateStore:
             self._jobs[job.pod_uid] = job
             self._emit("put", self.keys.job(job.pod_uid), to_json(job))
 
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """See :meth:`StateStore.deadline`; nothing here waits on a network, so nothing to bound."""
+        yield
+
     def delete_job(self, pod_uid: str) -> bool:
         """Forget a job record and its measurements (not its reservation: :meth:`release` that).
         True when a job record was there."""
@@ -531,21 +583,28 @@ class MemoryStateStore:
 
     def reserve(
         self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float,
-        known: NodeRecords | None = None,
+        known: NodeRecords | None = None, supersede: bool = False,
     ) -> list[Assignment]:
         """See :meth:`StateStore.reserve`; ``known`` is not needed here (one lock, no round trips)."""
+        check_gpu_count(job, gpus, self.max_reservation_gpus, self.max_txn_ops)
         with self._lock:
             self._expire()
+            held = self._reservations.get(job.pod_uid)
+            if held and supersede:
+                if isinstance(node, str) and held[0].node == node:
+                    return list(held)  # the pod's own earlier reservation on this node: reuse it
             plan = plan_reserve(
                 job,
                 node,
                 gpus,
                 inventory=self._inventories.get(node),
                 states={g: self._gpus.get((node, g)) for g in gpus} if isinstance(node, str) else {},
-                held=self._reservations.get(job.pod_uid),
+                held=None if supersede else held,
                 colocation_limit=colocation_limit,
                 now_s=now_s,
             )
+            if held:  # superseded: released under the same lock, as one transaction would
+                self._release_locked(job.pod_uid, held, now_s=now_s, end_of_life=False)
             self._jobs[job.pod_uid] = job
             self._emit("put", self.keys.job(job.pod_uid), to_json(job))
             for a, st, t in zip(plan.assignments, plan.gpu_states, plan.tuning, strict=True):
@@ -565,20 +624,29 @@ class MemoryStateStore:
             held = self._reservations.get(pod_uid)
             if not held:
                 return []
-            plan = plan_release(held, {(a.node, a.gpu): self._gpus.get((a.node, a.gpu)) for a in held}, now_s=now_s)
-            for a in held:
-                self._assignments.pop((a.node, a.gpu, a.pod_uid), None)
-                self._emit("delete", self.keys.assignment(a.node, a.gpu, a.pod_uid))
-            for st in plan.gpu_states:
-                self._put_gpu(st)
-            for t in plan.tuning_put:
-                self._put_tuning(t)
-            for node, gpu in plan.tuning_delete:
-                if self._tuning.pop((node, gpu), None) is not None:
-                    self._emit("delete", self.keys.tuning(node, gpu))
-            del self._reservations[pod_uid]
-            self._emit("delete", self.keys.reservation(pod_uid))
+            self._release_locked(pod_uid, held, now_s=now_s, end_of_life=True)
             return list(held)
+
+    def _release_locked(self, pod_uid: str, held: list[Assignment], *, now_s: float, end_of_life: bool) -> None:
+        """Drop ``held``; with ``end_of_life`` also the pod's job record and measurements."""
+        plan = plan_release(held, {(a.node, a.gpu): self._gpus.get((a.node, a.gpu)) for a in held}, now_s=now_s)
+        for a in held:
+            self._assignments.pop((a.node, a.gpu, a.pod_uid), None)
+            self._emit("delete", self.keys.assignment(a.node, a.gpu, a.pod_uid))
+        for st in plan.gpu_states:
+            self._put_gpu(st)
+        for key in plan.gpu_delete:
+            if self._gpus.pop(key, None) is not None:
+                self._emit("delete", self.keys.gpu(*key))
+        for t in plan.tuning_put:
+            self._put_tuning(t)
+        for node, gpu in plan.tuning_delete:
+            if self._tuning.pop((node, gpu), None) is not None:
+                self._emit("delete", self.keys.tuning(node, gpu))
+        del self._reservations[pod_uid]
+        self._emit("delete", self.keys.reservation(pod_uid))
+        if end_of_life:
+            self.delete_job(pod_uid)
 
     def assignments(self, node: str | None = None) -> list[Assignment]:
         with self._lock:

@@ -17,6 +17,7 @@ Nothing is written when a method raises.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -32,8 +33,8 @@ from iadeep.state._records import (
     TuningRequest,
 )
 
-__all__ = ["StateStore", "StoreUnavailable", "AllocationConflict", "HistoryCompacted", "Change", "ChangeBatch",
-           "StateListing", "NodeRecords"]
+__all__ = ["StateStore", "StoreUnavailable", "AllocationConflict", "TransactionTooLarge", "HistoryCompacted",
+           "Change", "ChangeBatch", "StateListing", "NodeRecords"]
 
 
 class StoreUnavailable(RuntimeError):
@@ -41,7 +42,22 @@ class StoreUnavailable(RuntimeError):
 
 
 class AllocationConflict(RuntimeError):
-    """A reservation does not fit; the message says which GPU and why."""
+    """A reservation does not fit; the message says which GPU and why.
+
+    Attributes:
+        held: when the pod already holds a reservation, its assignments (else empty): the caller
+            may reuse it (same node) or supersede it (``reserve(..., supersede=True)``).
+    """
+
+    def __init__(self, message: str, *, held: Sequence[Assignment] = ()) -> None:
+        super().__init__(message)
+        self.held: tuple[Assignment, ...] = tuple(held)
+
+
+class TransactionTooLarge(AllocationConflict):
+    """etcd refused a transaction with more operations than its ``--max-txn-ops``: the store's
+    ``max_txn_ops`` setting is above the server's. The store is available; the request can never
+    succeed as it is. The message names both."""
 
 
 class HistoryCompacted(RuntimeError):
@@ -106,10 +122,21 @@ class NodeRecords:
 
 
 class StateStore(Protocol):
-    """Shared state of the live system (see the module docstring for guarantees)."""
+    """Shared state of the live system (see the module docstring for guarantees).
+
+    Attributes:
+        max_reservation_gpus: the most GPUs one reservation may hold (from the backend's limit on
+            operations per transaction; see :func:`iadeep.state.reservation_gpu_limit`).
+    """
+
+    max_reservation_gpus: int
 
     def healthy(self, timeout_s: float = 2.0) -> bool:
         """True when the backend answers within ``timeout_s`` (used by ``/readyz``)."""
+
+    def deadline(self, seconds: float) -> AbstractContextManager[None]:
+        """A block within which every call of this thread ends within ``seconds`` (else raises
+        :class:`StoreUnavailable`); a write sent before the deadline may still land after it."""
 
     # inventory (device plugin)
     def put_inventory(self, inventory: NodeInventory, *, lease_ttl_s: int | None = None) -> None:
@@ -127,7 +154,7 @@ class StateStore(Protocol):
 
     def delete_job(self, pod_uid: str) -> bool:
         """Forget a job record, its measurements, batch size and workload status (not its
-        reservation); True when a job record was there."""
+        reservation; :meth:`release` also deletes the job's records); True when a job record was there."""
 
     def jobs(self) -> dict[str, JobRecord]:
         """All job records by pod UID."""
@@ -136,7 +163,7 @@ class StateStore(Protocol):
         """Memory used and pods per ``(node, gpu)``; GPUs without assignments may be absent."""
 
     def reserve(self, job: JobRecord, node: str, gpus: Sequence[int], *, colocation_limit: int, now_s: float,
-                known: NodeRecords | None = None) -> list[Assignment]:
+                known: NodeRecords | None = None, supersede: bool = False) -> list[Assignment]:
         """Atomically reserve ``job.mem_gib`` on each of ``gpus`` of ``node`` and store the job.
 
         Also sets a :class:`TuningRequest` for each GPU whose co-location set changed. ``known``
@@ -144,13 +171,22 @@ class StateStore(Protocol):
         first (one etcd round trip); when it does not, the store reads and decides again. It never
         makes a reservation the current records would refuse.
 
+        With ``supersede`` (the caller knows the pod is not bound: an earlier bind attempt was
+        interrupted), a reservation the pod already holds is not a conflict: on the same node it
+        is returned as it is (reused); on another node it is released in the same transaction
+        that makes the new one (two transactions, release first, when together they would exceed
+        the backend's operation limit). A pod is never blocked by its own earlier attempt.
+
         Raises:
-            AllocationConflict: memory or co-location limit exceeded, unknown node/GPU, or the pod
-                already has a reservation.
+            AllocationConflict: memory or co-location limit exceeded, unknown node/GPU, more GPUs
+                than :attr:`max_reservation_gpus`, or the pod already has a reservation (without
+                ``supersede``; the exception's ``held`` lists it).
         """
 
     def release(self, pod_uid: str, *, now_s: float) -> list[Assignment]:
-        """Atomically drop a pod's reservations (no-op when none); returns what was released."""
+        """Atomically drop a pod's reservations with its job record and measurements (the end of
+        a pod's records; no-op when it holds none); returns what was released. A GPU left empty
+        has its state and tuning request deleted."""
 
     def assignments(self, node: str | None = None) -> list[Assignment]:
         """Reservations, optionally of one node."""

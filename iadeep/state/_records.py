@@ -1,8 +1,10 @@
 """Typed records kept in the state store (etcd), serialised as JSON.
 
-Key schema (all under one configurable prefix, default ``/iadeep``; ``<p>`` below):
+Key schema (all under one configurable prefix, default ``/iadeep``; ``<p>`` below), with each
+record's owner (the only writer that creates it) and its end of life. Nothing grows with the
+number of pods that ever ran: a pod's records end with its reservation, a GPU's with its last
+pod, a node's with its device plugin's lease.
 
-==============================================  ==============================================
 key                                             value
 ==============================================  ==============================================
 ``<p>/nodes/<node>``                            :class:`NodeInventory` (published by the device
@@ -28,6 +30,39 @@ Owners: the device plugin writes ``nodes/``; the extender ``jobs/``, ``assignmen
 ``gpus/``, ``reservations/`` and ``tuning/`` (the coordinator deletes a ``tuning/`` record when it
 finished that session); jobs (``iadeep.workload``) write ``measurements/`` (at most one per second
 per job) and ``workloads/``; the coordinator writes ``batchsizes/`` and ``samples/``.
+=======
+==========================================  =====================================  ===================================
+key: value                                  owner (writer)                         end of life
+==========================================  =====================================  ===================================
+``<p>/nodes/<node>``:                       device plugin (``put_inventory``,      its lease expires when the plugin
+:class:`NodeInventory`                      on an etcd lease)                      stops renewing it
+``<p>/jobs/<pod_uid>``:                     extender (``reserve``, one             deleted by ``release`` (same
+:class:`JobRecord`                          transaction with the reservation)      transaction), or ``delete_job``
+``<p>/reservations/<pod_uid>``: what the    extender (``reserve``)                 deleted by ``release``; replaced
+pod holds, with a nonce (see _memory)                                              by a superseding ``reserve``
+``<p>/assignments/<node>/<gpu>/<pod_uid>``  extender (``reserve``)                 deleted by ``release``
+:class:`Assignment` (one per pod per GPU)
+``<p>/gpus/<node>/<gpu>``: :class:`GpuState`  ``reserve`` / ``release``            deleted by the ``release`` that
+(memory used, co-located pods; allocation                                          leaves the GPU empty (absent =
+transactions compare on its mod revision)                                          unused)
+``<p>/measurements/<pod_uid>/<seq>``:       the job's reporter (coordinator,       deleted with the job record
+:class:`Measurement` (throughput reported)  ``add_measurement``)                   (``release`` / ``delete_job``)
+``<p>/tuning/<node>/<gpu>``:                ``reserve`` / ``release`` (the GPU's   cleared by ``complete_tuning``, or
+:class:`TuningRequest` (co-location set     co-location set changed; the           by the ``release`` that leaves
+changed; the coordinator's cue)             coordinator's cue)                     the GPU empty
+``<p>/samples/<seq>``:                      tuner (``add_samples``)                kept: learned knowledge meant to
+:class:`InterferenceSampleRecord`                                                  survive restarts (one per tuning
+                                                                                   trial, not per pod; see README)
+``<p>/batchsizes/<pod_uid>``:               node coordinator (the final or trial   deleted with the job record
+:class:`BatchSizeAssignment`                size; watched by the job's SDK)        (``release`` / ``delete_job``)
+``<p>/workloads/<pod_uid>``:                the job's SDK (``iadeep.workload``,    deleted with the job record
+:class:`WorkloadStatus`                     at start and end)                      (``release`` / ``delete_job``)
+``<p>/locks/<name>``: etcd lock keys        (none written today)                   attached to the holder's lease
+==========================================  =====================================  ===================================
+
+Releases are made by one path (the extender's; see ``iadeep/extender``), for pods that are gone,
+finished or whose bind failed. etcd keeps old revisions of deleted keys until it is compacted:
+see the README (State store) for compaction and defragmentation in a long-running deployment.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ One root class, :class:`StateSettings`, read from environment variables prefixed
     IADEEP_ETCD_RETRY__MAX_BACKOFF_S=1
     IADEEP_ETCD_RETRY__DEADLINE_S=10
     IADEEP_ETCD_RETRY__CONFLICT_ATTEMPTS=64
+    IADEEP_ETCD_MAX_TXN_OPS=128
     IADEEP_ETCD_LOCAL__DIR=~/.local/state/iadeep/etcd
     IADEEP_ETCD_LOCAL__CLIENT_PORT=0
 
@@ -139,6 +140,12 @@ class StateSettings(BaseSettings):
             failed over on transient errors. From the environment: comma-separated. Empty: the
             local etcd (``iadeep etcd start``).
         prefix: key prefix of every record (``/iadeep``); one etcd can host several systems.
+        max_txn_ops: the most operations etcd accepts in one transaction branch: set it to the
+            etcd server's ``--max-txn-ops`` (etcd's default, 128). It bounds the GPUs one pod may
+            reserve (a reservation of n GPUs is one transaction of 3n+2 operations, its release
+            3n+3: at most 41 GPUs per pod at 128; see
+            :func:`iadeep.state.reservation_gpu_limit`), and the extender's filter fails larger
+            pods as unresolvable with a reason naming this limit.
     """
 
     model_config = SettingsConfigDict(
@@ -147,6 +154,7 @@ class StateSettings(BaseSettings):
 
     endpoints: Annotated[list[str], NoDecode] = Field(default_factory=list)
     prefix: str = "/iadeep"
+    max_txn_ops: int = Field(128, ge=8)
     tls: TlsSettings = Field(default_factory=TlsSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)

@@ -148,7 +148,7 @@ class RowChecker:
         """Parse a column of numbers; bad entries become NaN and mark their row bad.
 
         Bad: an empty field (unless ``allow_missing``), text that is not a finite number, a
-        negative number (unless ``allow_negative``), a fraction (or a number above 2**53) where
+        negative number (unless ``allow_negative``), a fraction or a number above 2**53 where
         ``integer`` is asked.
 
         Returns:
@@ -170,10 +170,10 @@ class RowChecker:
             if integer:
                 frac = np.isfinite(num) & (num != np.round(num))
                 self.flag(frac, column, lambda v: f"{v!r} is not a whole number", s)
-                bad |= frac
-                big = np.isfinite(num) & (np.abs(num) > 2.0**53)  # beyond exact float64 / int64 range
-                self.flag(big & ~frac, column, lambda v: f"{v!r} is too large for a count", s)
-                bad |= big
+                # above 2**53 a float64 no longer holds every integer, and an int64 cast overflows
+                huge = np.isfinite(num) & ~frac & (np.abs(num) > 2**53)
+                self.flag(huge, column, lambda v: f"{v!r} is too large", s)
+                bad |= frac | huge
         num[bad] = np.nan
         return num
 

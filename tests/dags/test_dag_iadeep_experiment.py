@@ -97,15 +97,32 @@ def test_config_from_params_resolves_out_and_cli_conventions(dag_module, tmp_pat
     assert dag_module.config_from_params({**params, "out": "/abs/exp"})["out"] == "/abs/exp"
 
 
-@pytest.mark.parametrize(("conf", "error", "match"), [
-    ({"jbos": 10}, TypeError, "jbos"),
-    ({"policies": ["iadeep", "fifo-magic"]}, ValueError, "fifo-magic"),
-    ({"mix": "nope"}, ValueError, "nope"),
-    ({"trace": "philly-json"}, ValueError, "trace_file"),
+@pytest.mark.parametrize(("conf", "match"), [
+    ({"jbos": 10}, "parameter 'jbos': unknown parameter"),
+    ({"policies": ["iadeep", "fifo-magic"]}, "parameter 'policies': unknown policy 'fifo-magic'"),
+    ({"mix": "nope"}, "parameter 'mix': unknown mix 'nope'"),
+    ({"trace": "philly-json"}, "parameter 'trace_file'"),
+    ({"jobs": 60.5}, "parameter 'jobs': expected an integer, got 60.5"),
+    ({"nodes": "2"}, "parameter 'nodes': expected an integer, got '2'"),
+    ({"out": 5}, "parameter 'out': expected a string"),
+    ({"window_start_s": 100, "window_end_s": 50}, "parameter 'window_end_s'"),
 ])
-def test_config_from_params_rejects_bad_conf(dag_module, dag, conf: dict, error: type, match: str) -> None:
-    with pytest.raises(error, match=match):
+def test_config_from_params_rejects_bad_conf(dag_module, dag, conf: dict, match: str) -> None:
+    from iadeep.experiment import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
         dag_module.config_from_params({**dag.params.dump(), **conf})
+
+
+def test_whole_number_floats_pass_the_dag_schema_and_become_ints(dag_module, dag, tmp_path: Path) -> None:
+    # The example of the field report: Airflow's JSON Schema accepts 60.0 as an "integer" ...
+    params = copy.deepcopy(dag.params)
+    params.update({"jobs": 60.0, "nodes": 2.0, "seed": 3.0})
+    params.validate()
+    # ... and the first task's validator hands every later task real ints.
+    cfg = dag_module.config_from_params({**params.dump(), "out": str(tmp_path)})
+    assert (cfg["jobs"], cfg["nodes"], cfg["seed"]) == (60, 2, 3)
+    assert all(type(cfg[k]) is int for k in ("jobs", "nodes", "seed"))
 
 
 def _task_instances(run_id: str) -> list:
@@ -123,7 +140,8 @@ def test_dag_run_on_real_philly_matches_run_experiment(dag, airflow_db, real_dat
     from iadeep.experiment import ExperimentConfig, run_experiment
 
     out = tmp_path / "dag-run"
-    conf = {"jobs": 60, "policies": ALL_POLICIES, "seed": 3, "out": str(out)}
+    # Whole-number floats (as a JSON conf may carry them) run like ints.
+    conf = {"jobs": 60.0, "policies": ALL_POLICIES, "seed": 3.0, "nodes": 5.0, "out": str(out)}
     run = dag.test(run_conf=conf)
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
 

@@ -31,6 +31,13 @@ class Route:
         fail_times: Answer 500 this many times first.
         truncate_at: Announce the full Content-Length but close after this many body bytes...
         truncate_times: ...for this many responses.
+        headers: Extra headers of every 200 and 206 answer (e.g. ``Content-Encoding``).
+        partial_headers: Replace ``headers`` on 206 answers.
+        partial: How a 206 is framed: "ok", "multipart" (a multipart/byteranges content type),
+            "wrong-start" (a Content-Range one byte later than asked) or "wrong-total" (a complete
+            length one byte larger than the body).
+        etags: The ``ETag`` of the first, second, ... answer (the last one repeats); a request
+            whose ``If-Range`` differs from the current one gets 200 with everything.
     """
 
     body: bytes = b""
@@ -39,6 +46,11 @@ class Route:
     fail_times: int = 0
     truncate_at: int | None = None
     truncate_times: int = 1_000_000
+    headers: dict[str, str] = field(default_factory=dict)
+    partial_headers: dict[str, str] | None = None
+    partial: str = "ok"
+    etags: list[str] = field(default_factory=list)
+    answered: int = 0
 
 
 @dataclass
@@ -87,16 +99,30 @@ class Handler(BaseHTTPRequestHandler):
             truncate = route.truncate_at is not None and route.truncate_times > 0
             if truncate:
                 route.truncate_times -= 1
+            etag = route.etags[min(route.answered, len(route.etags) - 1)] if route.etags else None
+            route.answered += 1
         body, start = route.body, 0
         match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
-        if match and route.ranges:
+        if_range = self.headers.get("If-Range")
+        headers = route.headers
+        if match and route.ranges and (if_range is None or if_range == etag):
             start = int(match.group(1))
             if start >= len(body):
                 return self._plain(416, {"Content-Range": f"bytes */{len(body)}"})
             self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            first = start + 1 if route.partial == "wrong-start" else start
+            total = len(body) + 1 if route.partial == "wrong-total" else len(body)
+            self.send_header("Content-Range", f"bytes {first}-{len(body) - 1}/{total}")
+            if route.partial == "multipart":
+                self.send_header("Content-Type", "multipart/byteranges; boundary=XX")
+            if route.partial_headers is not None:
+                headers = route.partial_headers
         else:
             self.send_response(200)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        if etag is not None:
+            self.send_header("ETag", etag)
         payload = body[start:]
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import socket
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from datasets_support import FAST, Entry, FakeServer, payload, sha256, write_manifest
 
-from iadeep.datasets import DatasetError, VerifyStatus, dataset_dir, fetch, list_datasets, verify
+from iadeep.datasets import DatasetError, DownloadPolicy, VerifyStatus, dataset_dir, fetch, list_datasets, verify
 
 DATA = payload(200_000, seed=1)
 PATH = "/up/data.bin"
@@ -211,3 +212,89 @@ def test_explicit_arguments_override_env(tmp_path: Path, server: FakeServer, man
     folder = fetch("toy", progress=False, policy=FAST, cache_dir=elsewhere, mirror="")
     assert folder == elsewhere / "datasets" / "toy"
     assert [d.name for d in list_datasets(manifest=manifest)] == ["toy"]
+
+
+# --- HTTP semantics of content codings and range requests (RFC 9110 sections 8.4, 13.1.5, 14) ---
+
+GZ = gzip.compress(payload(150_000, seed=3), mtime=0)  # a real .tar.gz-like body
+
+
+@pytest.fixture
+def gz_manifest(tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Dataset 'toy' with one archive raw.tar.gz (the gzip bytes GZ) served at /up/raw.tar.gz."""
+    entry = Entry("raw.tar.gz", server.base_url + "/up/raw.tar.gz", GZ)
+    path = write_manifest(tmp_path / "registry.toml", {"toy": [entry]})
+    monkeypatch.setenv("IADEEP_DATASET_MANIFEST", str(path))
+    return path
+
+
+def test_archive_labelled_content_encoding_gzip_is_stored_as_sent(server: FakeServer, gz_manifest: Path) -> None:
+    server.add("/up/raw.tar.gz", GZ, headers={"Content-Encoding": "gzip", "Content-Type": "application/gzip"})
+    target = fetch("toy", progress=False, policy=FAST) / "raw.tar.gz"
+    assert target.read_bytes() == GZ  # not the decoded payload
+    assert server.hits("/up/raw.tar.gz")[0]["accept-encoding"] == "identity"
+
+
+def test_gzip_labelled_download_resumes_with_the_same_coding_and_if_range(
+    server: FakeServer, gz_manifest: Path
+) -> None:
+    server.add(
+        "/up/raw.tar.gz", GZ, headers={"Content-Encoding": "gzip"}, truncate_at=40_000, truncate_times=1,
+        etags=['"v1"'],
+    )
+    assert (fetch("toy", progress=False, policy=FAST) / "raw.tar.gz").read_bytes() == GZ
+    first, second = server.hits("/up/raw.tar.gz")
+    assert "range" not in first
+    assert second["range"] == "bytes=40000-" and second["if-range"] == '"v1"'
+
+
+def test_changed_file_answers_if_range_with_everything(server: FakeServer, manifest: Path) -> None:
+    # The first answer (ETag v1) breaks off; the server's file is then ETag v2, so the resumed
+    # request's If-Range fails and the server sends all of it with 200: nothing is spliced.
+    server.add(PATH, DATA, truncate_at=70_000, truncate_times=1, etags=['"v1"', '"v2"'])
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+    first, second = server.hits(PATH)
+    assert second["if-range"] == '"v1"' and len(server.hits(PATH)) == 2
+
+
+def test_weak_etag_is_never_sent_in_if_range(server: FakeServer, manifest: Path) -> None:
+    server.add(PATH, DATA, truncate_at=70_000, truncate_times=1, etags=['W/"weak"'])
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+    assert "if-range" not in server.hits(PATH)[1]
+
+
+def test_last_modified_is_the_if_range_validator_without_a_strong_etag(
+    server: FakeServer, manifest: Path
+) -> None:
+    date = "Tue, 01 Sep 2020 00:00:00 GMT"
+    server.add(PATH, DATA, truncate_at=70_000, truncate_times=1, headers={"Last-Modified": date})
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+    assert server.hits(PATH)[1]["if-range"] == date
+
+
+@pytest.mark.parametrize(
+    ("route", "why"),
+    [
+        ({"partial_headers": {}}, "content coding 'identity', the partial file 'gzip'"),
+        ({"partial": "multipart"}, "multipart/byteranges"),
+        ({"partial": "wrong-start"}, "206 starts at byte 40001, not at 40000"),
+        ({"partial": "wrong-total"}, f"206 says the file has {len(GZ) + 1} bytes"),
+    ],
+    ids=["other-coding", "multipart", "wrong-start", "wrong-total"],
+)
+def test_a_206_that_does_not_continue_the_part_restarts_the_download(
+    server: FakeServer, gz_manifest: Path, route: dict[str, object], why: str
+) -> None:
+    path = "/up/raw.tar.gz"
+    server.add(path, GZ, headers={"Content-Encoding": "gzip"}, truncate_at=40_000, truncate_times=1, **route)
+    assert (fetch("toy", progress=False, policy=FAST) / "raw.tar.gz").read_bytes() == GZ
+    ranges = [h.get("range") for h in server.hits(path)]
+    assert ranges == [None, "bytes=40000-", None]  # the bad 206 is discarded, the restart is whole
+
+    # With one try the refusal is the error, and says why.
+    server.add(path, GZ, headers={"Content-Encoding": "gzip"}, truncate_at=40_000, truncate_times=1, **route)
+    dataset_dir("toy").joinpath("raw.tar.gz").unlink()
+    with pytest.raises(DatasetError, match="server does not honour byte ranges") as info:
+        fetch("toy", progress=False, policy=DownloadPolicy(attempts=2, initial_wait_s=0, max_wait_s=0, timeout_s=5))
+    assert why in str(info.value)
+    assert not (dataset_dir("toy") / "raw.tar.gz.part").exists()

@@ -176,7 +176,6 @@ def scheduler_config(port: int) -> dict[str, Any]:
     config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
     for ext in config["extenders"]:
         ext["urlPrefix"] = f"http://127.0.0.1:{port}/iadeep"
-        ext["httpTimeout"] = "10s"
     return config
 
 

@@ -111,7 +111,8 @@ def test_own_reservation_released_before_the_watch_delivers_it(etcd_settings, st
         if batch.revision >= end:
             break
     cache.apply_batch(ChangeBatch(end, tuple(changes)))  # one batch holding both revisions
-    assert cache.current()[0].gpu_states[("a", 0)].pods == ()
+    assert ("a", 0) not in cache.current()[0].gpu_states  # released: the empty GPU's record is gone
+    assert "r" not in cache.current()[0].jobs  # and so is the job record
     cache.apply_batch(ChangeBatch(end + 1, ()))
     assert cache.current()[1].gpu_mem_used_gib.tolist() == [0.0]
 

@@ -12,6 +12,7 @@ from extender_support import REPO, scheduler_config
 from extender_support import gpu_pod
 
 from iadeep.extender import ExtenderSettings, KubeError, KubernetesPodApi, KubeSettings
+from iadeep.state import StateSettings
 
 client = pytest.importorskip("kubernetes.client")
 from kubernetes import utils  # noqa: E402
@@ -68,7 +69,10 @@ def test_rbac_is_least_privilege():
 def test_addresses_agree():
     objs = _objects()
     env = objs[("ConfigMap", "iadeep-extender")]["data"]
-    settings = ExtenderSettings.model_validate({"port": env["IADEEP_EXTENDER_PORT"], "url_prefix": env["IADEEP_EXTENDER_URL_PREFIX"]})
+    settings = ExtenderSettings.model_validate({"port": env["IADEEP_EXTENDER_PORT"], "url_prefix": env["IADEEP_EXTENDER_URL_PREFIX"],
+                                                "call_budget_s": env["IADEEP_EXTENDER_CALL_BUDGET_S"]})
+    assert settings.call_budget_s == ExtenderSettings().call_budget_s  # shipped defaults agree
+    assert int(env["IADEEP_ETCD_MAX_TXN_OPS"]) == StateSettings().max_txn_ops
     svc = objs[("Service", "iadeep-extender")]
     container = objs[("Deployment", "iadeep-extender")]["spec"]["template"]["spec"]["containers"][0]
     assert container["ports"][0]["containerPort"] == settings.port == svc["spec"]["ports"][0]["port"]
@@ -84,7 +88,8 @@ def test_addresses_agree():
         assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
         assert ext["managedResources"] == [{"name": settings.gpu_mem_resource, "ignoredByScheduler": False}]
         assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["weight"] >= 1
-        assert ext["httpTimeout"] == "30s"
+        # kube-scheduler gives up after httpTimeout: every verb must answer before that
+        assert ext["httpTimeout"].endswith("s") and float(ext["httpTimeout"][:-1]) > settings.call_budget_s
     (second,) = _docs("kube-scheduler-config.yaml")
     assert [p["schedulerName"] for p in second["profiles"]] == ["iadeep-scheduler"]  # the default one is left alone
 

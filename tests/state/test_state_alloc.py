@@ -113,10 +113,10 @@ def test_release(two_nodes):
     assert s.assignments() == [Assignment("b", "n1", 1, 5.0, 2.0)]
     states = s.gpu_states()
     assert states[("n1", 1)] == GpuState("n1", 1, 5.0, ("b",))
-    assert states.get(("n1", 0), GpuState("n1", 0)) == GpuState("n1", 0)
+    assert ("n1", 0) not in states  # an empty GPU's record is deleted (absent = unused)
     # GPU 1's co-location set changed: re-tune b alone; GPU 0 is empty: nothing to tune
     assert s.tuning_requests() == [TuningRequest("n1", 1, ("b",), 3.0)]
-    assert "a" in s.jobs()  # the job record stays until delete_job
+    assert "a" not in s.jobs() and "b" in s.jobs()  # the pod's records end with its reservation
     assert s.release("a", now_s=4.0) == []  # no-op
     assert s.release("never", now_s=4.0) == []
     s.reserve(job("a", 32.0), "n1", [0], colocation_limit=2, now_s=5.0)  # memory is free again

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -58,11 +57,10 @@ def test_job_id_is_the_line_number(philly_full: pd.DataFrame, philly_csv: Path) 
     assert first["num_gpus"] == raw["num_gpus"].iloc[0]
 
 
-def test_full_file_loads_fast(philly_csv: Path) -> None:
-    load_trace("philly", philly_csv)  # warm caches and imports
-    t0 = time.perf_counter()
-    load_trace("philly", philly_csv)
-    assert time.perf_counter() - t0 < 2.0
+def test_full_file_loads_the_same_twice(philly_csv: Path) -> None:
+    # (its load time is a figure of `make bench`, benchmarks/timings.py, not a test)
+    first, second = load_trace("philly", philly_csv), load_trace("philly", philly_csv)
+    assert len(first) == 82_247 and first.equals(second)
 
 
 def test_virtual_cluster(philly_csv: Path) -> None:

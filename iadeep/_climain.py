@@ -1,0 +1,85 @@
+"""Running a command line so that every configuration error is one line on stderr with exit code 2.
+
+Used by the ``iadeep`` console script and by ``python -m iadeep.extender``; it imports nothing of
+iadeep but the parameter validator, so any service may use it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import typer
+
+from iadeep._params import ConfigError
+
+__all__ = ["one_line", "run_cli", "usage_error"]
+
+
+def one_line(exc: BaseException) -> str:
+    """A configuration error as one line: pydantic's per-field errors joined, newlines folded.
+
+    Args:
+        exc: A click exception (typer's ``TyperException``), ``pydantic.ValidationError`` or any
+            exception.
+
+    Returns:
+        The message without newlines (a pydantic error reads ``field.sub: message (got 'x')``).
+    """
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors(include_url=False):
+            where = ".".join(str(p) for p in err["loc"]) or exc.title
+            parts.append(f"{where}: {err['msg']} (got {err['input']!r})" if "input" in err else f"{where}: {err['msg']}")
+        text = f"invalid {exc.title}: " + "; ".join(parts)
+    elif isinstance(exc, typer.TyperException) and hasattr(exc, "format_message"):
+        text = exc.format_message()
+    else:
+        text = str(exc)
+    return " ".join(text.split())
+
+
+def usage_error(exc: ConfigError) -> typer.BadParameter:
+    """A :class:`ConfigError` as click's usage error for the option of the same name (exit code 2).
+
+    ``parameter 'nodes'`` becomes ``Invalid value for '--nodes': ...``.
+    """
+    if exc.parameter is None:
+        return typer.BadParameter(exc.reason)
+    option = "--" + exc.parameter.split("[", 1)[0].replace("_", "-")
+    return typer.BadParameter(exc.reason, param_hint=f"'{option}'")
+
+
+def run_cli(command: Callable[..., Any], argv: Sequence[str] | None = None, prog_name: str = "iadeep") -> int:
+    """Run a typer app (or click command) so that configuration errors never end in a traceback.
+
+    Args:
+        command: The typer app or click command.
+        argv: Arguments (default ``sys.argv[1:]``).
+        prog_name: The program name shown in messages.
+
+    Returns:
+        0 on success; 2 for a configuration error (one line on stderr: ``<command>: error:
+        <what, naming the option, setting or parameter>``); the command's own code otherwise.
+    """
+    from pydantic import ValidationError
+
+    try:
+        code = command(args=list(sys.argv[1:] if argv is None else argv), prog_name=prog_name, standalone_mode=False)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        return 1
+    except typer.TyperException as exc:  # click's usage errors (typer vendors click)
+        where = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else prog_name
+        if text := one_line(exc):  # empty after a group's help was shown (no command given)
+            typer.echo(f"{where}: error: {text}", err=True)
+        return int(getattr(exc, "exit_code", 2))
+    except (ConfigError, ValidationError) as exc:
+        typer.echo(f"{prog_name}: error: {one_line(exc)}", err=True)
+        return 2
+    return code if isinstance(code, int) else 0
+
+
