@@ -310,3 +310,44 @@ def node_down_command(name: NameOpt = "default") -> None:
     node = state.pop("node")
     (run_dir(name) / "state.json").write_text(json.dumps(state, indent=2))
     _out.print(f"node {node['name']!r} down ({result['killed']} process(es) killed, {result['unmounted']} mount(s) removed)")
+
+
+@app.command("deploy")
+def deploy_command(name: NameOpt = "default") -> None:
+    """Deploy k8s/local (extender + iadeep-scheduler, local images) onto cluster NAME's real node."""
+    from iadeep.datasets import fetch
+    from iadeep.dev._binaries import find_binaries
+    from iadeep.dev._cluster import free_port
+    from iadeep.dev._deploy import LocalDeployment, deploy_local, prepare_throughputs
+    from iadeep.dev._images import kube_scheduler_image
+    from iadeep.dev._node import Node
+
+    state = _read_state(name)
+    if state is None or not state.get("node"):
+        raise _fail(f"cluster {name!r} has no real node; `iadeep dev cluster up --real-node --name {name}`")
+    node_state = state["node"]
+    workdir = Path(state["workdir"])
+    node = Node(
+        server=state["server"], pki_dir=workdir / "pki", admin_kubeconfig=Path(state["kubeconfig"]),
+        workdir=Path(node_state["workdir"]), log_dir=workdir / "logs", name=node_state["name"],
+    )  # fmt: skip
+    try:
+        archive = node.paths.images / "kube-scheduler.tar"
+        version = os.environ.get("IADEEP_KUBE_SCHEDULER_VERSION", "v1.36.3")
+        kube_scheduler_image(find_binaries().kube_scheduler, version, archive)
+        _import_images(node)
+        node.import_images([archive])
+        gavel = fetch("gavel-throughputs", progress=False) / "simulation_throughputs.json"
+        d = LocalDeployment(
+            apiserver_port=int(state["ports"]["kube-apiserver"]),
+            etcd_endpoints=f"http://127.0.0.1:{state['ports']['etcd']}",
+            extender_port=free_port(),
+            scheduler_port=free_port(),
+            throughputs_dir=prepare_throughputs(gavel, node.paths.root),
+        )
+        result = deploy_local(d, kubectl=node.kubectl, kubeconfig=Path(state["kubeconfig"]), workdir=node.paths.root)
+    except ControlPlaneError as exc:
+        raise _fail(str(exc)) from None
+    for line in result["applied"]:
+        _out.print(line)
+    _out.print(f"extender: {d.extender_url} (readyz: http://127.0.0.1:{d.extender_port}/readyz); rendered in {result['dir']}")

@@ -49,6 +49,31 @@ REAL_NODE_LABEL = "iadeep.io/real-node"
 BUSYBOX_APPLETS = ("sh", "echo", "cat", "env", "sleep", "ls", "true", "false", "wget", "nc", "hostname", "id")
 
 
+# The kubelet sets these host-wide sysctls once at start-up (its container manager, unless
+# protectKernelDefaults, which would refuse to start instead). On a shared development machine
+# the node puts the previous values back as soon as the kubelet is up, and logs it.
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops")
+
+
+def _read_sysctls() -> dict[str, str]:
+    out = {}
+    for key in KUBELET_SYSCTLS:
+        with contextlib.suppress(OSError):
+            out[key] = Path("/proc/sys", key).read_text().strip()
+    return out
+
+
+def _restore_sysctls(saved: Mapping[str, str]) -> list[str]:
+    changed = []
+    for key, value in saved.items():
+        path = Path("/proc/sys", key)
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() != value:
+                path.write_text(value)
+                changed.append(f"{key.replace('/', '.')}={value}")
+    return changed
+
+
 class NodeError(ControlPlaneError):
     """The real node could not start, or a step of it failed (the message says which)."""
 
@@ -254,7 +279,9 @@ class Node:
         from kubernetes import client
         from kubernetes import config as k8s_config
 
-        return client.CoreV1Api(k8s_config.new_client_from_config(config_file=str(self.admin_kubeconfig)))
+        if self._api is None:
+            self._api = client.CoreV1Api(k8s_config.new_client_from_config(config_file=str(self.admin_kubeconfig)))
+        return self._api
 
     def _start(self, t0: float) -> None:
         from iadeep.dev._cluster import free_port
@@ -265,11 +292,14 @@ class Node:
         self.ports = {"kubelet": free_port(), "kubelet-healthz": free_port()}
         v1 = not cgroup_v2()
         if v1:
-            log.warning(
-                "node %s: /sys/fs/cgroup is not cgroup2 (cgroup v1/hybrid host): kubelet runs with "
-                "failCgroupV1: false (Kubernetes 1.35+ deprecates cgroup v1)",
-                self.name,
+            note = (
+                f"node {self.name}: /sys/fs/cgroup is not cgroup2 (cgroup v1 or hybrid host): the kubelet "
+                "runs with failCgroupV1: false (Kubernetes 1.35+ refuses cgroup v1 otherwise)"
             )
+            log.warning("%s", note)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            with (self.log_dir / f"kubelet-{self.name}.log").open("a") as f:
+                f.write(f"iadeep: {note}\n")
         make_cgroup(f"{self.cgroup}/runtime")
         self._start_reaper()
         self._write_configs(v1)
@@ -310,11 +340,18 @@ class Node:
             f"--node-labels={labels}",
             "--v=1",
         ]
+        saved = _read_sysctls()
         self._spawn("kubelet", argv, env, join)
-        self._wait(self._healthz, self.ready_timeout, "kubelet /healthz", "kubelet")
-        self._mark("kubelet", t0)
-        self._wait(self._ready, self.ready_timeout, f"node {self.name} Ready", "kubelet")
-        self._mark("node-ready", t0)
+        try:
+            self._wait(self._healthz, self.ready_timeout, "kubelet /healthz", "kubelet")
+            self._mark("kubelet", t0)
+            # Ready implies the kubelet's container manager has started (and set its sysctls).
+            self._wait(self._ready, self.ready_timeout, f"node {self.name} Ready", "kubelet")
+            self._mark("node-ready", t0)
+        finally:
+            restored = _restore_sysctls(saved)
+            if restored:
+                log.warning("node %s: restored the host sysctls the kubelet changed: %s", self.name, ", ".join(restored))
 
     def _write_configs(self, cgroup_v1: bool) -> None:
         import yaml
@@ -358,14 +395,16 @@ class Node:
         if not self.die_with_parent:
             return
         r, w = os.pipe()
-        self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "iadeep.dev._nodereaper", str(r), str(self.paths.root), self.cgroup],
-            pass_fds=(r,),
-            stdin=subprocess.DEVNULL,
-            stdout=(self.log_dir / f"reaper-{self.name}.log").open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / f"reaper-{self.name}.log").open("ab") as out:
+            self._reaper = subprocess.Popen(
+                [sys.executable, "-m", "iadeep.dev._nodereaper", str(r), str(self.paths.root), self.cgroup],
+                pass_fds=(r,),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         os.close(r)
         self._reaper_pipe = w
 

@@ -21,7 +21,7 @@ from kubernetes import client
 from node_support import host_pod, leftovers, processes_mentioning, wait_phase
 
 from iadeep.dev import REAL_NODE_LABEL, ControlPlane, Node
-from iadeep.dev._nodeclean import cgroup_pids, mounts_under
+from iadeep.dev._nodeclean import cgroup_pids, cgroup_v2, mounts_under
 from iadeep.testing import wait_for
 
 pytestmark = pytest.mark.slow
@@ -42,9 +42,11 @@ def test_the_node_registers_ready_on_loopback(real_node: Node, k8s_client) -> No
     assert node.status.daemon_endpoints.kubelet_endpoint.port == real_node.ports["kubelet"]
     assert node.status.node_info.container_runtime_version.startswith("containerd://")
     assert node.status.node_info.kubelet_version.startswith("v1.")
-    # Logged, as the issue asks, when the host is cgroup v1.
     log = (real_node.log_dir / f"kubelet-{real_node.name}.log").read_text()
     assert "--node-ip=127.0.0.1" in log
+    if not cgroup_v2():  # said in the log when the kubelet is allowed onto a cgroup v1 host
+        assert "failCgroupV1: false" in log
+        assert "failCgroupV1: false" in real_node.paths.kubelet_config.read_text()
 
 
 def test_a_hostnetwork_pod_runs_a_command_and_its_logs_are_readable(real_node, busybox, k8s_client, k8s_namespace) -> None:
