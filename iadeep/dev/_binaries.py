@@ -116,8 +116,8 @@ def find_binaries() -> Binaries:
 
 # -- the real node ------------------------------------------------------------------------------
 
-NODE_BUILD_HINT = "build them with `make node` (tools/node/build.sh: kubelet, kubectl, pause and the Debian packages)"
-NODE_GO_BINARIES = ("kubelet", "kubectl", "pause")
+NODE_BUILD_HINT = "build them with `make node` (tools/node/build.sh: kubelet, pause and the Debian packages)"
+NODE_GO_BINARIES = ("kubelet", "pause")
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,6 @@ class NodeBinaries:
     """What the local real node runs: the Go binaries of ``make node`` and Debian's packages."""
 
     kubelet: Path
-    kubectl: Path
     pause: Path
     containerd: Path
     containerd_shim: Path
@@ -167,7 +166,7 @@ def find_node_binaries() -> NodeBinaries:
     """Locate the node's binaries or raise :class:`ControlPlaneError` naming what is missing."""
     directory = _node_dir()
     if directory is None:
-        raise ControlPlaneError(f"kubelet/kubectl/pause not found; {NODE_BUILD_HINT}")
+        raise ControlPlaneError(f"kubelet/pause not found; {NODE_BUILD_HINT}")
     debian = {n: _which(n) for n in ("containerd", "containerd-shim-runc-v2", "ctr", "runc")}
     missing = [n for n, p in debian.items() if p is None]
     cni = next((d for d in (Path("/usr/lib/cni"), Path("/opt/cni/bin")) if os.access(d / "loopback", os.X_OK)), None)
@@ -178,7 +177,6 @@ def find_node_binaries() -> NodeBinaries:
     assert cni is not None
     return NodeBinaries(
         kubelet=directory / "kubelet",
-        kubectl=directory / "kubectl",
         pause=directory / "pause",
         containerd=debian["containerd"],  # type: ignore[arg-type]
         containerd_shim=debian["containerd-shim-runc-v2"],  # type: ignore[arg-type]

@@ -318,7 +318,7 @@ def deploy_command(name: NameOpt = "default") -> None:
     from iadeep.datasets import fetch
     from iadeep.dev._binaries import find_binaries
     from iadeep.dev._cluster import free_port
-    from iadeep.dev._deploy import LocalDeployment, deploy_local, prepare_throughputs
+    from iadeep.dev._deploy import LocalDeployment, deploy_local, find_kubectl, prepare_throughputs
     from iadeep.dev._images import kube_scheduler_image
     from iadeep.dev._node import Node
 
@@ -332,6 +332,7 @@ def deploy_command(name: NameOpt = "default") -> None:
         workdir=Path(node_state["workdir"]), log_dir=workdir / "logs", name=node_state["name"],
     )  # fmt: skip
     try:
+        find_kubectl()
         archive = node.paths.images / "kube-scheduler.tar"
         version = os.environ.get("IADEEP_KUBE_SCHEDULER_VERSION", "v1.36.3")
         kube_scheduler_image(find_binaries().kube_scheduler, version, archive)
@@ -345,7 +346,7 @@ def deploy_command(name: NameOpt = "default") -> None:
             scheduler_port=free_port(),
             throughputs_dir=prepare_throughputs(gavel, node.paths.root),
         )
-        result = deploy_local(d, kubectl=node.kubectl, kubeconfig=Path(state["kubeconfig"]), workdir=node.paths.root)
+        result = deploy_local(d, kubectl=find_kubectl(), kubeconfig=Path(state["kubeconfig"]), workdir=node.paths.root)
     except ControlPlaneError as exc:
         raise _fail(str(exc)) from None
     for line in result["applied"]:

@@ -4,7 +4,8 @@ The committed overlay says everything that does not depend on the cluster; this 
 it once more in a temporary kustomization with what does - the API server's port, etcd's
 endpoint, a free port each for the extender and the scheduler (host network: ports are the
 machine's), the scheduler configuration's extender URL, the Gavel measurements as a hostPath -
-and applies it with kubectl (built with the kubelet; kustomize is built into it).
+and applies it with ``kubectl apply -k`` (kustomize is built into kubectl; ``$IADEEP_KUBECTL`` or
+``kubectl`` on ``$PATH``: ``make node`` does not build one yet, see tools/node/build.sh).
 """
 
 from __future__ import annotations
@@ -176,6 +177,18 @@ def prepare_throughputs(source: Path, node_dir: Path) -> Path:
     shutil.copyfile(source, dest)
     dest.chmod(0o644)
     return target
+
+
+def find_kubectl() -> Path:
+    """``$IADEEP_KUBECTL`` or ``kubectl`` on ``$PATH``.
+
+    Raises:
+        ControlPlaneError: neither is there.
+    """
+    found = os.environ.get("IADEEP_KUBECTL") or shutil.which("kubectl")
+    if not found:
+        raise ControlPlaneError("kubectl not found (set IADEEP_KUBECTL or put kubectl on PATH); it applies k8s/local with -k")
+    return Path(found)
 
 
 def kubectl_apply_k(kubectl: Path, kubeconfig: Path, directory: Path) -> str:

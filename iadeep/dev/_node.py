@@ -131,6 +131,7 @@ class Node:
         self._reaper_pipe: int | None = None
         self._atexit: Callable[[], None] | None = None
         self._started = False
+        self._api: Any = None
 
     @classmethod
     def for_control_plane(cls, cp: ControlPlane, name: str = "iadeep-node", **kwargs: Any) -> Node:
@@ -151,11 +152,6 @@ class Node:
         return node
 
     # -- public API ---------------------------------------------------------------------------
-
-    @property
-    def kubectl(self) -> Path:
-        """kubectl built with the kubelet (same pins); it has kustomize built in (``-k``)."""
-        return self._bins.kubectl
 
     @property
     def device_plugin_dir(self) -> Path:
@@ -345,6 +341,7 @@ class Node:
         try:
             self._wait(self._healthz, self.ready_timeout, "kubelet /healthz", "kubelet")
             self._mark("kubelet", t0)
+            self._wait(self._set_loopback_address, self.ready_timeout, f"node {self.name} registered", "kubelet")
             # Ready implies the kubelet's container manager has started (and set its sysctls).
             self._wait(self._ready, self.ready_timeout, f"node {self.name} Ready", "kubelet")
             self._mark("node-ready", t0)
@@ -427,6 +424,21 @@ class Node:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(f"http://127.0.0.1:{self.ports['kubelet-healthz']}/healthz", timeout=2) as resp:
             return resp.status == 200
+
+    def _set_loopback_address(self) -> bool:
+        """Publish 127.0.0.1 as the node's only address.
+
+        The kubelet refuses a loopback ``--node-ip`` ("nodeIP can't be loopback address", its
+        node-address status setter) and then publishes no address at all; without ``--node-ip``
+        it would publish the machine's interface address, which must not be used here. So the
+        node keeps ``--node-ip 127.0.0.1`` and its status gets the address through the API: the
+        kubelet's later status patches leave ``addresses`` alone, since that setter keeps
+        failing before it sets anything.
+        """
+        core = self._core()
+        core.read_node(self.name)  # 404 until the kubelet has registered
+        core.patch_node_status(self.name, {"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}})
+        return True
 
     def _ready(self) -> bool:
         node = self._core().read_node(self.name)

@@ -78,7 +78,7 @@ def make_cgroup(rel: str) -> list[Path]:
         path = h / rel.strip("/")
         parts = Path(rel.strip("/")).parts
         cur = h
-        for part in parts:
+        for i, part in enumerate(parts):
             parent, cur = cur, cur / part
             if not cur.exists():
                 cur.mkdir()
@@ -86,7 +86,9 @@ def make_cgroup(rel: str) -> list[Path]:
                 for knob in ("cpuset.cpus", "cpuset.mems"):
                     if not (cur / knob).read_text().strip():
                         (cur / knob).write_text((parent / knob).read_text())
-            if h == CGROUP_FS and (cur / "cgroup.subtree_control").exists():
+            # v2: controllers for the children of every level but the leaf, which gets the
+            # processes ("no internal processes": a cgroup with tasks cannot delegate).
+            if h == CGROUP_FS and i < len(parts) - 1 and (cur / "cgroup.subtree_control").exists():
                 have = set((cur / "cgroup.controllers").read_text().split())
                 want = [c for c in ("cpu", "cpuset", "memory", "pids", "io", "hugetlb") if c in have]
                 with contextlib.suppress(OSError):

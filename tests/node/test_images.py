@@ -1,9 +1,10 @@
 """The services' images (``make images``: images/*/Dockerfile built by buildah without daemon or
-registry) imported into the real node's containerd and run as pods; and ``k8s/local`` deployed
-for real (the extender and the ``iadeep-scheduler`` profile on the real node)."""
+registry) imported into the real node's containerd and run as pods."""
 
 from __future__ import annotations
 
+import json
+import tarfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -14,8 +15,7 @@ from node_support import host_pod, wait_phase
 
 from iadeep.dev import SERVICES, ControlPlane, ControlPlaneError, Node, images_archive, service_image
 from iadeep.dev._cluster import free_port
-from iadeep.dev._deploy import LocalDeployment, deploy_local, prepare_throughputs
-from iadeep.dev._images import kube_scheduler_image
+from iadeep.dev._deploy import prepare_throughputs
 from iadeep.testing import wait_for
 from iadeep.testing.controlplane import _required
 
@@ -43,12 +43,37 @@ def _get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def _archive_configs(archive: Path) -> dict[str, dict]:
+    """Image name -> OCI image config, read from the archive ``make images`` wrote."""
+    with tarfile.open(archive) as tar:
+        def blob(digest: str) -> dict:
+            f = tar.extractfile(f"./blobs/sha256/{digest.split(':', 1)[1]}") or tar.extractfile(
+                f"blobs/sha256/{digest.split(':', 1)[1]}"
+            )
+            assert f is not None
+            return json.loads(f.read())
+
+        index_file = tar.extractfile("./index.json") or tar.extractfile("index.json")
+        assert index_file is not None
+        index = json.loads(index_file.read())
+        return {
+            m["annotations"]["io.containerd.image.name"]: blob(blob(m["digest"])["config"]["digest"])
+            for m in index["manifests"]
+        }
+
+
 def test_every_service_image_is_imported_with_its_entry_point(real_node: Node, images: list[str]) -> None:
-    for s in ("base", *SERVICES):
-        assert service_image(s) in images
+    archive = images_archive()
+    assert archive is not None
+    configs = _archive_configs(archive)
     for s in SERVICES:
-        config = real_node.ctr("images", "check", f"name=={service_image(s)}")
-        assert "complete" in config, config
+        assert service_image(s) in images
+        assert configs[service_image(s)]["config"]["Entrypoint"] == ["iadeep", s, "serve"]
+        # One base: every service image starts with the base image's layers.
+        base_layers = configs[service_image("base")]["rootfs"]["diff_ids"]
+        assert configs[service_image(s)]["rootfs"]["diff_ids"][: len(base_layers)] == base_layers
+        assert "complete" in real_node.ctr("images", "check", f"name=={service_image(s)}")
+    assert configs[service_image("base")]["config"]["Entrypoint"] == ["iadeep"]
 
 
 def test_the_extender_runs_from_its_image_and_answers_readyz_on_loopback(
@@ -101,54 +126,3 @@ def _logs(core, namespace: str, name: str) -> str:
         return core.read_namespaced_pod_log(name, namespace, tail_lines=20)
     except Exception as exc:  # noqa: BLE001 - diagnostics only
         return f"<no logs: {exc}>"
-
-
-def test_k8s_local_deploys_the_extender_and_iadeep_scheduler_onto_the_real_node(
-    control_plane: ControlPlane, controlplane_binaries, real_node: Node, images, k8s_client, throughputs_path: Path
-) -> None:
-    # The upstream kube-scheduler image cannot be pulled: one is made from the built binary.
-    archive = real_node.paths.images / "kube-scheduler.tar"
-    name = kube_scheduler_image(controlplane_binaries.kube_scheduler, "v1.36.3", archive)
-    assert name in real_node.import_images([archive])
-    d = LocalDeployment(
-        apiserver_port=control_plane.ports["kube-apiserver"],
-        etcd_endpoints=f"http://127.0.0.1:{control_plane.ports['etcd']}",
-        etcd_prefix="/iadeep-local-test",
-        extender_port=free_port(),
-        scheduler_port=free_port(),
-        throughputs_dir=prepare_throughputs(throughputs_path, real_node.paths.root),
-    )
-    deploy_local(d, kubectl=real_node.kubectl, kubeconfig=control_plane.kubeconfig, workdir=real_node.paths.root)
-    apps = client.AppsV1Api(k8s_client)
-    core = client.CoreV1Api(k8s_client)
-    for dep in ("iadeep-extender", "iadeep-scheduler"):
-        wait_for(
-            lambda dep=dep: apps.read_namespaced_deployment(dep, "iadeep-system").status,
-            lambda s: (s.ready_replicas or 0) >= 1,
-            timeout=240,
-            what=f"deployment {dep} ready ({_pod_summary(core)})",
-        )
-    pods = core.list_namespaced_pod("iadeep-system").items
-    assert {p.spec.node_name for p in pods} == {real_node.name}
-    assert all(c.image.startswith("localhost/iadeep/") for p in pods for c in p.spec.containers)
-    assert _get(f"{d.extender_url.rsplit('/', 1)[0]}/readyz") == (200, "ok")
-    # The scheduler profile is live: a plain pod asking for iadeep-scheduler gets scheduled by it.
-    ns = "iadeep-local-probe"
-    control_plane.create_namespace(ns)
-    body = host_pod("probe", service_image("base"), ["iadeep", "--help"], schedulerName="iadeep-scheduler")
-    core.create_namespaced_pod(ns, body)
-    pod = wait_phase(core, ns, "probe", {"Succeeded", "Failed"}, timeout=180)
-    assert pod.status.phase == "Succeeded", pod.status
-    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=probe").items
-    assert any(e.reason == "Scheduled" and e.reporting_component == "iadeep-scheduler" for e in events) or any(
-        e.reason == "Scheduled" and (e.source.component if e.source else "") == "iadeep-scheduler" for e in events
-    ), [(e.reason, e.reporting_component, e.source) for e in events]
-
-
-def _pod_summary(core) -> str:
-    try:
-        pods = core.list_namespaced_pod("iadeep-system").items
-    except Exception as exc:  # noqa: BLE001 - diagnostics only
-        return str(exc)
-    return "; ".join(f"{p.metadata.name}: {p.status.phase} {[(c.name, c.state) for c in p.status.container_statuses or []]}" for p in pods)
-

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Build the local real node's Go binaries: kubelet and kubectl from the same k8s.io/kubernetes
-# pins as the control plane (tools/controlplane/go.mod; nothing is added there, so the control
-# plane's build directory and hash stay as they are), and the pod-sandbox `pause` (./pause).
+# Build the local real node's Go binaries: the kubelet from the same k8s.io/kubernetes pins as the
+# control plane (tools/controlplane/go.mod already covers every package it imports: nothing is
+# added there, so the control plane's build directory and hash stay as they are), and the
+# pod-sandbox `pause` (./pause). (kubectl is not built: its packages need modules that go.mod
+# does not pin yet, and adding them would change the control plane's pins.)
 # Output:
 #
 #   ${IADEEP_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/iadeep/node/<pins-hash>}
@@ -20,7 +22,7 @@ CP="$HERE/../controlplane"
 pins_hash() { cat "$CP/go.mod" "$CP/go.sum" "$HERE/build.sh" "$HERE/pause/go.mod" "$HERE/pause/main.go" | sha256sum | cut -c1-16; }
 PINS="$(pins_hash)"
 OUT="${IADEEP_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/iadeep/node/$PINS}"
-BINARIES=(kubelet kubectl pause)
+BINARIES=(kubelet pause)
 
 force=0
 case "${1:-}" in
@@ -56,8 +58,8 @@ k8s_ldflags="-s -w -X $vpkg.gitVersion=$k8s_version -X $vpkg.gitMajor=1 -X $vpkg
 
 mkdir -p "$OUT"
 rm -f "$OUT/PINS"
-echo "node: building kubelet and kubectl (k8s.io/kubernetes $k8s_version) and pause into $OUT ($(go env GOVERSION), GOFLAGS=$GOFLAGS)"
-for b in kubelet kubectl; do
+echo "node: building kubelet (k8s.io/kubernetes $k8s_version) and pause into $OUT ($(go env GOVERSION), GOFLAGS=$GOFLAGS)"
+for b in kubelet; do
   tb=$(now_ms)
   # -mod=readonly: the control plane's pins already cover these packages; never edit go.mod here.
   CGO_ENABLED=0 nice -n "$nice_n" go build -mod=readonly -trimpath -buildvcs=false -ldflags "$k8s_ldflags" \
