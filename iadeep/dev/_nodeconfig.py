@@ -135,7 +135,7 @@ def containerd_config(paths: NodePaths, *, runc: Path, cni_bin_dir: Path, sandbo
                 "stream_server_address": "127.0.0.1",
                 "stream_server_port": "0",
                 "enable_selinux": False,
-                "restrict_oom_score_adj": False,
+                "restrict_oom_score_adj": True,  # this VM forbids lowering oom_score_adj (runc init would fail)
                 "max_container_log_line_size": 16384,
             },
             f"{cri}.containerd": {"snapshotter": "overlayfs", "default_runtime_name": "runc"},
