@@ -45,11 +45,17 @@ def _script() -> Path | None:
 
 
 def images_archive(*, required: bool = True) -> Path | None:
-    """The archive of the current source tree's images (``make images``).
+    """The archive of the current source tree's images (``make images``), or the one
+    ``$IADEEP_IMAGES_ARCHIVE`` names.
 
     Raises:
         ControlPlaneError: it is not built (only with ``required``).
     """
+    env = os.environ.get("IADEEP_IMAGES_ARCHIVE")
+    if env:  # an archive built elsewhere (another checkout, CI's cache)
+        if not Path(env).is_file():
+            raise ControlPlaneError(f"IADEEP_IMAGES_ARCHIVE={env} is not a file")
+        return Path(env)
     script = _script()
     path = None
     if script is not None:
