@@ -71,3 +71,10 @@ def leftovers(workdir: Path, cgroup: str) -> dict[str, list[Any]]:
         "cgroups": [str(h / cgroup.strip("/")) for h in cgroup_hierarchies() if (h / cgroup.strip("/")).exists()],
         "log_links": links,
     }
+
+
+def pod_log(core: Any, namespace: str, name: str) -> str:
+    """The pod's log through the API (apiserver -> kubelet), as text (the client's own decoding
+    of this endpoint returns the repr of bytes)."""
+    resp = core.read_namespaced_pod_log(name, namespace, _preload_content=False)
+    return resp.data.decode()

@@ -96,18 +96,26 @@ def test_the_extender_runs_from_its_image_and_answers_readyz_on_loopback(
     container = pod["spec"]["containers"][0]
     del container["command"]  # the image's own entry point: iadeep extender serve
     container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    container["volumeMounts"] = [{"name": "data", "mountPath": "/data", "readOnly": True}]
+    # As the Deployment runs it: non-root, read-only root filesystem, a writable /tmp.
+    container["volumeMounts"] = [
+        {"name": "data", "mountPath": "/data", "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
     container["securityContext"] = {"runAsUser": 65532, "runAsNonRoot": True, "readOnlyRootFilesystem": True}
-    pod["spec"]["volumes"] = [{"name": "data", "hostPath": {"path": str(data), "type": "Directory"}}]
+    pod["spec"]["volumes"] = [
+        {"name": "data", "hostPath": {"path": str(data), "type": "Directory"}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
     pod["spec"]["restartPolicy"] = "Always"
     core.create_namespaced_pod(k8s_namespace, pod)
     wait_phase(core, k8s_namespace, "extender", {"Running", "Failed", "Succeeded"}, timeout=180)
-    status, body = wait_for(
-        lambda: _safe_get(f"http://127.0.0.1:{port}/readyz"),
-        lambda r: r[0] == 200,
-        timeout=120,
-        what=f"extender /readyz (logs: {_logs(core, k8s_namespace, 'extender')})",
-    )
+    try:
+        status, body = wait_for(
+            lambda: _safe_get(f"http://127.0.0.1:{port}/readyz"), lambda r: r[0] == 200, timeout=120, what="extender /readyz"
+        )
+    except AssertionError as exc:
+        pod_now = core.read_namespaced_pod("extender", k8s_namespace)
+        raise AssertionError(f"{exc}\nstatus: {pod_now.status}\nlogs: {_logs(core, k8s_namespace, 'extender')}") from None
     assert body.strip() == "ok"
     # It is the container answering: stopping the pod stops the answers.
     core.delete_namespaced_pod("extender", k8s_namespace, grace_period_seconds=1)
@@ -123,6 +131,6 @@ def _safe_get(url: str) -> tuple[int, str]:
 
 def _logs(core, namespace: str, name: str) -> str:
     try:
-        return core.read_namespaced_pod_log(name, namespace, tail_lines=20)
+        return core.read_namespaced_pod_log(name, namespace, tail_lines=20, _preload_content=False).data.decode()
     except Exception as exc:  # noqa: BLE001 - diagnostics only
         return f"<no logs: {exc}>"

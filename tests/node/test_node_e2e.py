@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from node_support import host_pod, leftovers, processes_mentioning, wait_phase
+from node_support import host_pod, leftovers, pod_log, processes_mentioning, wait_phase
 
 from iadeep.dev import REAL_NODE_LABEL, ControlPlane, Node
 from iadeep.dev._nodeclean import cgroup_pids, cgroup_v2, mounts_under
@@ -59,7 +59,7 @@ def test_a_hostnetwork_pod_runs_a_command_and_its_logs_are_readable(real_node, b
     assert pod.spec.node_name == real_node.name  # placed by kube-scheduler on the real node
     assert pod.status.container_statuses[0].state.terminated.exit_code == 0
     assert pod.status.pod_ip == "127.0.0.1"  # hostNetwork on a loopback-only node
-    logs = core.read_namespaced_pod_log("hello", k8s_namespace)  # apiserver -> kubelet on 127.0.0.1
+    logs = pod_log(core, k8s_namespace, "hello")  # apiserver -> kubelet on 127.0.0.1
     assert f"hello-{marker}" in logs.splitlines()
     assert "uid=0" in logs
 
@@ -70,7 +70,7 @@ def test_a_failing_command_makes_the_pod_fail_with_its_exit_code(real_node, busy
     pod = wait_phase(core, k8s_namespace, "fails", {"Succeeded", "Failed"})
     assert pod.status.phase == "Failed"
     assert pod.status.container_statuses[0].state.terminated.exit_code == 7
-    assert "oops" in core.read_namespaced_pod_log("fails", k8s_namespace)
+    assert "oops" in pod_log(core, k8s_namespace, "fails")
 
 
 _CHILD = textwrap.dedent(
