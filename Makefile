@@ -9,7 +9,7 @@ export IADEEP_DATASET_MIRROR
 
 STAMP := $(VENV)/.installed
 
-.PHONY: venv experiment test bench lock lint clean controlplane node images
+.PHONY: venv experiment test bench results mutation lock lint clean controlplane node images
 
 venv: $(STAMP)
 
@@ -29,6 +29,18 @@ test: $(STAMP) controlplane node images
 bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)
 	$(BIN)/python benchmarks/extender.py
+
+# The README's result tables (main job, sweep, guard figures) from fresh runs (about 5 min).
+results: $(STAMP)
+	$(BIN)/python tools/results.py $(ARGS)
+
+# Mutation checks of the core (not in CI: slow). First the deliberate bugs a review found the tests
+# blind to (each must fail a core test), then mutmut over iadeep/policy, iadeep/sim, iadeep/goodput.py.
+mutation: $(STAMP)
+	$(BIN)/python tools/mutation/deliberate_bugs.py
+	$(BIN)/python -m pip install -q mutmut==3.8.1 -c constraints.txt
+	$(BIN)/mutmut run || true
+	$(BIN)/mutmut results
 
 # Regenerate the pinned set from pyproject.toml (starting from the set known to install together).
 lock:

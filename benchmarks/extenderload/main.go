@@ -11,13 +11,16 @@
 // "args": <ExtenderArgs for filter and prioritize>}, ...]}. The pods are used in order: -warmup
 // scheduled one by one, then -latency one by one with each call timed, then -throughput with
 // binds on -bind-workers goroutines. Output (stdout, JSON): per-call latencies (ms) of the latency
-// phase, the throughput phase's wall time (s) and bind latencies (ms), and binds refused and
-// rescheduled.
+// phase, the throughput phase's wall time (s) and bind latencies (ms: from the first bind call to
+// the successful one, so a refused bind and its rescheduling count), binds refused and rescheduled,
+// and pods found unschedulable (filter passed no node: kube-scheduler would requeue them; here they
+// are counted and left out).
 package main
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,6 +65,9 @@ type bindingResult struct {
 	Error string
 }
 
+// errUnschedulable: the extender's filter passed no node for the pod.
+var errUnschedulable = errors.New("unschedulable")
+
 type client struct {
 	http *http.Client
 	base string
@@ -97,7 +103,7 @@ func (c *client) schedule(p pod) (filterDt, prioDt time.Duration, bind []byte, e
 		return
 	}
 	if f.Error != "" || f.NodeNames == nil || len(*f.NodeNames) == 0 {
-		err = fmt.Errorf("filter %s/%s: no feasible node: %q", p.Namespace, p.Name, f.Error)
+		err = fmt.Errorf("%w: filter %s/%s: no feasible node: %q", errUnschedulable, p.Namespace, p.Name, f.Error)
 		return
 	}
 	var scores []hostPriority
@@ -130,14 +136,15 @@ func (c *client) schedule(p pod) (filterDt, prioDt time.Duration, bind []byte, e
 // bind binds; a refused bind is scheduled again, as kube-scheduler requeues the pod.
 func (c *client) bind(p pod, body []byte, sched *sync.Mutex, retries *int) (time.Duration, error) {
 	last := ""
+	t0 := time.Now()
 	for attempt := 0; attempt < 5; attempt++ {
 		var r bindingResult
-		dt, err := c.post("bind", body, &r)
+		_, err := c.post("bind", body, &r)
 		if err != nil {
 			return 0, err
 		}
 		if r.Error == "" {
-			return dt, nil
+			return time.Since(t0), nil
 		}
 		last = r.Error
 		sched.Lock()
@@ -177,7 +184,7 @@ func main() {
 	c := &client{http: &http.Client{Transport: transport, Timeout: 60 * time.Second}, base: *url + in.Prefix,
 		rng: rand.New(rand.NewSource(0))}
 	var sched sync.Mutex // one scheduling cycle at a time, as kube-scheduler
-	retries := 0
+	retries, unschedulable := 0, 0
 	pods := in.Pods
 
 	for _, p := range pods[:*warmup] {
@@ -185,7 +192,9 @@ func main() {
 		if err == nil {
 			_, err = c.bind(p, body, &sched, &retries)
 		}
-		if err != nil {
+		if errors.Is(err, errUnschedulable) {
+			unschedulable++
+		} else if err != nil {
 			fail(err)
 		}
 	}
@@ -193,11 +202,17 @@ func main() {
 	lat := map[string][]float64{"filter": {}, "prioritize": {}, "bind": {}}
 	for _, p := range pods[:*latency] {
 		fd, pd, body, err := c.schedule(p)
-		if err != nil {
+		if errors.Is(err, errUnschedulable) {
+			unschedulable++
+			continue
+		} else if err != nil {
 			fail(err)
 		}
 		bd, err := c.bind(p, body, &sched, &retries)
-		if err != nil {
+		if errors.Is(err, errUnschedulable) {
+			unschedulable++
+			continue
+		} else if err != nil {
 			fail(err)
 		}
 		lat["filter"] = append(lat["filter"], ms(fd))
@@ -223,10 +238,16 @@ func main() {
 			for j := range jobs {
 				d, err := c.bind(j.p, j.body, &sched, &retries)
 				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
+				switch {
+				case errors.Is(err, errUnschedulable):
+					unschedulable++
+				case err != nil:
+					if firstErr == nil {
+						firstErr = err
+					}
+				default:
+					bindLat = append(bindLat, ms(d))
 				}
-				bindLat = append(bindLat, ms(d))
 				mu.Unlock()
 			}
 		}()
@@ -235,7 +256,12 @@ func main() {
 		sched.Lock()
 		_, _, body, err := c.schedule(p)
 		sched.Unlock()
-		if err != nil {
+		if errors.Is(err, errUnschedulable) {
+			mu.Lock()
+			unschedulable++
+			mu.Unlock()
+			continue
+		} else if err != nil {
 			fail(err)
 		}
 		jobs <- job{p, body}
@@ -247,7 +273,7 @@ func main() {
 		fail(firstErr)
 	}
 	out, _ := json.Marshal(map[string]any{"latency_ms": lat, "throughput_wall_s": wall,
-		"bind_ms_under_load": bindLat, "binds_refused_and_rescheduled": retries})
+		"bind_ms_under_load": bindLat, "binds_refused_and_rescheduled": retries, "unschedulable": unschedulable})
 	os.Stdout.Write(append(out, '\n'))
 }
 

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 from iadeep.dev._binaries import Binaries, find_binaries
 from iadeep.dev._errors import ControlPlaneError
 from iadeep.dev._kwok import KWOK_NODE_SELECTOR, NodeSpec, gpu_nodes, kwok_config_yaml
-from iadeep.dev._procs import Proc, spawn
+from iadeep._host._net import etcd_argv, free_port
+from iadeep._host._procs import Proc, spawn
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -47,48 +48,6 @@ POD_CIDR = "10.244.0.0/16"
 SCHEDULER_CONFIG_API = "kubescheduler.config.k8s.io/v1"
 
 SchedulerConfig = str | os.PathLike[str] | Mapping[str, Any] | None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def etcd_argv(
-    binary: str | os.PathLike[str],
-    data_dir: str | os.PathLike[str],
-    *,
-    client_port: int,
-    peer_port: int,
-    name: str = "iadeep-dev",
-    fsync: bool = False,
-    client_scheme: str = "http",
-) -> list[str]:
-    """Command line of a single-member etcd on loopback (``http://127.0.0.1:<client_port>``).
-
-    Shared by :class:`ControlPlane` and the standalone etcd of :mod:`iadeep.state` (``iadeep etcd
-    start``). ``fsync=False`` adds ``--unsafe-no-fsync``: fine for throw-away data, which survives
-    a killed process anyway (only a machine crash loses it). ``client_scheme="https"`` needs the
-    caller to add etcd's ``--cert-file``/``--key-file`` (and ``--trusted-ca-file``) flags.
-    """
-    client = f"{client_scheme}://127.0.0.1:{client_port}"
-    peer = f"http://127.0.0.1:{peer_port}"
-    argv = [
-        str(binary),
-        f"--name={name}",
-        f"--data-dir={data_dir}",
-        f"--listen-client-urls={client}",
-        f"--advertise-client-urls={client}",
-        f"--listen-peer-urls={peer}",
-        f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster={name}={peer}",
-        "--log-level=warn",
-    ]
-    if not fsync:
-        argv.append("--unsafe-no-fsync")
-    return argv
 
 
 def _kubeconfig(server: str, ca: Path, cert: Path, key: Path, *, embed: bool, user: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated, Optional
 
@@ -81,15 +82,18 @@ def sweep_cmd(
     seeds: Annotated[str, typer.Option(help="Comma-separated seeds.")] = "0,1",
     jobs: Annotated[int, typer.Option(help="Jobs per setting.")] = _D.jobs or 400,
     trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
+    virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
+    mix: Annotated[str, typer.Option(help="Workload mix: iadeep or gavel.")] = _D.mix,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/sweep",
 ) -> None:
     """Compare the policies over several windows x loads x seeds; write sweep.csv and sweep.png."""
-    from iadeep.experiment._sweep import plot_sweep, run_sweep
+    from iadeep.experiment._sweep import GUARD_GOALS, guard_figures, plot_sweep, run_sweep
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
-        base = ExperimentConfig(trace=trace, jobs=jobs, policies=tuple(p.strip() for p in policies.split(",") if p.strip()), out=out)
+        base = ExperimentConfig(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
+                                policies=tuple(p.strip() for p in policies.split(",") if p.strip()), out=out)
         starts = [int(x) for x in start_jobs.split(",")]
         load_list = [float(x) for x in loads.split(",")]
         seed_list = [int(x) for x in seeds.split(",")]
@@ -117,7 +121,15 @@ def sweep_cmd(
     for setting, row in pivot.iterrows():
         table.add_row(str(setting), *(f"{v:.2f}" for v in row))
     console.print(table)
-    console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png")
+    guard = guard_figures(df)
+    if guard["worst_vs_packing"] is not None:
+        console.print(f"guard: iadeep / better of antman, gandiva: worst {guard['worst_vs_packing']:.2f} "
+                      f"({guard['worst_setting']}), median {guard['median_vs_packing']:.2f}; "
+                      f"worst vs exclusive {guard['worst_vs_exclusive'] if guard['worst_vs_exclusive'] is None else round(guard['worst_vs_exclusive'], 2)}"
+                      f" (goals {GUARD_GOALS['worst_vs_packing']}, {GUARD_GOALS['median_vs_packing']}, "
+                      f"{GUARD_GOALS['worst_vs_exclusive']}: met {guard['met']})")
+    (base.out_dir / "guard.json").write_text(json.dumps(guard, indent=2, allow_nan=False) + "\n")
+    console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png, guard.json")
 
 
 def summary_table(summary: dict) -> Table:

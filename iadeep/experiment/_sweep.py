@@ -18,19 +18,21 @@ import pandas as pd
 from iadeep.experiment._config import ExperimentConfig
 from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy
 
-__all__ = ["run_sweep", "plot_sweep"]
+__all__ = ["run_sweep", "plot_sweep", "guard_figures", "GUARD_GOALS"]
 
 
 def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence[float], seeds: Sequence[int],
-              reference: str = "iadeep", on_setting: Callable[[str], None] | None = None) -> pd.DataFrame:
+              reference: str = "iadeep", on_setting: Callable[[str], None] | None = None, label: str = "",
+              write: bool = True) -> pd.DataFrame:
     """Run ``base`` for every (start job, target load, seed); returns the ``sweep.csv`` table.
 
-    Each setting writes its files under ``<base.out>/<start>-<load>-<seed>/``.
+    Each setting is named ``<label><start>-<load>-<seed>`` and writes its files under
+    ``<base.out>/<setting>/``; ``write=False`` skips ``sweep.csv`` (for callers that combine sweeps).
     """
     rows = []
     paths = fetch_inputs(base, progress=False)
     for start, load, seed in itertools.product(start_jobs, loads, seeds):
-        setting = f"{start}-{load:g}-{seed}"
+        setting = f"{label}{start}-{load:g}-{seed}"
         if on_setting:
             on_setting(setting)
         cfg = dataclasses.replace(base, start_job=start, target_load=load, seed=seed, out=str(Path(base.out) / setting))
@@ -43,10 +45,47 @@ def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence
     if reference in set(df["policy"]):
         ref = df[df["policy"] == reference].set_index("setting")["avg_jct_s"]
         df[f"avg_jct_vs_{reference}"] = df["avg_jct_s"] / df["setting"].map(ref)
-    out = Path(base.out)
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "sweep.csv", index=False)
+    if write:
+        out = Path(base.out)
+        out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out / "sweep.csv", index=False)
     return df
+
+
+#: The robustness goal of issue 9: iadeep's avg JCT over the better packing baseline's (antman,
+#: gandiva) at most 1.0 on every setting and 0.8 at the median; over exclusive's at most 0.5 everywhere.
+GUARD_GOALS = {"worst_vs_packing": 1.0, "median_vs_packing": 0.8, "worst_vs_exclusive": 0.5}
+
+
+def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[str] = ("antman", "gandiva"),
+                  exclusive: str = "exclusive") -> dict[str, float | str | None]:
+    """The sweep's guard against collapse: ``policy``'s avg JCT relative to the better packing baseline.
+
+    Args:
+        df: the ``sweep.csv`` table (:func:`run_sweep`).
+
+    Returns:
+        ``worst_vs_packing`` (max over settings of avg JCT / min(packing baselines' avg JCT)),
+        ``worst_setting``, ``median_vs_packing``, ``worst_vs_exclusive`` (max of avg JCT /
+        exclusive's), ``settings`` (count), and ``met`` (``"yes"``/``"no"`` against
+        :data:`GUARD_GOALS`); a figure is ``None`` when its policies were not run.
+    """
+    table = df.pivot(index="setting", columns="policy", values="avg_jct_s")
+    out: dict[str, float | str | None] = {"settings": float(len(table)), "worst_vs_packing": None, "worst_setting": None,
+                                          "median_vs_packing": None, "worst_vs_exclusive": None, "met": None}
+    if policy not in table:
+        return out
+    base = [p for p in packing if p in table]
+    if base:
+        ratio = table[policy] / table[base].min(axis=1)
+        out.update(worst_vs_packing=float(ratio.max()), worst_setting=str(ratio.idxmax()),
+                   median_vs_packing=float(ratio.median()))
+    if exclusive in table:
+        out["worst_vs_exclusive"] = float((table[policy] / table[exclusive]).max())
+    figures = [(out[k], goal) for k, goal in GUARD_GOALS.items()]
+    if all(v is not None for v, _ in figures):
+        out["met"] = "yes" if all(v <= goal for v, goal in figures) else "no"
+    return out
 
 
 def plot_sweep(df: pd.DataFrame, path: Path, reference: str = "iadeep") -> Path:

@@ -66,12 +66,9 @@ def build_service(settings: ExtenderSettings) -> ExtenderService:
     from iadeep.interference import InterferenceModel
     from iadeep.state import EtcdStateStore
 
-    path = settings.throughputs_file
-    if path is None:
-        from iadeep.datasets import fetch
-
-        path = fetch("gavel-throughputs", progress=False) / "simulation_throughputs.json"
-    model = InterferenceModel.from_file(path, settings.gpu_type)
+    if settings.throughputs_file is None:  # the service never downloads: configuration names the file
+        raise ValueError("no throughputs file: set IADEEP_EXTENDER_THROUGHPUTS_FILE (the service never downloads it)")
+    model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type)
     store = EtcdStateStore(settings.etcd)
     return ExtenderService(settings, store=store, pod_api=KubernetesPodApi(settings.kube), model=model)
 
@@ -130,7 +127,14 @@ def create_app(settings: ExtenderSettings | None = None, *, service: ExtenderSer
             # filter and prioritize only compute over the in-memory copy (about 1 ms, holding the
             # GIL anyway): run them on the event loop, saving two thread hand-offs per call.
             # bind waits for etcd and the Kubernetes API: a worker thread.
-            result = fn(args) if inline else await run_in_threadpool(fn, args)
+            if inline:
+                result = fn(args)
+            else:
+                def timed(a: Any) -> Any:
+                    metrics.bind_phase.labels("thread").observe(time.perf_counter() - t0)
+                    return fn(a)
+
+                result = await run_in_threadpool(timed, args)
             error = getattr(result, "error", "")
             metrics.requests.labels(verb, "error" if error else "ok").inc()
             return _json(result)

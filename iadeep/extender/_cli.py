@@ -64,7 +64,10 @@ def _check_startup(settings: Any) -> None:
     from iadeep.extender._bind import KubeError, KubernetesPodApi
     from iadeep.state import EtcdStateStore, StoreUnavailable
 
-    if settings.throughputs_file is not None and not settings.throughputs_file.is_file():
+    if settings.throughputs_file is None:
+        _fail(FileNotFoundError("no throughputs file: set --throughputs-file or IADEEP_EXTENDER_THROUGHPUTS_FILE to Gavel's "
+                                "simulation_throughputs.json (`iadeep datasets fetch gavel-throughputs` downloads it)"))
+    if not settings.throughputs_file.is_file():
         _fail(FileNotFoundError(f"throughputs file {settings.throughputs_file} does not exist"))
     try:
         EtcdStateStore(settings.etcd).close()
@@ -128,7 +131,7 @@ def serve(
     url_prefix: Annotated[str | None, typer.Option(help="Path prefix of filter/prioritize/bind (default /iadeep).")] = None,
     policy: Annotated[str | None, typer.Option(help="Placement policy (default iadeep).")] = None,
     colocation_limit: Annotated[int | None, typer.Option(help="Jobs per GPU (default: the policy's).")] = None,
-    throughputs_file: Annotated[Path | None, typer.Option(help="Gavel simulation_throughputs.json (default: dataset registry).")] = None,
+    throughputs_file: Annotated[Path | None, typer.Option(help="Gavel simulation_throughputs.json (required; `iadeep datasets fetch gavel-throughputs` downloads it).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default $KUBECONFIG / ~/.kube/config).")] = None,
     in_cluster: Annotated[bool | None, typer.Option("--in-cluster/--no-in-cluster", help="Use the pod's service account.")] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (default info).")] = None,

@@ -11,6 +11,10 @@ name                                       type       labels
 ``iadeep_extender_binds_total``            counter    ``outcome`` (bound, wait, conflict, failed,
                                                       released, not_ours)
 ``iadeep_extender_reservation_retries_total``  counter  (none)
+``iadeep_extender_bind_phase_seconds``     histogram  ``phase``: where a bind's time goes (``thread``:
+                                                      waiting for a worker thread, ``node_lock``,
+                                                      ``policy_lock``, ``place``, ``reserve_txn``,
+                                                      ``kube``: annotate + Binding)
 ``iadeep_extender_samples_learned``        gauge      (none)
 =========================================  =========  ==========================================
 
@@ -30,7 +34,9 @@ State metrics (computed at scrape time from the current snapshot):
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -101,6 +107,17 @@ class ExtenderMetrics:
         self.binds = Counter("iadeep_extender_binds", "Bind outcomes", ["outcome"], registry=r)
         self.retries = Counter("iadeep_extender_reservation_retries", "Placements retried after a reservation conflict",
                                registry=r)
+        self.bind_phase = Histogram("iadeep_extender_bind_phase_seconds", "Time a bind spends in each phase (s)",
+                                    ["phase"], buckets=_BUCKETS, registry=r)
         self.samples = Gauge("iadeep_extender_samples_learned", "Learned interference samples loaded from the store",
                              registry=r, multiprocess_mode="max")
         self.registry.register(_StateCollector(state_rows))
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase of a bind into ``iadeep_extender_bind_phase_seconds{phase=name}``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.bind_phase.labels(name).observe(time.perf_counter() - t0)

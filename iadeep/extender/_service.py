@@ -303,7 +303,9 @@ class ExtenderService:
         except PodSpecError as exc:
             return self._bind_result("failed", str(exc))
 
+        t_lock = time.perf_counter()
         with self._node_lock(node):
+            self.metrics.bind_phase.labels("node_lock").observe(time.perf_counter() - t_lock)
             try:
                 placed = self._reserve(demand, type_id, node)
             except StoreUnavailable as exc:
@@ -316,8 +318,9 @@ class ExtenderService:
             assignments, reason, uuids, now = placed
         annotations = bind_annotations(assignments, node=node, uuids=uuids, reason=reason, now_s=now)
         try:
-            annotate_and_bind(self.store, self.pod_api, namespace=ns, name=name, uid=uid, node=node,
-                              annotations=annotations, now_s=self.clock())
+            with self.metrics.phase("kube"):
+                annotate_and_bind(self.store, self.pod_api, namespace=ns, name=name, uid=uid, node=node,
+                                  annotations=annotations, now_s=self.clock())
         except BindFailed as exc:
             self.cache.forget(uid)
             if not getattr(exc, "released", True):
@@ -352,15 +355,21 @@ class ExtenderService:
             now = self.clock()
             job = demand.job_record(now)
             view, request = nb.with_job(job, type_id, now_s=now)
+            t_lock = time.perf_counter()
             with self._policy_lock:
+                t_place = time.perf_counter()
                 decision = self.policy.place(request, view)
-            if not isinstance(decision, Placement):
-                return f"wait: {decision.reason}"
+            self.metrics.bind_phase.labels("policy_lock").observe(t_place - t_lock)
+            self.metrics.bind_phase.labels("place").observe(time.perf_counter() - t_place)
+            if not isinstance(decision, Placement) or decision.preempt:  # the extender never preempts
+                return f"wait: {getattr(decision, 'reason', '')}"
             gpus = [int(view.gpu_local_index[g]) for g in decision.gpus]
             inv = snap.inventories.get(node)
             known = None if inv is None else NodeRecords(inv, {g.index: snap.gpu_states.get((node, g.index)) for g in inv.gpus})
             try:
-                assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now, known=known)
+                with self.metrics.phase("reserve_txn"):
+                    assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now,
+                                                     known=known)
             except AllocationConflict as exc:
                 held = [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
                 if held:

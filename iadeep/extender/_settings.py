@@ -97,8 +97,8 @@ class ExtenderSettings(BaseSettings):
         colocation_limit: jobs per GPU; ``None`` keeps the policy's own limit (2 for ``iadeep``).
         gpu_mem_resource: the extended resource that marks our pods, in GiB units.
         gpu_count_resource: extended resource for the number of GPUs a pod needs (default 1).
-        throughputs_file: Gavel ``simulation_throughputs.json``; ``None``: fetched through the
-            dataset registry (``gavel-throughputs``).
+        throughputs_file: Gavel ``simulation_throughputs.json`` (required to serve: the service
+            never downloads; ``iadeep datasets fetch gavel-throughputs`` or the image provides it).
         gpu_type: which GPU type's measurements to use.
         bind_attempts: placements tried per bind when the reservation meets a concurrent change.
         log_level: uvicorn and ``iadeep`` log level.

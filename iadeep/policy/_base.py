@@ -184,7 +184,7 @@ class Policy(ABC):
 
         Returns ``None`` when nothing changes.
         """
-        handles = view.slots[gpu][view.slots[gpu] >= 0]
+        handles = view.occupants(gpu)
         changed = {int(h): int(view.job_base_type[h]) for h in handles if view.job_type[h] != view.job_base_type[h]}
         return TuningDecision(gpu, changed, reason="restore submitted batch sizes") if changed else None
 

@@ -59,7 +59,7 @@ class BatchSizeTuner:
             predicted: predicted pairwise normalised throughput, shape ``(n_types, n_types)``.
             measure: the measurement executor (one call = one trial).
         """
-        handles = [int(h) for h in view.slots[gpu] if h >= 0]
+        handles = [int(h) for h in view.occupants(gpu)]
         bases = [int(view.job_base_type[h]) for h in handles]
         current = tuple(int(view.job_type[h]) for h in handles)
         choices = []

@@ -42,6 +42,14 @@ class ClusterView:
         gpu_mem_total_gib: memory of each GPU (GiB), shape ``(G,)``.
         gpu_mem_used_gib: memory reserved by the jobs on each GPU (GiB), shape ``(G,)``.
         slots: job handle in each co-location slot of each GPU, ``-1`` when empty, shape ``(G, S)``.
+            **Slot contract**: a GPU's occupied slots come first, in placement order (slot 0 holds
+            the job placed on that GPU earliest, the last occupied slot the newest), and its empty
+            slots follow. Drivers keep it: the simulator shifts a GPU's remaining jobs down when
+            one leaves, the extender lists a GPU's pods in reservation order. Policies rely on it
+            to read a GPU's occupant (slot 0 of a GPU holding one job) and its newest job (the
+            last occupied slot). A view that breaks it raises ``ValueError`` at construction
+            (a survivor left in slot 1 would otherwise be read as handle ``-1``, which numpy
+            indexes as the last job).
         job_type: current job-type id of each handle (interference-model ids), shape ``(J,)``.
         job_base_type: job-type id the job was submitted with, shape ``(J,)``.
         job_num_gpus: GPUs each job holds or asks for, shape ``(J,)``.
@@ -69,6 +77,22 @@ class ClusterView:
     job_updated_s: np.ndarray
     job_rate: np.ndarray
     node_pos: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        slots = self.slots
+        if slots.ndim != 2 or slots.shape[0] != self.gpu_node.shape[0]:
+            raise ValueError(f"slots must have shape (G, S) with G = {self.gpu_node.shape[0]}, got {slots.shape}")
+        for s in range(1, slots.shape[1]):
+            gap = (slots[:, s] >= 0) & (slots[:, s - 1] < 0)
+            if gap.any():
+                g = int(np.flatnonzero(gap)[0])
+                raise ValueError(f"slot contract broken on GPU {g}: slot {s} is occupied but slot {s - 1} is empty "
+                                 f"(occupied slots must come first, in placement order)")
+
+    def occupants(self, gpu: int) -> np.ndarray:
+        """Handles of the jobs on ``gpu`` in placement order (oldest first), shape ``(n,)``."""
+        row = self.slots[gpu]
+        return row[row >= 0]
 
     def node_positions(self) -> Mapping[str, int]:
         """Node name -> position in :attr:`node_names` (built once per view)."""
@@ -129,11 +153,17 @@ class Placement:
         job_id: the job.
         gpus: global GPU ids, ``len(gpus) == num_gpus``.
         reason: a short human-readable justification.
+        preempt: handles of running jobs the driver must checkpoint and put back in the queue
+            (ahead of the jobs behind this one) *before* applying the placement: ``gpus`` counts
+            on the GPUs they free. Only a policy that sees a blocked FIFO queue asks for it
+            (``JobRequest.jobs_behind > 0``); a driver that cannot preempt must treat such a
+            decision as :class:`Wait`.
     """
 
     job_id: str
     gpus: tuple[int, ...]
     reason: str = ""
+    preempt: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

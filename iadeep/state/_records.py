@@ -110,7 +110,12 @@ class Assignment:
 
 @dataclass(frozen=True)
 class GpuState:
-    """Aggregate of the assignments on one GPU (kept consistent by transactions)."""
+    """Aggregate of the assignments on one GPU (kept consistent by transactions).
+
+    ``pods`` are in reservation order (oldest first): a reservation appends, a release removes
+    and keeps the order of the rest. The extender's view fills a GPU's co-location slots in this
+    order, which is the slot contract of :class:`iadeep.policy.ClusterView`.
+    """
 
     node: str
     gpu: int

@@ -10,9 +10,8 @@ from iadeep.experiment import ExperimentConfig, run_experiment
 KEYS = {"avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queueing_s", "makespan_s", "gpu_utilisation", "mean_slowdown"}
 
 
-def test_run_experiment_writes_summary_and_plots(tmp_path, data_env, monkeypatch):
-    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+def test_run_experiment_writes_summary_and_plots(tmp_path, dataset_cache, monkeypatch):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     cfg = ExperimentConfig(jobs=80, out=str(tmp_path / "run"))
     summary = run_experiment(cfg, progress=False)
     doc = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -29,9 +28,8 @@ def test_run_experiment_writes_summary_and_plots(tmp_path, data_env, monkeypatch
     assert (tmp_path / "run" / "jct_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_prints_summary_and_rejects_bad_input(tmp_path, data_env, monkeypatch):
-    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+def test_cli_prints_summary_and_rejects_bad_input(tmp_path, dataset_cache, monkeypatch):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     runner = CliRunner()
     res = runner.invoke(app, ["experiment", "run", "--jobs", "40", "--policies", "iadeep,exclusive", "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
@@ -42,9 +40,8 @@ def test_cli_prints_summary_and_rejects_bad_input(tmp_path, data_env, monkeypatc
     assert bad.exit_code == 2 and "unknown policy 'nope'" in bad.output
 
 
-def test_sweep_compares_every_setting(tmp_path, data_env, monkeypatch):
-    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+def test_sweep_compares_every_setting(tmp_path, dataset_cache, monkeypatch):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     res = CliRunner().invoke(app, ["experiment", "sweep", "--start-jobs", "40000,60000", "--loads", "1", "--seeds", "0,1",
                                    "--jobs", "40", "--policies", "iadeep,exclusive", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
@@ -54,3 +51,19 @@ def test_sweep_compares_every_setting(tmp_path, data_env, monkeypatch):
     assert len(df) == 2 * 2 * 2 and set(df["policy"]) == {"iadeep", "exclusive"}
     assert (df[df.policy == "iadeep"]["avg_jct_vs_iadeep"] == 1.0).all()
     assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_guard_figures_name_the_worst_setting():
+    """The guard divides iadeep's avg JCT by the better packing baseline's, per setting."""
+    import pandas as pd
+
+    from iadeep.experiment._sweep import guard_figures
+
+    rows = []
+    for setting, (i, a, g, e) in {"s1": (2.0, 4.0, 2.5, 6.0), "s2": (3.0, 2.0, 2.4, 4.0), "s3": (1.0, 1.25, 1.5, 2.5)}.items():
+        rows += [{"setting": setting, "policy": p, "avg_jct_s": v} for p, v in
+                 (("iadeep", i), ("antman", a), ("gandiva", g), ("exclusive", e))]
+    guard = guard_figures(pd.DataFrame(rows))
+    assert guard["worst_vs_packing"] == 1.5 and guard["worst_setting"] == "s2"  # 3.0 / min(2.0, 2.4)
+    assert guard["median_vs_packing"] == 0.8  # ratios 0.8, 1.5, 0.8
+    assert guard["worst_vs_exclusive"] == 0.75 and guard["met"] == "no"

@@ -55,13 +55,12 @@ def test_learner_converges_on_observed_pair(model):
     assert np.all((learner.matrix() >= 0) & (learner.matrix() <= 1))
 
 
-def test_interference_report_cli(data_env, monkeypatch):
+def test_interference_report_cli(dataset_cache, monkeypatch):
     from typer.testing import CliRunner
 
     from iadeep.cli import app
 
-    monkeypatch.setenv("IADEEP_DATASET_MIRROR", data_env["mirror"])
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(data_env["cache_dir"]))
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     res = CliRunner().invoke(app, ["interference", "report", "--seeds", "1"])
     assert res.exit_code == 0, res.output
     assert "40 ordered pairs do not fit" in res.output and "98.2%" in res.output

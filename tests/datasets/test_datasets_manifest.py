@@ -39,14 +39,16 @@ def test_shipped_registry_is_found_and_pinned() -> None:
     assert datasets["ms-itp"].files[0].extract_dir_name == "raw-traces"
 
 
-def test_registry_sizes_match_the_mirror() -> None:
-    local = ORIGINAL_MIRROR and "://" not in ORIGINAL_MIRROR
-    mirror = Path(ORIGINAL_MIRROR) if local else REPO_ROOT.parent / "shared" / "data"
-    if not mirror.is_dir():
-        pytest.skip("no local dataset mirror")
+def test_registry_sizes_match_the_real_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pinned size is the size of the file the registry serves (the run's mirror, else upstream)."""
+    from iadeep.testing import fetch_dataset
+
+    if ORIGINAL_MIRROR:
+        monkeypatch.setenv("IADEEP_DATASET_MIRROR", ORIGINAL_MIRROR)
     for info in list_datasets():
+        folder = fetch_dataset(info.name, tmp_path)
         for spec in info.files:
-            assert (mirror / info.name / spec.name).stat().st_size == spec.size_bytes, spec.name
+            assert (folder / spec.name).stat().st_size == spec.size_bytes, spec.name
 
 
 def test_env_manifest_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

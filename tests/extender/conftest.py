@@ -4,14 +4,13 @@ real Gavel measurements, and the real control plane whose kube-scheduler runs th
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from extender_support import REPO, free_port, scheduler_config
+from extender_support import free_port, scheduler_config
 
 from iadeep.extender import ExtenderService, ExtenderSettings
 from iadeep.interference import InterferenceModel
@@ -22,21 +21,6 @@ from iadeep.testing.controlplane import (  # noqa: F401 - pytest finds fixtures 
     k8s_client,
     k8s_namespace,
 )
-
-MIRROR_DEFAULT = REPO.parent / "shared" / "data"
-
-
-@pytest.fixture(scope="session")
-def throughputs_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Gavel's ``simulation_throughputs.json`` through the dataset registry (mirror from the env or ../shared/data)."""
-    from iadeep.datasets import fetch
-
-    mirror = os.environ.get("IADEEP_DATASET_MIRROR") or (str(MIRROR_DEFAULT) if MIRROR_DEFAULT.exists() else "")
-    if not mirror:
-        pytest.skip("no dataset mirror: set IADEEP_DATASET_MIRROR")
-    folder = fetch("gavel-throughputs", progress=False, mirror=mirror, cache_dir=tmp_path_factory.mktemp("cache"))
-    return folder / "simulation_throughputs.json"
-
 
 @pytest.fixture(scope="session")
 def model(throughputs_path: Path) -> InterferenceModel:

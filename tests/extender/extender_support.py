@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client import ApiClient
 
-from iadeep.dev._cluster import free_port  # noqa: F401  (re-exported for the tests)
+from iadeep.testing import free_port  # noqa: F401  (re-exported for the tests)
 from iadeep.state import GpuInfo, NodeInventory
 from iadeep.testing import wait_for  # noqa: F401  (re-exported for the tests)
 

@@ -12,6 +12,7 @@ import pytest
 @pytest.mark.parametrize("workers", ["1", "2"])
 @pytest.mark.parametrize(("env", "message"), [
     ({"IADEEP_EXTENDER_THROUGHPUTS_FILE": "/nonexistent/simulation_throughputs.json"}, "/nonexistent/simulation_throughputs.json"),
+    ({"IADEEP_EXTENDER_THROUGHPUTS_FILE": None}, "no throughputs file"),  # the service never downloads it
     ({"IADEEP_ETCD_ENDPOINTS": ""}, "no etcd endpoint configured"),
     ({"IADEEP_EXTENDER_KUBE__KUBECONFIG": "/nonexistent/kubeconfig"}, "cannot load the Kubernetes configuration"),
 ])
@@ -20,6 +21,7 @@ def test_unusable_configuration_is_one_line(tmp_path, throughputs_path, etcd_set
             "IADEEP_ETCD_ENDPOINTS": ",".join(etcd_settings.endpoints), "IADEEP_ETCD_LOCAL__DIR": str(tmp_path / "etcd"),
             "IADEEP_EXTENDER_WORKERS": workers, "IADEEP_EXTENDER_PORT": "0", **env}
     full.pop("KUBECONFIG", None)
+    full = {k: v for k, v in full.items() if v is not None}
     done = subprocess.run([sys.executable, "-m", "iadeep.extender", "serve"], env=full, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2

@@ -100,7 +100,7 @@ def test_outage_and_etcd_restart(tmp_path):
 
 
 def test_failover_to_the_next_endpoint(etcd_server, prefix):
-    from iadeep.dev._cluster import free_port
+    from iadeep.testing import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"
     store = EtcdStateStore(etcd_settings([dead, etcd_server.endpoint], prefix))
@@ -114,7 +114,7 @@ def test_failover_to_the_next_endpoint(etcd_server, prefix):
 
 
 def test_no_endpoint_reachable_names_them_all(prefix):
-    from iadeep.dev._cluster import free_port
+    from iadeep.testing import free_port
 
     dead = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
     store = EtcdStateStore(etcd_settings(dead, prefix))  # default retry policy: 4 tries

@@ -208,7 +208,7 @@ def test_following_a_future_revision_means_the_store_was_replaced(etcd_store):
 def test_etcd_replaced_on_the_same_port_is_noticed(tmp_path):
     """The helper-found case: etcd restarted with an empty data dir on the same port within the
     retry window; the follower must not wait for its old revision."""
-    from iadeep.dev._cluster import free_port
+    from iadeep.testing import free_port
     from iadeep.state import EtcdStateStore, LocalEtcd
 
     port, peer = free_port(), free_port()

@@ -1,8 +1,7 @@
-"""Fixtures for the trace loaders: the real data mirror and small hand-written files."""
+"""Fixtures for the trace loaders: the real traces through the registry and small hand-written files."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,46 +9,25 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _mirror() -> Path | None:
-    for cand in (os.environ.get("IADEEP_DATASET_MIRROR"), "/work/shared/data"):
-        if cand and Path(cand).is_dir():
-            return Path(cand)
-    return None
+@pytest.fixture(scope="session")
+def philly_csv(philly_path: Path) -> Path:
+    return philly_path
 
 
 @pytest.fixture(scope="session")
-def mirror() -> Path:
-    """The local data mirror ($IADEEP_DATASET_MIRROR or /work/shared/data); skip if absent."""
-    m = _mirror()
-    if m is None:
-        pytest.skip("no data mirror: set IADEEP_DATASET_MIRROR")
-    return m
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.fail(f"the data mirror lacks {path}")
-    return path
+def itp_dir(dataset) -> Path:
+    """The ten ITP cluster CSVs, unpacked by the registry from the pinned tarball."""
+    return dataset("ms-itp") / "raw-traces"
 
 
 @pytest.fixture(scope="session")
-def philly_csv(mirror: Path) -> Path:
-    return _need(mirror / "philly" / "philly.csv")
+def itp_tarball(dataset) -> Path:
+    return dataset("ms-itp") / "raw-traces.tar.gz"
 
 
 @pytest.fixture(scope="session")
-def itp_dir(mirror: Path) -> Path:
-    return _need(mirror / "ms-itp" / "raw")
-
-
-@pytest.fixture(scope="session")
-def itp_tarball(mirror: Path) -> Path:
-    return _need(mirror / "ms-itp" / "raw-traces.tar.gz")
-
-
-@pytest.fixture(scope="session")
-def openb_csv(mirror: Path) -> Path:
-    return _need(mirror / "openb" / "openb_pod_list_default.csv")
+def openb_csv(dataset) -> Path:
+    return dataset("openb") / "openb_pod_list_default.csv"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,77 @@
+"""Mechanisms behind iadeep's losses to the packing baselines, on small hand-made traces.
+
+Each test argues its expected outcome from the scenario; see the module docstring of
+:mod:`iadeep.policy.iadeep` for the rules.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from iadeep.policy import make_policy
+from iadeep.sim import ClusterSpec, SimSettings, simulate
+
+HOUR = 3600.0
+
+
+def _jobs(rows):
+    return pd.DataFrame([{"job_id": j, "submit_time": t, "duration": d, "num_gpus": k, "model": m, "batch_size": b}
+                         for j, t, d, k, m, b in rows])
+
+
+def _head_of_line_trace():
+    """20 GPUs held by gangs that nothing below can share with (LM, measured out of memory beside a
+    ResNet-50 at batch 128); then a 30-min ResNet-50/128 reaches the head, with ten short jobs behind."""
+    rows = [("lm8", 0, 12 * 24 * HOUR, 8, "LM", 10)]
+    rows += [(f"lm4-{i}", 0, 26 * HOUR, 4, "LM", 5) for i in range(3)]
+    rows += [("head", 600, 0.5 * HOUR, 1, "ResNet-50", 128)]
+    rows += [(f"short-{i}", 600 + i, 0.5 * HOUR, 1, "ResNet-50", 128) for i in range(10)]
+    return _jobs(rows)
+
+
+@pytest.mark.parametrize("preempt", [True, False])
+def test_a_blocked_head_preempts_a_gang_instead_of_holding_the_queue_for_a_day(model, preempt):
+    """Without preemption the head waits until the 4-GPU gangs end (26 h) and FIFO holds all ten jobs
+    behind it: each waits about a day. With it, the head preempts a 4-GPU gang (fewest GPUs first),
+    starts on arrival, and the preempted gang, queued ahead of the others, restarts when the head
+    ends; the next head preempts the next gang, and so on until every gang has been preempted once
+    (the thrash guard): four short jobs run half an hour after another instead of a day later, and
+    each gang loses only that half hour (plus its 30 s checkpoint)."""
+    jobs = _head_of_line_trace()
+    out = simulate(jobs, make_policy("iadeep", model, preempt=preempt, predictor="oracle"), model,
+                   ClusterSpec(5, 4, 24.0), SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
+    first = ["head", "short-0", "short-1", "short-2"]
+    if not preempt:
+        assert (out.loc[first, "queueing_s"] > 20 * HOUR).all()
+        assert out["evictions"].sum() == 0
+        return
+    gangs = ["lm8", *(f"lm4-{i}" for i in range(3))]
+    assert out.loc["head", "start_s"] == 600
+    assert (out.loc[gangs, "evictions"] == 1).all() and out.loc[first, "evictions"].sum() == 0
+    for n, job in enumerate(first):  # one after another, each on the GPUs of the next gang preempted
+        assert out.loc[job, "end_s"] == pytest.approx(600 + (n + 1) * 0.5 * HOUR, abs=2.0)
+    delay = out.loc[gangs, "jct_s"] - jobs.set_index("job_id").loc[gangs, "duration"]
+    assert (delay <= 0.5 * HOUR + 30 + 1e-6).all()
+
+
+def test_no_preemption_without_a_blocked_queue(model):
+    """A head with nobody behind it waits (no queue is held back); so does every extender call,
+    which reports no queue (kube-scheduler's queue does not block)."""
+    jobs = _head_of_line_trace().iloc[:5]
+    out = simulate(jobs, make_policy("iadeep", model, predictor="oracle"), model, ClusterSpec(5, 4, 24.0),
+                   SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
+    assert out["evictions"].sum() == 0 and out.loc["head", "queueing_s"] > 20 * HOUR
+
+
+@pytest.mark.parametrize(("running_s", "preempted"), [(5 * HOUR, True), (0.5 * HOUR, False)])
+def test_only_a_job_holding_its_gpu_longer_than_the_head_needs_is_preempted(model, running_s, preempted):
+    """Shortest remaining time first: the head (1 h) with jobs behind it preempts a job that would
+    hold the only GPU for 5 h, never one that frees it in half an hour (sooner than the head's run)."""
+    rows = [("running", 0, running_s, 1, "LM", 10), ("head", 60, HOUR, 1, "ResNet-50", 128),
+            *((f"b{i}", 60, 600, 1, "ResNet-50", 128) for i in range(3))]
+    out = simulate(_jobs(rows), make_policy("iadeep", model, predictor="oracle"), model, ClusterSpec(1, 1, 24.0),
+                   SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
+    assert out.loc["running", "evictions"] == int(preempted)
+    assert out.loc["head", "start_s"] == (60 if preempted else running_s)
+    assert out["evictions"].max() <= 1

@@ -1,0 +1,112 @@
+"""Regenerate the result tables of README.md from runs, so that they cannot drift from the code.
+
+``make results`` runs this: the main job (``iadeep experiment run`` with its defaults) and the
+default sweep (``iadeep experiment sweep``), then rewrites the README blocks between
+``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` (``main``, ``sweep``, ``guard``). Outputs
+stay under ``runs/results/``. ``--check`` only reports whether the README would change (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _hours(s: float) -> str:
+    return f"{s / 3600:.2f}"
+
+
+def main_table(summary: dict) -> str:
+    """Markdown table of the main job's summary (times in hours)."""
+    pol = summary["policies"]
+    ref = pol["iadeep"]["avg_jct_s"]
+    lines = ["| policy | avg JCT (h) | vs iadeep | p99 JCT (h) | makespan (h) | mean slowdown |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, s in pol.items():
+        lines.append(f"| {name} | {_hours(s['avg_jct_s'])} | {s['avg_jct_s'] / ref:.2f}x | {s['p99_jct_s'] / 3600:.1f} | "
+                     f"{s['makespan_s'] / 3600:.1f} | {s['mean_slowdown']:.2f} |")
+    t = summary["trace"]
+    lines.append("")
+    lines.append(f"{t['jobs']} jobs of `{t['name']}`; seed {summary['seed']}; produced by `make results`.")
+    return "\n".join(lines)
+
+
+def sweep_table(df) -> str:
+    """Markdown table: every policy's avg JCT over iadeep's, per sweep setting."""
+    pivot = df.pivot(index="setting", columns="policy", values="avg_jct_vs_iadeep").reindex(df["setting"].unique())
+    cols = [c for c in pivot.columns if c != "iadeep"]
+    lines = ["| setting ([trace-]start job - load - seed) | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for setting, row in pivot.iterrows():
+        lines.append(f"| {setting} | " + " | ".join(f"{row[c]:.2f}" for c in cols) + " |")
+    lines.append("")
+    lines.append("Each cell: that policy's avg JCT / iadeep's (above 1: iadeep is faster). Produced by `make results`.")
+    return "\n".join(lines)
+
+
+def guard_text(guard: dict) -> str:
+    """One paragraph with the sweep's guard figures against the goals."""
+    from iadeep.experiment._sweep import GUARD_GOALS
+
+    return (f"Guard over the {int(guard['settings'])} settings: iadeep's avg JCT / the better of antman and gandiva is "
+            f"**{guard['worst_vs_packing']:.2f} at worst** ({guard['worst_setting']}) and **{guard['median_vs_packing']:.2f} "
+            f"at the median**; iadeep / exclusive is at most **{guard['worst_vs_exclusive']:.2f}**. Goals: "
+            f"{GUARD_GOALS['worst_vs_packing']}, {GUARD_GOALS['median_vs_packing']} and {GUARD_GOALS['worst_vs_exclusive']} "
+            f"(met: {guard['met']}). Produced by `make results`.")
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """Replace the README block ``name``.
+
+    Raises:
+        KeyError: the README has no such block.
+    """
+    pattern = re.compile(rf"(<!-- results:{name} -->\n)(.*?)(\n<!-- /results:{name} -->)", re.S)
+    if not pattern.search(text):
+        raise KeyError(f"README.md has no <!-- results:{name} --> block")
+    return pattern.sub(lambda m: m.group(1) + body + m.group(3), text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(REPO / "runs" / "results"))
+    parser.add_argument("--check", action="store_true", help="exit 1 when the README's tables differ; write nothing")
+    args = parser.parse_args(argv)
+
+    from iadeep.experiment import ExperimentConfig, run_experiment
+    from iadeep.experiment._sweep import guard_figures, run_sweep
+
+    out = Path(args.out)
+    summary = run_experiment(ExperimentConfig(out=str(out / "main")), progress=True)
+    import pandas as pd
+
+    say = lambda s: print(f"sweep: {s}", file=sys.stderr, flush=True)  # noqa: E731
+    df = run_sweep(ExperimentConfig(jobs=400, out=str(out / "sweep")), [0, 20_000, 40_000, 60_000], [1.0, 2.0], [0, 1],
+                   on_setting=say)
+    # beyond Philly: the Alibaba openb pods (Gavel mix) and two Microsoft ITP clusters
+    others = [run_sweep(ExperimentConfig(trace="openb", mix="gavel", jobs=400, out=str(out / "openb")), [0], [1.0], [0, 1],
+                        on_setting=say, label="openb-", write=False)]
+    for vc in ("cluster03", "cluster05"):
+        others.append(run_sweep(ExperimentConfig(trace="ms-itp", virtual_cluster=vc, jobs=400, out=str(out / vc)), [0],
+                                [1.0], [0, 1], on_setting=say, label=f"itp-{vc}-", write=False))
+    df = pd.concat([df, *others], ignore_index=True)
+    df.to_csv(out / "sweep-all.csv", index=False)
+    guard = guard_figures(df)
+    readme = REPO / "README.md"
+    text = readme.read_text()
+    new = replace_block(text, "main", main_table(summary))
+    new = replace_block(new, "sweep", sweep_table(df))
+    new = replace_block(new, "guard", guard_text(guard))
+    if args.check:
+        print("README results are up to date" if new == text else "README results differ from a fresh run")
+        return 0 if new == text else 1
+    readme.write_text(new)
+    print(f"README.md results rewritten from {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
