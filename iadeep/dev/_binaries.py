@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from iadeep._host._binaries import GO_BINARIES, controlplane_dir, etcd_binary
+from iadeep._host._binaries import GO_BINARIES, _build_script, _cache_root, controlplane_dir, etcd_binary
 from iadeep.dev._errors import ControlPlaneError
 
-__all__ = ["BUILD_HINT", "GO_BINARIES", "Binaries", "controlplane_dir", "etcd_binary", "find_binaries"]
+__all__ = [
+    "BUILD_HINT",
+    "GO_BINARIES",
+    "NODE_BUILD_HINT",
+    "Binaries",
+    "NodeBinaries",
+    "controlplane_dir",
+    "etcd_binary",
+    "find_binaries",
+    "find_node_binaries",
+]
 
 BUILD_HINT = "build them with `make controlplane` (tools/controlplane/build.sh; a cold build takes a while)"
 

@@ -271,7 +271,7 @@ def node_up_command(
 @node_app.command("status")
 def node_status_command(name: NameOpt = "default") -> None:
     """Show the real node's processes and its Ready condition. Exit 1 when it is not up."""
-    from iadeep.dev._procs import signal_group
+    from iadeep._host._procs import signal_group
 
     state = _read_state(name)
     node = (state or {}).get("node")
@@ -317,7 +317,7 @@ def deploy_command(name: NameOpt = "default") -> None:
     """Deploy k8s/local (extender + iadeep-scheduler, local images) onto cluster NAME's real node."""
     from iadeep.datasets import fetch
     from iadeep.dev._binaries import find_binaries
-    from iadeep.dev._cluster import free_port
+    from iadeep._host._net import free_port
     from iadeep.dev._deploy import LocalDeployment, deploy_local, find_kubectl, prepare_throughputs
     from iadeep.dev._images import kube_scheduler_image
     from iadeep.dev._node import Node

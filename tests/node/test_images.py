@@ -14,7 +14,7 @@ from kubernetes import client
 from node_support import host_pod, wait_phase
 
 from iadeep.dev import SERVICES, ControlPlane, ControlPlaneError, Node, images_archive, service_image
-from iadeep.dev._cluster import free_port
+from iadeep._host._net import free_port
 from iadeep.dev._deploy import prepare_throughputs
 from iadeep.testing import wait_for
 from iadeep.testing.controlplane import _required
