@@ -143,6 +143,8 @@ printf 'images: archive %s (%s) in %ss\n' "$ARCHIVE" "$(du -h "$ARCHIVE" | cut -
 ls -1dt "$CACHE"/builds/*/ 2>/dev/null | tail -n +3 | while read -r old; do
   [[ "${old%/}" != "$OUT" ]] && rm -rf "${old%/}" && echo "images: removed old archive ${old%/}"
 done
-# containers/storage's overlay driver bind-mounts its layer folder onto itself: undo it.
-umount "$CACHE/storage-$driver/$driver" 2>/dev/null || true
+# containers/storage's overlay driver bind-mounts its layer folder onto itself (and an interrupted
+# build can leave a container's root mounted below it): undo them, deepest first.
+awk -v root="$CACHE/storage-$driver/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+  while read -r m; do umount "$m" 2>/dev/null || true; done
 printf 'images: total %ss\n' "$(secs_since "$t0")"
