@@ -9,7 +9,7 @@ export IADEEP_DATASET_MIRROR
 
 STAMP := $(VENV)/.installed
 
-.PHONY: venv experiment test bench results mutation lock lint clean
+.PHONY: venv experiment test bench results mutation lock lint clean controlplane node images
 
 venv: $(STAMP)
 
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt iadeep/deviceplugin/v1beta1/api.proto
 experiment: $(STAMP)
 	$(BIN)/iadeep experiment run $(ARGS)
 
-test: $(STAMP) controlplane
+test: $(STAMP) controlplane node images
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -62,3 +62,15 @@ clean:
 # into ~/.cache/iadeep/controlplane/<pins>; skipped when already built for the same pins.
 controlplane:
 	bash tools/controlplane/build.sh
+
+# The local real node: kubelet and kubectl from the same pins (tools/controlplane/go.mod), the
+# pod-sandbox `pause`, and Debian's runc/containerd/loopback CNI/buildah/debootstrap (installed
+# with apt-get when missing) into ~/.cache/iadeep/node/<pins>; skipped when already built.
+node:
+	bash tools/node/build.sh
+
+# The services' images (images/*/Dockerfile) built without registry or daemon (debootstrap +
+# buildah), as one OCI archive in ~/.cache/iadeep/images/builds/<content-hash>; skipped when the
+# source tree is unchanged. Needs root (chroot isolation); `make node` first for its packages.
+images: node
+	bash tools/images/build.sh

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,18 @@ from iadeep._parent import die_with_parent
 
 def _pdeathsig() -> None:  # runs in the child between fork and exec
     die_with_parent(signal.SIGKILL)
+
+
+def _preexec(pdeathsig: bool, extra: Callable[[], None] | None) -> Callable[[], None] | None:
+    if extra is None:
+        return _pdeathsig if pdeathsig else None
+
+    def run() -> None:
+        if pdeathsig:
+            _pdeathsig()
+        extra()
+
+    return run
 
 
 @dataclass
@@ -83,7 +96,11 @@ def spawn(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     die_with_parent: bool = True,
+    preexec: Callable[[], None] | None = None,
 ) -> Proc:
+    """Start ``argv`` as the leader of a new session, stdout and stderr appended to
+    ``<log_dir>/<name>.log``. ``preexec`` runs in the child before ``exec`` (after the
+    parent-death signal is set when ``die_with_parent``)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{name}.log"
     with log.open("ab") as out:
@@ -97,7 +114,7 @@ def spawn(
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_pdeathsig if die_with_parent and sys.platform == "linux" else None,  # noqa: PLW1509
+            preexec_fn=_preexec(die_with_parent and sys.platform == "linux", preexec),  # noqa: PLW1509
         )
     return Proc(name=name, argv=argv, log=log, popen=popen)
 

@@ -146,6 +146,9 @@ class ControlPlane:
         self._api_client: ApiClient | None = None
         self._atexit: Callable[[], None] | None = None
         self._node_seq = 0
+        # Called first by stop(), last registered first: real nodes (iadeep.dev.Node) stop here,
+        # before the apiserver goes and before the working directory is deleted.
+        self.stop_hooks: list[Callable[[], None]] = []
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -202,6 +205,9 @@ class ControlPlane:
             with contextlib.suppress(Exception):
                 self._api_client.close()
             self._api_client = None
+        while self.stop_hooks:
+            with contextlib.suppress(Exception):
+                self.stop_hooks.pop()()
         for name in reversed(list(self.procs)):
             with contextlib.suppress(Exception):
                 self.procs[name].stop()
@@ -403,6 +409,13 @@ class ControlPlane:
                 "--allow-privileged=true",
                 # The 'kubernetes' service's Endpoints may not point at a loopback address.
                 "--endpoint-reconciler-type=none",
+                # Real nodes (iadeep.dev.Node): reach kubelets at their InternalIP (127.0.0.1,
+                # never a hostname that could resolve to the machine's interface), verify them
+                # against the cluster CA and authenticate with a certificate of it.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={p.ca_cert}",
+                f"--kubelet-client-certificate={p.clients['kube-apiserver-kubelet-client'].cert}",
+                f"--kubelet-client-key={p.clients['kube-apiserver-kubelet-client'].key}",
                 "--profiling=false",
                 f"--cert-dir={self._dir / 'pki'}",
                 "--v=1",

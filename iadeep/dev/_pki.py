@@ -138,6 +138,9 @@ CLIENT_IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kube-scheduler": ("system:kube-scheduler", ()),
     # kwok plays every fake node's kubelet; it needs to create/patch nodes, leases and pod status.
     "kwok": ("iadeep-dev-kwok", ("system:masters",)),
+    # The apiserver's client certificate towards kubelets (logs, exec, port-forward); a real
+    # node's kubelet trusts the cluster CA for it (see iadeep.dev._node).
+    "kube-apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
 }
 
 
@@ -188,4 +191,35 @@ def generate(directory: Path, *, service_ip: str = "10.96.0.1") -> Pki:
         sa_key=sa_key,
         sa_pub=sa_pub,
         clients=clients,
+    )
+
+
+def issue_from_ca(
+    ca_cert: Path,
+    ca_key: Path,
+    out: Path,
+    cn: str,
+    *,
+    orgs: tuple[str, ...] = (),
+    server: bool = False,
+    dns: tuple[str, ...] = (),
+    ips: tuple[str, ...] = (),
+) -> ClientCert:
+    """Issue one more certificate from a CA that :func:`generate` wrote (e.g. a node's kubelet
+    identity ``system:node:<name>`` in ``system:nodes``, or its serving certificate).
+
+    Writes ``<out>.crt`` and ``<out>.key`` (PEM; the key mode 0600).
+    """
+    ca = _Ca.__new__(_Ca)
+    loaded = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+    if not isinstance(loaded, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{ca_key}: not an ECDSA key")
+    ca.key = loaded
+    ca.name = x509.load_pem_x509_certificate(ca_cert.read_bytes()).subject
+    cert, key = ca.issue(cn, orgs=orgs, server=server, dns=dns, ips=ips)
+    pem = serialization.Encoding.PEM
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return ClientCert(
+        cert=_write(out.with_suffix(".crt"), cert.public_bytes(pem)),
+        key=_write(out.with_suffix(".key"), _key_pem(key), private=True),
     )

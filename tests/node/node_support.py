@@ -1,0 +1,80 @@
+"""Helpers of the real-node tests: pod manifests, waiting for phases, what teardown must remove."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from iadeep.dev import REAL_NODE_LABEL
+from iadeep.dev._nodeclean import CONTAINER_LOG_LINKS, cgroup_hierarchies, cgroup_pids, mounts_under
+from iadeep.testing import wait_for
+
+
+def host_pod(name: str, image: str, command: list[str], *, node: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A hostNetwork pod of a local image (never pulled) for the real node."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "hostNetwork": True,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}],
+            **spec,
+        },
+    }
+    if node is None:
+        body["spec"]["nodeSelector"] = {REAL_NODE_LABEL: "true"}
+    else:
+        body["spec"]["nodeName"] = node
+    return body
+
+
+def wait_phase(core: Any, namespace: str, name: str, phases: set[str], timeout: float = 120.0) -> Any:
+    """Wait until the pod's phase is one of ``phases``; the assertion names the pod's status."""
+    pod = wait_for(
+        lambda: core.read_namespaced_pod(name, namespace),
+        lambda p: p.status.phase in phases,
+        timeout=timeout,
+        what=f"pod {namespace}/{name} in {sorted(phases)}",
+    )
+    return pod
+
+
+def processes_mentioning(text: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every process whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append((int(entry.name), cmdline.strip()))
+    return found
+
+
+def leftovers(workdir: Path, cgroup: str) -> dict[str, list[Any]]:
+    """Everything a stopped node must not leave behind; all lists empty when clean."""
+    links = []
+    if CONTAINER_LOG_LINKS.is_dir():
+        root = str(workdir.resolve())
+        links = [str(p) for p in CONTAINER_LOG_LINKS.iterdir() if p.is_symlink() and os.readlink(p).startswith(root)]
+    return {
+        "processes": processes_mentioning(str(workdir)),
+        "cgroup_pids": sorted(cgroup_pids(cgroup)),
+        "mounts": mounts_under(workdir),
+        "cgroups": [str(h / cgroup.strip("/")) for h in cgroup_hierarchies() if (h / cgroup.strip("/")).exists()],
+        "log_links": links,
+    }
+
+
+def pod_log(core: Any, namespace: str, name: str) -> str:
+    """The pod's log through the API (apiserver -> kubelet), as text (the client's own decoding
+    of this endpoint returns the repr of bytes)."""
+    resp = core.read_namespaced_pod_log(name, namespace, _preload_content=False)
+    return resp.data.decode()
