@@ -762,6 +762,8 @@ class EtcdStateStore:
             if end_of_life:  # the pod's records end with its reservation
                 ops.append(_delete_op(self.keys.job(pod_uid)))
                 ops.append(_delete_prefix_op(self.keys.measurement(pod_uid, "")))
+                ops.append(_delete_op(self.keys.batch_size(pod_uid)))
+                ops.append(_delete_op(self.keys.workload(pod_uid)))
             ok, snapshot, tries = self._txn(compare, ops, reads)
             if ok:
                 return held

@@ -73,7 +73,7 @@ MEM_EPSILON_GIB = 1e-9
 
 RESERVE_OPS_FIXED = 2
 """Operations of a reservation beyond 3 per GPU: the job record and the reservation record."""
-RELEASE_OPS_FIXED = 3
+RELEASE_OPS_FIXED = 5
 """Operations of a release beyond 3 per GPU: the reservation, job and measurements deletes."""
 
 
@@ -81,11 +81,12 @@ def reservation_gpu_limit(max_txn_ops: int) -> int:
     """The most GPUs one pod may reserve when a transaction may hold ``max_txn_ops`` operations.
 
     A reservation of n GPUs is one transaction of 3n+2 puts (per GPU: its assignment, GPU state
-    and tuning request; plus the job and reservation records) and its release one of 3n+3 (per
+    and tuning request; plus the job and reservation records) and its release one of 3n+5 (per
     GPU: the assignment delete, the GPU state and the tuning request put or delete; plus the
-    reservation, job and measurements deletes). etcd refuses a transaction whose compare list or
-    either branch holds more than ``--max-txn-ops`` operations (default 128; etcd's
-    ``checkTxnRequest``), so both must fit: ``n <= (max_txn_ops - 3) // 3`` (41 at 128).
+    reservation, job, measurements, batch-size and workload-status deletes). etcd refuses a
+    transaction whose compare list or either branch holds more than ``--max-txn-ops`` operations
+    (default 128; etcd's ``checkTxnRequest``), so both must fit: ``n <= (max_txn_ops - 5) // 3``
+    (41 at 128).
     """
     return max(0, (int(max_txn_ops) - RELEASE_OPS_FIXED) // 3)
 
@@ -289,7 +290,7 @@ def check_gpu_count(job: JobRecord, gpus: Sequence[int], limit: int, max_txn_ops
     """
     if len(gpus) > limit:
         raise AllocationConflict(
-            f"pod {job.pod_uid} needs {len(gpus)} GPUs; one reservation is one etcd transaction of 3n+3 operations "
+            f"pod {job.pod_uid} needs {len(gpus)} GPUs; one reservation is one etcd transaction of 3n+5 operations "
             f"and etcd's --max-txn-ops is {max_txn_ops} (IADEEP_ETCD_MAX_TXN_OPS): at most {limit} GPUs per pod"
         )
 

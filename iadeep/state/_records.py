@@ -5,32 +5,6 @@ record's owner (the only writer that creates it) and its end of life. Nothing gr
 number of pods that ever ran: a pod's records end with its reservation, a GPU's with its last
 pod, a node's with its device plugin's lease.
 
-key                                             value
-==============================================  ==============================================
-``<p>/nodes/<node>``                            :class:`NodeInventory` (published by the device
-                                                plugin; attached to the plugin's lease)
-``<p>/jobs/<pod_uid>``                          :class:`JobRecord`
-``<p>/assignments/<node>/<gpu>/<pod_uid>``      :class:`Assignment` (one per pod per GPU)
-``<p>/gpus/<node>/<gpu>``                       :class:`GpuState` (memory used, co-located pods;
-                                                the record that allocation transactions compare
-                                                on, by mod revision)
-``<p>/measurements/<pod_uid>/<seq>``            :class:`Measurement` (throughput a job reported)
-``<p>/tuning/<node>/<gpu>``                     :class:`TuningRequest` (set when a GPU's
-                                                co-location set changes; the coordinator's cue)
-``<p>/samples/<seq>``                           :class:`InterferenceSampleRecord` (learned)
-``<p>/batchsizes/<pod_uid>``                    :class:`BatchSizeAssignment` (written by the node
-                                                coordinator, watched by the job's SDK; deleted
-                                                with the job record)
-``<p>/workloads/<pod_uid>``                     :class:`WorkloadStatus` (written by the job's SDK
-                                                at start and end; deleted with the job record)
-``<p>/locks/<name>``                            etcd lock keys
-==============================================  ==============================================
-
-Owners: the device plugin writes ``nodes/``; the extender ``jobs/``, ``assignments/``,
-``gpus/``, ``reservations/`` and ``tuning/`` (the coordinator deletes a ``tuning/`` record when it
-finished that session); jobs (``iadeep.workload``) write ``measurements/`` (at most one per second
-per job) and ``workloads/``; the coordinator writes ``batchsizes/`` and ``samples/``.
-=======
 ==========================================  =====================================  ===================================
 key: value                                  owner (writer)                         end of life
 ==========================================  =====================================  ===================================

@@ -143,7 +143,7 @@ class StateSettings(BaseSettings):
         max_txn_ops: the most operations etcd accepts in one transaction branch: set it to the
             etcd server's ``--max-txn-ops`` (etcd's default, 128). It bounds the GPUs one pod may
             reserve (a reservation of n GPUs is one transaction of 3n+2 operations, its release
-            3n+3: at most 41 GPUs per pod at 128; see
+            3n+5: at most 41 GPUs per pod at 128; see
             :func:`iadeep.state.reservation_gpu_limit`), and the extender's filter fails larger
             pods as unresolvable with a reason naming this limit.
     """

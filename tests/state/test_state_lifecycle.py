@@ -37,7 +37,7 @@ def _keys(store) -> list[str]:
 
 
 def test_limit_follows_the_operations_per_transaction() -> None:
-    assert reservation_gpu_limit(128) == 41  # 3n+3 <= 128
+    assert reservation_gpu_limit(128) == 41  # 3n+5 <= 128
     assert reservation_gpu_limit(1000) == 332
     assert MemoryStateStore(max_txn_ops=64).max_reservation_gpus == 20
 
@@ -54,7 +54,7 @@ def test_a_48_gpu_pod_is_refused_naming_the_limit_and_41_fit(store) -> None:
     assert "48 GPUs" in message and "--max-txn-ops is 128" in message and "at most 41" in message
     assert "unavailable" not in message
     assert snapshot(store) == before
-    # the largest pod the limit allows binds, and releases (3n+3 = 126 operations), in one go each
+    # the largest pod the limit allows binds, and releases (3n+5 = 128 operations), in one go each
     got = store.reserve(job("g41", 10.0, 41), "big", range(41), colocation_limit=2, now_s=2.0)
     assert len(got) == 41 and len(store.assignments("big")) == 41
     assert len(store.release("g41", now_s=3.0)) == 41
