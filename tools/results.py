@@ -43,15 +43,16 @@ def sweep_table(df) -> str:
     for setting, row in pivot.iterrows():
         lines.append(f"| {setting} | " + " | ".join(f"{row[c]:.2f}" for c in cols) + " |")
     lines.append("")
-    lines.append("Each cell: that policy's avg JCT / iadeep's (above 1: iadeep is faster). Produced by `make results`.")
+    lines.append("Each cell: that policy's avg JCT / iadeep's (above 1: iadeep is faster), strict FIFO queue. "
+                 "Produced by `make results`.")
     return "\n".join(lines)
 
 
-def guard_text(guard: dict) -> str:
-    """One paragraph with the sweep's guard figures against the goals."""
+def guard_text(guard: dict, queue: str) -> str:
+    """One paragraph with the guard figures of one queue model against the goals."""
     from iadeep.experiment._sweep import GUARD_GOALS
 
-    return (f"Guard over the {int(guard['settings'])} settings: iadeep's avg JCT / the better of antman and gandiva is "
+    return (f"**{queue} queue**, {int(guard['settings'])} settings: iadeep's avg JCT / the better of antman and gandiva is "
             f"**{guard['worst_vs_packing']:.2f} at worst** ({guard['worst_setting']}) and **{guard['median_vs_packing']:.2f} "
             f"at the median**; iadeep / exclusive is at most **{guard['worst_vs_exclusive']:.2f}**. Goals: "
             f"{GUARD_GOALS['worst_vs_packing']}, {GUARD_GOALS['median_vs_packing']} and {GUARD_GOALS['worst_vs_exclusive']} "
@@ -84,22 +85,26 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     say = lambda s: print(f"sweep: {s}", file=sys.stderr, flush=True)  # noqa: E731
-    df = run_sweep(ExperimentConfig(jobs=400, out=str(out / "sweep")), [0, 20_000, 40_000, 60_000], [1.0, 2.0], [0, 1],
-                   on_setting=say)
-    # beyond Philly: the Alibaba openb pods (Gavel mix) and two Microsoft ITP clusters
-    others = [run_sweep(ExperimentConfig(trace="openb", mix="gavel", jobs=400, out=str(out / "openb")), [0], [1.0], [0, 1],
-                        on_setting=say, label="openb-", write=False)]
-    for vc in ("cluster03", "cluster05"):
-        others.append(run_sweep(ExperimentConfig(trace="ms-itp", virtual_cluster=vc, jobs=400, out=str(out / vc)), [0],
-                                [1.0], [0, 1], on_setting=say, label=f"itp-{vc}-", write=False))
-    df = pd.concat([df, *others], ignore_index=True)
-    df.to_csv(out / "sweep-all.csv", index=False)
-    guard = guard_figures(df)
+    frames, guards = {}, {}
+    for queue in ("fifo", "kube"):  # the simulator's strict FIFO and kube-scheduler's queue
+        parts = [run_sweep(ExperimentConfig(jobs=400, queue=queue, out=str(out / queue / "philly")), [0, 20_000, 40_000, 60_000],
+                           [1.0, 2.0], [0, 1], on_setting=say, write=False)]
+        # beyond Philly: the Alibaba openb pods (Gavel mix) and two Microsoft ITP clusters
+        parts.append(run_sweep(ExperimentConfig(trace="openb", mix="gavel", jobs=400, queue=queue, out=str(out / queue / "openb")),
+                               [0], [1.0], [0, 1], on_setting=say, label="openb-", write=False))
+        for vc in ("cluster03", "cluster05"):
+            parts.append(run_sweep(ExperimentConfig(trace="ms-itp", virtual_cluster=vc, jobs=400, queue=queue,
+                                                    out=str(out / queue / vc)), [0], [1.0], [0, 1], on_setting=say,
+                                   label=f"itp-{vc}-", write=False))
+        frames[queue] = pd.concat(parts, ignore_index=True)
+        frames[queue].to_csv(out / f"sweep-{queue}.csv", index=False)
+        guards[queue] = guard_figures(frames[queue])
+    df = frames["fifo"]
     readme = REPO / "README.md"
     text = readme.read_text()
     new = replace_block(text, "main", main_table(summary))
     new = replace_block(new, "sweep", sweep_table(df))
-    new = replace_block(new, "guard", guard_text(guard))
+    new = replace_block(new, "guard", "\n\n".join(guard_text(g, q) for q, g in guards.items()))
     if args.check:
         print("README results are up to date" if new == text else "README results differ from a fresh run")
         return 0 if new == text else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Annotated, Optional
 
@@ -133,10 +134,14 @@ def sweep_cmd(
     trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
     virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
     mix: Annotated[str, typer.Option(help="Workload mix: iadeep or gavel.")] = _D.mix,
+    queue: Annotated[str, typer.Option(help="Comma-separated queue models (fifo, backfill, kube): side by side.")] = _D.queue,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/sweep",
 ) -> None:
-    """Compare the policies over several windows x loads x seeds; write sweep.csv and sweep.png."""
+    """Compare the policies over several windows x loads x seeds (x queue models); write sweep.csv,
+    sweep.png and guard.json (the guard figures per queue model)."""
+    import pandas as pd
+
     from iadeep.experiment._sweep import GUARD_GOALS, guard_figures, plot_sweep, run_sweep
     from iadeep.report import write_json
 
@@ -144,12 +149,14 @@ def sweep_cmd(
     try:
         base = ExperimentConfig(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
                                 policies=tuple(p.strip() for p in policies.split(",") if p.strip()), out=out)
+        queues = [q.strip() for q in queue.split(",") if q.strip()]
+        bases = {q: dataclasses.replace(base, queue=q) for q in queues}  # validates each queue name
         starts = _number_list("start_jobs", start_jobs, int)
         load_list = _number_list("loads", loads, float)
         seed_list = _number_list("seeds", seeds, int)
     except ConfigError as exc:
         raise usage_error(exc) from None
-    n = len(starts) * len(load_list) * len(seed_list)
+    n = len(starts) * len(load_list) * len(seed_list) * len(queues)
     with Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("settings", total=n)
 
@@ -159,7 +166,11 @@ def sweep_cmd(
             bar.update(task, description=setting, completed=started[0])
             started[0] += 1
 
-        df = run_sweep(base, starts, load_list, seed_list, on_setting=step)
+        label = (lambda q: f"{q}:") if len(queues) > 1 else (lambda q: "")
+        df = pd.concat([run_sweep(b, starts, load_list, seed_list, on_setting=step, label=label(q), write=False).assign(queue=q)
+                        for q, b in bases.items()], ignore_index=True)
+        base.out_dir.mkdir(parents=True, exist_ok=True)
+        df.to_csv(base.out_dir / "sweep.csv", index=False)
         bar.update(task, completed=n)
     plot_sweep(df, base.out_dir / "sweep.png")
     table = Table(title="avg JCT / iadeep's (above 1: iadeep is faster)")
@@ -170,14 +181,17 @@ def sweep_cmd(
     for setting, row in pivot.iterrows():
         table.add_row(str(setting), *(f"{v:.2f}" for v in row))
     console.print(table)
-    guard = guard_figures(df)
-    if guard["worst_vs_packing"] is not None:
-        console.print(f"guard: iadeep / better of antman, gandiva: worst {guard['worst_vs_packing']:.2f} "
-                      f"({guard['worst_setting']}), median {guard['median_vs_packing']:.2f}; "
-                      f"worst vs exclusive {guard['worst_vs_exclusive'] if guard['worst_vs_exclusive'] is None else round(guard['worst_vs_exclusive'], 2)}"
-                      f" (goals {GUARD_GOALS['worst_vs_packing']}, {GUARD_GOALS['median_vs_packing']}, "
-                      f"{GUARD_GOALS['worst_vs_exclusive']}: met {guard['met']})")
-    write_json(base.out_dir / "guard.json", guard)  # strict JSON: an undefined ratio is null with its reason
+    guards = {q: guard_figures(df[df["queue"] == q]) for q in queues}
+    for q, guard in guards.items():
+        if guard["worst_vs_packing"] is None:
+            continue
+        excl = guard["worst_vs_exclusive"]
+        console.print(f"guard ({q} queue): iadeep / better of antman, gandiva: worst {guard['worst_vs_packing']:.2f} "
+                      f"({guard['worst_setting']}), median {guard['median_vs_packing']:.2f}; worst vs exclusive "
+                      f"{'n/a' if excl is None else f'{excl:.2f}'} (goals {GUARD_GOALS['worst_vs_packing']}, "
+                      f"{GUARD_GOALS['median_vs_packing']}, {GUARD_GOALS['worst_vs_exclusive']}: met {guard['met']})")
+    # strict JSON: an undefined ratio is null with its reason; one queue model: its figures, several: by model
+    write_json(base.out_dir / "guard.json", guards[queues[0]] if len(queues) == 1 else guards)
     console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png, guard.json")
 
 
