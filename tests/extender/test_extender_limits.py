@@ -40,8 +40,8 @@ def test_the_limit_comes_from_configuration(make_service, store, etcd_settings):
     narrow = EtcdStateStore(etcd_settings.model_copy(update={"max_txn_ops": 64}))  # etcd --max-txn-ops=64
     try:
         svc = make_service(state_store=narrow)
-        out = svc.filter(ExtenderArgs.model_validate(extender_args(gpu_pod("m", mem=10, gpus=21, uid="u21"), ["big"])))
-        assert "at most 20 GPUs" in out.failed_and_unresolvable["big"] and out.node_names == []
+        out = svc.filter(ExtenderArgs.model_validate(extender_args(gpu_pod("m", mem=10, gpus=20, uid="u20"), ["big"])))
+        assert "at most 19 GPUs" in out.failed_and_unresolvable["big"] and out.node_names == []
     finally:
         narrow.close()
 

@@ -38,8 +38,8 @@ def _keys(store) -> list[str]:
 
 def test_limit_follows_the_operations_per_transaction() -> None:
     assert reservation_gpu_limit(128) == 41  # 3n+5 <= 128
-    assert reservation_gpu_limit(1000) == 332
-    assert MemoryStateStore(max_txn_ops=64).max_reservation_gpus == 20
+    assert reservation_gpu_limit(1000) == 331
+    assert MemoryStateStore(max_txn_ops=64).max_reservation_gpus == 19
 
 
 def test_a_48_gpu_pod_is_refused_naming_the_limit_and_41_fit(store) -> None:
@@ -196,8 +196,8 @@ def test_raw_key_count_matches_after_release(etcd_store) -> None:
 
 def test_the_bound_is_tight_against_a_real_etcd_limit(tmp_path, prefix) -> None:
     """etcd started with --max-txn-ops=32 and the store told so: 9 GPUs reserve (29 operations)
-    and release (30), 10 are refused by the store naming the limit; told 35 instead, the store
-    would reserve 10 (32 operations, accepted) and then fail to release them (33): the release
+    and release (32), 10 are refused by the store naming the limit; told 35 instead, the store
+    would reserve 10 (32 operations, accepted) and then fail to release them (35): the release
     is what bounds n, and etcd's refusal reads as too large, not as unavailable."""
     from iadeep.state import LocalEtcd
 
@@ -214,7 +214,7 @@ def test_the_bound_is_tight_against_a_real_etcd_limit(tmp_path, prefix) -> None:
         store.close()
         wrong = EtcdStateStore(etcd_settings(etcd.endpoint, prefix, max_txn_ops=35))
         assert len(wrong.reserve(job("ten", 1.0, 10), "n", range(10), colocation_limit=2, now_s=4.0)) == 10
-        with pytest.raises(TransactionTooLarge, match="33 operations"):
+        with pytest.raises(TransactionTooLarge, match="35 operations"):
             wrong.release("ten", now_s=5.0)
         wrong.close()
     finally:
