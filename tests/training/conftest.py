@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -19,7 +18,8 @@ from datasets_support import Entry, FakeServer, Handler, write_manifest  # noqa:
 from training_support import cifar10_archive, cifar100_archive, movielens_archive, wikitext_archive  # noqa: E402
 
 from iadeep.datasets import fetch  # noqa: E402
-from iadeep.state import EtcdStateStore, LocalEtcd, LocalEtcdError, StateSettings  # noqa: E402
+from iadeep.state import EtcdStateStore, StateSettings  # noqa: E402
+from iadeep.testing.etcd import etcd_server, etcd_settings  # noqa: E402,F401 - pytest finds fixtures by name
 
 torch.set_num_threads(1)  # two cores shared by everyone: keep each test on one
 
@@ -56,22 +56,6 @@ def datasets(http_server: FakeServer, tmp_path_factory: pytest.TempPathFactory) 
     for name in archives:
         fetch(name, progress=False, cache_dir=cache, manifest=manifest, mirror="")
     return {"root": cache / "datasets", "manifest": manifest, "cache": cache, "cifar10": arrays, "ratings": ratings}
-
-
-@pytest.fixture(scope="session")
-def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEtcd]:
-    etcd = LocalEtcd(tmp_path_factory.mktemp("etcd"), fsync=False)
-    try:
-        etcd.start()
-    except LocalEtcdError as exc:
-        pytest.fail(f"could not start etcd: {exc}")
-    yield etcd
-    etcd.stop()
-
-
-@pytest.fixture
-def etcd_settings(etcd_server: LocalEtcd) -> StateSettings:
-    return StateSettings(endpoints=[etcd_server.endpoint], prefix=f"/t-{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture
