@@ -78,3 +78,26 @@ def pod_log(core: Any, namespace: str, name: str) -> str:
     of this endpoint returns the repr of bytes)."""
     resp = core.read_namespaced_pod_log(name, namespace, _preload_content=False)
     return resp.data.decode()
+
+
+def rbac_for(manifest: Path, namespace: str, suffix: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The ServiceAccounts, ClusterRoles and ClusterRoleBindings of a shipped RBAC manifest
+    (``k8s/*/rbac.yaml``), moved to ``namespace`` and with cluster-scoped names ending in
+    ``suffix`` (several test modules share one cluster). Returns the objects in creation order
+    and the map shipped service-account name -> its name here (the same)."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    out, accounts = [], {}
+    for d in docs:
+        d = dict(d, metadata=dict(d["metadata"]))
+        if d["kind"] == "ServiceAccount":
+            d["metadata"]["namespace"] = namespace
+            accounts[d["metadata"]["name"]] = d["metadata"]["name"]
+        elif d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            d["metadata"]["name"] += suffix
+            if d["kind"] == "ClusterRoleBinding":
+                d["roleRef"] = dict(d["roleRef"], name=d["roleRef"]["name"] + suffix)
+                d["subjects"] = [dict(s, namespace=namespace) for s in d["subjects"]]
+        out.append(d)
+    return out, accounts
