@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -64,10 +65,15 @@ def leftovers(workdir: Path, cgroup: str) -> dict[str, list[Any]]:
     if CONTAINER_LOG_LINKS.is_dir():
         root = str(workdir.resolve())
         links = [str(p) for p in CONTAINER_LOG_LINKS.iterdir() if p.is_symlink() and os.readlink(p).startswith(root)]
+    pids = sorted(cgroup_pids(cgroup))
+    mounts = set(mounts_under(workdir))  # this (the host's) namespace, and the node's own (_node.py)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            mounts.update(mounts_under(workdir, pid))
     return {
         "processes": processes_mentioning(str(workdir)),
-        "cgroup_pids": sorted(cgroup_pids(cgroup)),
-        "mounts": mounts_under(workdir),
+        "cgroup_pids": pids,
+        "mounts": sorted(mounts),
         "cgroups": [str(h / cgroup.strip("/")) for h in cgroup_hierarchies() if (h / cgroup.strip("/")).exists()],
         "log_links": links,
     }
