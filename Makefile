@@ -63,7 +63,7 @@ clean:
 controlplane:
 	bash tools/controlplane/build.sh
 
-# The local real node: kubelet and kubectl from the same pins (tools/controlplane/go.mod), the
+# The local real node: kubelet from the same pins (tools/controlplane/go.mod), the
 # pod-sandbox `pause`, and Debian's runc/containerd/loopback CNI/buildah/debootstrap (installed
 # with apt-get when missing) into ~/.cache/iadeep/node/<pins>; skipped when already built.
 node:

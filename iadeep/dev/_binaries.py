@@ -70,6 +70,8 @@ class NodeBinaries:
     runc: Path
     cni_bin_dir: Path
     busybox: Path | None
+    unshare: Path = Path("/usr/bin/unshare")  # util-linux: the node's mount namespace
+    nsenter: Path = Path("/usr/bin/nsenter")
 
 
 def _node_dir() -> Path | None:
@@ -105,7 +107,7 @@ def find_node_binaries() -> NodeBinaries:
     directory = _node_dir()
     if directory is None:
         raise ControlPlaneError(f"kubelet/pause not found; {NODE_BUILD_HINT}")
-    debian = {n: _which(n) for n in ("containerd", "containerd-shim-runc-v2", "ctr", "runc")}
+    debian = {n: _which(n) for n in ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "unshare", "nsenter")}
     missing = [n for n, p in debian.items() if p is None]
     cni = next((d for d in (Path("/usr/lib/cni"), Path("/opt/cni/bin")) if os.access(d / "loopback", os.X_OK)), None)
     if cni is None:
@@ -122,4 +124,6 @@ def find_node_binaries() -> NodeBinaries:
         runc=debian["runc"],  # type: ignore[arg-type]
         cni_bin_dir=cni,
         busybox=_which("busybox"),
+        unshare=debian["unshare"],  # type: ignore[arg-type]
+        nsenter=debian["nsenter"],  # type: ignore[arg-type]
     )

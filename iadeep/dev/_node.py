@@ -46,6 +46,9 @@ __all__ = ["REAL_NODE_LABEL", "Node", "NodeError"]
 log = logging.getLogger(__name__)
 
 REAL_NODE_LABEL = "iadeep.io/real-node"
+# Where every kubelet looks for device plugins (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1
+# DevicePluginPath; not configurable): bound to each node's own folder in its mount namespace.
+KUBELET_DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 BUSYBOX_APPLETS = ("sh", "echo", "cat", "env", "sleep", "ls", "true", "false", "wget", "nc", "hostname", "id")
 
 
@@ -132,6 +135,8 @@ class Node:
         self._atexit: Callable[[], None] | None = None
         self._started = False
         self._api: Any = None
+        self._programs: dict[str, str] = {}
+        self._kubelet_launch: tuple[list[str], dict[str, str], Callable[[], None]] | None = None
 
     @classmethod
     def for_control_plane(cls, cp: ControlPlane, name: str = "iadeep-node", **kwargs: Any) -> Node:
@@ -213,7 +218,7 @@ class Node:
             "ports": dict(self.ports),
             "containerd_socket": str(self.paths.containerd_socket),
             "device_plugin_dir": str(self.paths.device_plugins),
-            "processes": {n: {"pid": p.pid, "exe": p.argv[0]} for n, p in self.procs.items()},
+            "processes": {n: {"pid": p.pid, "exe": self._programs.get(n, p.argv[0])} for n, p in self.procs.items()},
             "timings": dict(self.timings),
         }
 
@@ -314,7 +319,18 @@ class Node:
 
         b = self._bins
         env = dict(os.environ, PATH=f"{b.containerd_shim.parent}:{b.runc.parent}:{os.environ.get('PATH', '')}")
-        self._spawn("containerd", [str(b.containerd), "--config", str(p.containerd_config)], env, join)
+        # The kubelet's device manager has no setting for its folder: kubelet.sock and the
+        # plugins' sockets are always in /var/lib/kubelet/device-plugins. So that several nodes
+        # (and other users of that folder) can share the machine, containerd and the kubelet run
+        # in a mount namespace of their own in which the node's folder is bound there; a
+        # device-plugin pod's hostPath /var/lib/kubelet/device-plugins (resolved by runc in that
+        # namespace) is the node's folder too. The namespace and its mounts go with its last process.
+        KUBELET_DEVICE_PLUGINS.mkdir(parents=True, exist_ok=True)  # the mount point; stays empty
+        p.device_plugins.mkdir(parents=True, exist_ok=True)
+        wrap = [str(b.unshare), "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh", str(p.device_plugins), str(KUBELET_DEVICE_PLUGINS)]
+        self._programs = {"containerd": str(b.containerd), "kubelet": str(b.kubelet)}
+        self._spawn("containerd", [*wrap, str(b.containerd), "--config", str(p.containerd_config)], env, join)
         self._wait(lambda: self.ctr("version", timeout=5) != "", self.ready_timeout, "containerd", "containerd")
         self._mark("containerd", t0)
 
@@ -326,6 +342,9 @@ class Node:
 
         labels = ",".join(f"{k}={v}" for k, v in self.labels.items())
         argv = [
+            str(b.nsenter),
+            f"--mount=/proc/{self.procs['containerd'].pid}/ns/mnt",
+            "--",
             str(b.kubelet),
             f"--config={p.kubelet_config}",
             f"--kubeconfig={p.kubelet_kubeconfig}",
@@ -336,15 +355,36 @@ class Node:
             f"--node-labels={labels}",
             "--v=1",
         ]
+        self._kubelet_launch = (argv, env, join)
+        self._run_kubelet()
+        self._mark("node-ready", t0)
+
+    def restart_kubelet(self) -> None:
+        """Stop the kubelet and start it again with the same configuration (containerd and the
+        containers keep running), as an upgrade or a crash-loop would; returns once the node is
+        Ready again. The kubelet's device manager removes the plugins' sockets on start, so the
+        device plugins must register again (they watch ``kubelet.sock``).
+
+        Raises:
+            NodeError: the node is not started, or the kubelet did not come back Ready.
+        """
+        if not self._started or self._kubelet_launch is None:
+            raise NodeError(f"node {self.name} is not started")
+        proc = self.procs.pop("kubelet", None)
+        if proc is not None:
+            proc.stop(timeout=10)
+        self._run_kubelet()
+
+    def _run_kubelet(self) -> None:
+        assert self._kubelet_launch is not None
+        argv, env, join = self._kubelet_launch
         saved = _read_sysctls()
         self._spawn("kubelet", argv, env, join)
         try:
             self._wait(self._healthz, self.ready_timeout, "kubelet /healthz", "kubelet")
-            self._mark("kubelet", t0)
             self._wait(self._set_loopback_address, self.ready_timeout, f"node {self.name} registered", "kubelet")
             # Ready implies the kubelet's container manager has started (and set its sysctls).
             self._wait(self._ready, self.ready_timeout, f"node {self.name} Ready", "kubelet")
-            self._mark("node-ready", t0)
         finally:
             restored = _restore_sysctls(saved)
             if restored:

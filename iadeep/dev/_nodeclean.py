@@ -36,10 +36,11 @@ CONTAINER_LOG_LINKS = Path("/var/log/containers")
 _MNT_DETACH = 2  # <sys/mount.h>
 
 
-def _mountinfo() -> list[tuple[str, str]]:
-    """(mount point, filesystem type) of every mount of this process's namespace."""
+def _mountinfo(pid: int | str = "self") -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of every mount of the mount namespace of ``pid`` (default:
+    this process's)."""
     out = []
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+    with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="replace") as f:
         for line in f:
             left, _, right = line.partition(" - ")
             fields = left.split()
@@ -149,10 +150,15 @@ def _remove_cgroup(rel: str) -> None:
                     time.sleep(0.05)
 
 
-def mounts_under(directory: Path) -> list[str]:
-    """Mount points at or below ``directory``, deepest first."""
+def mounts_under(directory: Path, pid: int | str = "self") -> list[str]:
+    """Mount points at or below ``directory`` in the mount namespace of ``pid`` (default: this
+    process's), deepest first.
+
+    Raises:
+        OSError: no process ``pid``.
+    """
     root = str(directory.resolve())
-    points = {p for p, _t in _mountinfo() if p == root or p.startswith(root + "/")}
+    points = {p for p, _t in _mountinfo(pid) if p == root or p.startswith(root + "/")}
     return sorted(points, key=lambda p: (-p.count("/"), p))
 
 

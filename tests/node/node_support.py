@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -64,10 +65,15 @@ def leftovers(workdir: Path, cgroup: str) -> dict[str, list[Any]]:
     if CONTAINER_LOG_LINKS.is_dir():
         root = str(workdir.resolve())
         links = [str(p) for p in CONTAINER_LOG_LINKS.iterdir() if p.is_symlink() and os.readlink(p).startswith(root)]
+    pids = sorted(cgroup_pids(cgroup))
+    mounts = set(mounts_under(workdir))  # this (the host's) namespace, and the node's own (_node.py)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            mounts.update(mounts_under(workdir, pid))
     return {
         "processes": processes_mentioning(str(workdir)),
-        "cgroup_pids": sorted(cgroup_pids(cgroup)),
-        "mounts": mounts_under(workdir),
+        "cgroup_pids": pids,
+        "mounts": sorted(mounts),
         "cgroups": [str(h / cgroup.strip("/")) for h in cgroup_hierarchies() if (h / cgroup.strip("/")).exists()],
         "log_links": links,
     }
@@ -78,3 +84,26 @@ def pod_log(core: Any, namespace: str, name: str) -> str:
     of this endpoint returns the repr of bytes)."""
     resp = core.read_namespaced_pod_log(name, namespace, _preload_content=False)
     return resp.data.decode()
+
+
+def rbac_for(manifest: Path, namespace: str, suffix: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The ServiceAccounts, ClusterRoles and ClusterRoleBindings of a shipped RBAC manifest
+    (``k8s/*/rbac.yaml``), moved to ``namespace`` and with cluster-scoped names ending in
+    ``suffix`` (several test modules share one cluster). Returns the objects in creation order
+    and the map shipped service-account name -> its name here (the same)."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    out, accounts = [], {}
+    for d in docs:
+        d = dict(d, metadata=dict(d["metadata"]))
+        if d["kind"] == "ServiceAccount":
+            d["metadata"]["namespace"] = namespace
+            accounts[d["metadata"]["name"]] = d["metadata"]["name"]
+        elif d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            d["metadata"]["name"] += suffix
+            if d["kind"] == "ClusterRoleBinding":
+                d["roleRef"] = dict(d["roleRef"], name=d["roleRef"]["name"] + suffix)
+                d["subjects"] = [dict(s, namespace=namespace) for s in d["subjects"]]
+        out.append(d)
+    return out, accounts

@@ -13,25 +13,12 @@ import pytest
 from kubernetes import client
 from node_support import host_pod, wait_phase
 
-from iadeep.dev import SERVICES, ControlPlane, ControlPlaneError, Node, images_archive, service_image
+from iadeep.dev import SERVICES, ControlPlane, Node, images_archive, service_image
 from iadeep._host._net import free_port
 from iadeep.dev._deploy import prepare_throughputs
 from iadeep.testing import wait_for
-from iadeep.testing.controlplane import _required
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def images(real_node: Node) -> list[str]:
-    try:
-        archive = images_archive()
-    except ControlPlaneError as exc:
-        if _required():
-            pytest.fail(f"{exc} (required under CI)", pytrace=False)
-        pytest.skip(str(exc))
-    assert archive is not None
-    return real_node.import_images([archive])
 
 
 def _get(url: str) -> tuple[int, str]:

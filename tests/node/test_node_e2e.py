@@ -21,6 +21,7 @@ from kubernetes import client
 from node_support import host_pod, leftovers, pod_log, processes_mentioning, wait_phase
 
 from iadeep.dev import REAL_NODE_LABEL, ControlPlane, Node
+from iadeep.dev._node import KUBELET_DEVICE_PLUGINS
 from iadeep.dev._nodeclean import cgroup_pids, cgroup_v2, mounts_under
 from iadeep.testing import wait_for
 
@@ -148,4 +149,10 @@ def test_teardown_leaves_no_process_mount_or_cgroup(
     assert before["cgroup_pids"] and before["mounts"] and before["cgroups"], before
     assert leftovers(workdir, cgroup) == {"processes": [], "cgroup_pids": [], "mounts": [], "cgroups": [], "log_links": []}
     assert not cgroup_pids(cgroup) and not mounts_under(workdir)
+    assert str(KUBELET_DEVICE_PLUGINS) not in _host_mount_points()  # bound only in the node's namespace
     assert not processes_mentioning(f"-id {cgroup}")
+
+
+def _host_mount_points() -> set[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        return {line.split()[4] for line in f}
