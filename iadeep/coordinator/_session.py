@@ -6,7 +6,7 @@ A session follows a :class:`~iadeep.state.TuningRequest` (a GPU whose co-locatio
    pod) and their current batch sizes; a session of one job returns it to its submitted size;
 2. the tuner gets a session named after the request (``<node>.<gpu>.<requested_at µs>``: the same
    name after a coordinator restart, so the tuner's stored study resumes) and a warm start, the
-   configurations the learned interference model predicts best, the running one among them
+   configurations the learned interference model predicts best
    (:func:`iadeep.tuner.predicted_warm_start`, which the simulator's sessions use too);
 3. rounds: ask the tuner; write every job's batch size (``batchsizes/<pod>``); wait until every
    job reported at its new size once (they all switched), then for ``reports`` more reports of
@@ -200,9 +200,9 @@ def _check_still_valid(request: TuningRequest, store: StateStore, pods: Sequence
 
 
 def _warm_start(space: SearchSpace, store: StateStore, model: InterferenceModel, n: int) -> list[dict[str, int]]:
-    """The ``n`` configurations the online learner (fed with every stored sample) predicts best,
-    the running one among them: :func:`iadeep.tuner.predicted_warm_start`, as the simulator's
-    sessions (the policy core's learner, fed with the same samples, predicts the same)."""
+    """The ``n`` configurations the online learner (fed with every stored sample) predicts best:
+    :func:`iadeep.tuner.predicted_warm_start`, as the simulator's sessions (the policy core's
+    learner, fed with the same samples, predicts the same)."""
     if n <= 0:
         return []
     learner = OnlineInterferenceLearner(model.types)

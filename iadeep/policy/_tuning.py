@@ -10,8 +10,9 @@ A session is the live tuner's own (:class:`iadeep.tuner.TuningStudy`, in memory)
 two drivers, so simulated and live tuning cannot drift apart. :class:`BatchSizeTuner` is the
 simulator's driver: it describes the GPU's jobs to the session (single-GPU jobs are tunable; a
 gang's batch size would change on all its GPUs at once), warm-starts it with the ``trials``
-configurations the prediction ranks best, the running one among them
-(:func:`iadeep.tuner.predicted_warm_start`, as the node coordinator does), runs each trial the
+configurations the prediction ranks best (:func:`iadeep.tuner.predicted_warm_start`, as the node
+coordinator does; the session puts the running configuration among the trials its budget
+measures, :func:`iadeep.tuner.warm_queue`), runs each trial the
 session asks for through the injected measurement executor (one call = one trial, costing
 measurement time) and keeps the best *measured* configuration. The default stop rule's budget is
 ``trials``: the session measures exactly its warm start and never reaches optuna's sampler,

@@ -7,10 +7,10 @@ simulator, in memory). :class:`~iadeep.tuner.TuningStudy` applies it to a trial 
 Order of the trials:
 
 1. the *warm start* (:func:`warm_queue`): the configurations the policy core predicts best, best
-   first (:func:`predicted_warm_start`: the running configuration always among them, so a
-   session never ends worse than what runs), then the running configuration if it was not
-   listed; infeasible and repeated ones are dropped. Warm-start trial ``k`` is trial number ``k``
-   of the session (they come before anything the sampler proposes);
+   first (:func:`predicted_warm_start`), and the running configuration where the budget still
+   measures it (so a session never ends worse than what runs); infeasible and repeated ones are
+   dropped. Warm-start trial ``k`` is trial number ``k`` of the session (they come before
+   anything the sampler proposes);
 2. then optuna's sampler (TPE, seeded), only if the stop rule was not met by then.
 
 Stop rule (:func:`session_outcome`): ``budget`` measured trials, or ``patience`` measured trials
@@ -99,11 +99,8 @@ class Trial:
 
 
 def predicted_warm_start(space: SearchSpace, predicted: np.ndarray, n: int) -> list[dict[str, int]]:
-    """The ``n`` configurations a prediction ranks best, best first, with the running one among them.
-
-    When the running configuration is not among the ``n`` best it takes the ``n``-th place, so a
-    session whose budget is its warm start (the simulator's: ``n`` trials) still measures what
-    runs and never ends worse.
+    """The ``n`` configurations a prediction ranks best, best first (what both drivers hand a
+    session as its warm start; :func:`warm_queue` adds the running one).
 
     Args:
         space: the session's search space.
@@ -112,22 +109,28 @@ def predicted_warm_start(space: SearchSpace, predicted: np.ndarray, n: int) -> l
     """
     if n <= 0:
         return []
-    top = [c for _, c in space.ranked(predicted, n)]
-    current = space.current()
-    if current not in top and space.feasible(current):
-        top = top[: n - 1] + [current]
-    return top
+    return [c for _, c in space.ranked(predicted, n)]
 
 
-def warm_queue(space: SearchSpace, warm_start: Sequence[Mapping[str, int]]) -> list[dict[str, int]]:
-    """The warm start as measured: ``warm_start`` then the running configuration, each feasible
-    configuration naming exactly the session's jobs once, in that order."""
+def warm_queue(space: SearchSpace, warm_start: Sequence[Mapping[str, int]], budget: int) -> list[dict[str, int]]:
+    """The warm start as measured: the feasible configurations of ``warm_start`` naming exactly the
+    session's jobs, each once, in order, with the running configuration among them.
+
+    The running configuration (so a session never ends worse than what runs) goes after the
+    others when the budget still measures it there, else it takes the last place the budget
+    measures (budget ``b``: position ``b - 1``), ahead of the rest. With the live tuner's budget
+    (10) and 3 predicted, it is the 4th trial; with the simulator's (budget = 3 predicted), the
+    3rd, in place of the third-best prediction.
+    """
     keys = set(space.options)
     queued: list[dict[str, int]] = []
-    for config in [*warm_start, space.current()]:
+    for config in warm_start:
         c = {k: int(v) for k, v in config.items()}
         if set(c) == keys and c not in queued and space.feasible(c):
             queued.append(c)
+    current = space.current()
+    if current not in queued and space.feasible(current):
+        queued.insert(min(len(queued), max(budget - 1, 0)), current)
     return queued
 
 

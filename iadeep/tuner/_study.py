@@ -70,8 +70,9 @@ class TuningStudy:
         name: the study name (unique per session; the coordinator derives it from the tuning request).
         storage: an optuna storage or URL; ``None``: in memory, optuna only once the sampler is needed.
         warm_start: configurations to measure first (job key -> batch size), best first;
-            infeasible ones are skipped, the running configuration follows when not listed
-            (:func:`iadeep.tuner.warm_queue`). Only used when the study is created, not when resumed.
+            infeasible ones are skipped, the running configuration is added where the budget
+            measures it (:func:`iadeep.tuner.warm_queue`). Only used when the study is created,
+            not when resumed.
         stop: the stop rule.
         seed: the sampler's seed.
         gpu_mem_gib: the GPU's memory (GiB), an upper bound on a configuration's summed memory
@@ -101,7 +102,7 @@ class TuningStudy:
         self._log: list[Trial] = []  # the session's log while no optuna study exists
         self._study: optuna.Study | None = None
         if storage is None:
-            self._queue = warm_queue(self.space, warm_start)
+            self._queue = warm_queue(self.space, warm_start, stop.budget)
             return
         self._study = self._create_study(storage)
         # the study's identity: the jobs without the size they run at now (which a session changes,
@@ -112,7 +113,7 @@ class TuningStudy:
         attrs = self._study.user_attrs
         stored = attrs.get("signature")
         if stored is None:
-            self._queue = warm_queue(self.space, warm_start)
+            self._queue = warm_queue(self.space, warm_start, stop.budget)
             self._study.set_user_attr("signature", signature)
             self._study.set_user_attr("jobs", json.dumps([asdict(j) for j in self.space.jobs], sort_keys=True))
             self._study.set_user_attr("stop", json.dumps(asdict(stop)))
