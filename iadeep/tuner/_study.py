@@ -100,6 +100,7 @@ class TuningStudy:
         self.seed = seed
         self._n_feasible = self.space.n_feasible()
         self._log: list[Trial] = []  # the session's log while no optuna study exists
+        self._cached: Outcome | None = None  # outcome of the in-memory log
         self._study: optuna.Study | None = None
         if storage is None:
             self._queue = warm_queue(self.space, warm_start, stop.budget)
@@ -208,7 +209,7 @@ class TuningStudy:
         flight = self._in_flight(trials)
         if flight is not None:
             return Proposal(flight.number, flight.config)
-        if session_outcome(trials, self.space.current(), self.stop, self._n_feasible).done:
+        if self._outcome_of(trials).done:
             return None
         if len(trials) < len(self._queue):
             return self._start(self._queue[len(trials)])
@@ -253,13 +254,21 @@ class TuningStudy:
         value = self.space.objective(flight.config, normalised)
         if self._study is None:
             self._log[flight.number] = Trial(flight.number, flight.config, value)
+            self._cached = None
         else:
             self._study.tell(trial, value)
         return self.outcome()
 
     def outcome(self) -> Outcome:
         """Best so far and whether the stop rule is met."""
-        return session_outcome(self.trials(), self.space.current(), self.stop, self._n_feasible)
+        return self._outcome_of(self.trials())
+
+    def _outcome_of(self, trials: Sequence[Trial]) -> Outcome:
+        if self._study is not None:
+            return session_outcome(trials, self.space.current(), self.stop, self._n_feasible)
+        if self._cached is None:  # in memory the log changes only here: computed once per tell
+            self._cached = session_outcome(trials, self.space.current(), self.stop, self._n_feasible)
+        return self._cached
 
 
 def _key(config: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
