@@ -1,8 +1,10 @@
 """``make bench`` (tuner part): trials a tuning session needs to reach within 5 % of the best
 configuration, over every measured two-job pair of Gavel's V100 data, for three tuners:
 
-* ``optuna`` - this project's tuner (:class:`iadeep.tuner.TuningStudy`): warm start with the two
-  configurations the online learner predicts best (``--warm``, 3), then the running one, then TPE;
+* ``optuna`` - this project's tuner (:class:`iadeep.tuner.TuningStudy`): warm start with the
+  configurations the online learner predicts best (``--warm``, 3;
+  :func:`iadeep.tuner.predicted_warm_start`, as the coordinator and the simulator), then the
+  running one, then TPE;
 * ``rank`` - the policy core's previous rule (:class:`iadeep.policy._tuning.BatchSizeTuner`):
   measure configurations in the order of their predicted objective, the submitted one third;
 * ``seed`` - a re-implementation of the seed's procedure: only the newest job is tuned; 5 probes
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from iadeep.datasets import fetch
     from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
     from iadeep.jobtypes import JobType
-    from iadeep.tuner import SearchSpace, StopRule, TunedJob, TuningStudy
+    from iadeep.tuner import SearchSpace, StopRule, TunedJob, TuningStudy, predicted_warm_start
 
     model = InterferenceModel.from_file(fetch("gavel-throughputs", progress=False) / "simulation_throughputs.json")
     types = model.types
@@ -132,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
 
         pred = predicted(a.model, b.model)
         ranked = [c for _, c in space.ranked(pred)]
+        warm = predicted_warm_start(space, pred, args.warm)
         # this tuner, no stop rule (every configuration may be measured)
-        study = TuningStudy(model, jobs, name="bench", warm_start=ranked[: args.warm], seed=args.seed,
+        study = TuningStudy(model, jobs, name="bench", warm_start=warm, seed=args.seed,
                             stop=StopRule(budget=len(configs), patience=len(configs)))
         order = []
         while (p := study.ask()) is not None:
@@ -142,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         results["optuna"].append(reached(order))
         # this tuner with its default stop rule
         rule = StopRule() if args.patience is None else StopRule(patience=args.patience)
-        study = TuningStudy(model, jobs, name="bench", warm_start=ranked[: args.warm], seed=args.seed, stop=rule)
+        study = TuningStudy(model, jobs, name="bench", warm_start=warm, seed=args.seed, stop=rule)
         while (p := study.ask()) is not None:
             study.tell(p.trial, noisy(p.config))
         out = study.outcome()

@@ -6,7 +6,8 @@ A session follows a :class:`~iadeep.state.TuningRequest` (a GPU whose co-locatio
    pod) and their current batch sizes; a session of one job returns it to its submitted size;
 2. the tuner gets a session named after the request (``<node>.<gpu>.<requested_at µs>``: the same
    name after a coordinator restart, so the tuner's stored study resumes) and a warm start, the
-   configurations the learned interference model predicts best;
+   configurations the learned interference model predicts best
+   (:func:`iadeep.tuner.predicted_warm_start`, which the simulator's sessions use too);
 3. rounds: ask the tuner; write every job's batch size (``batchsizes/<pod>``); wait until every
    job reported at its new size once (they all switched), then for ``reports`` more reports of
    each, at most ``deadline_s``; tell the tuner the normalised throughputs (steps/s over the
@@ -42,7 +43,7 @@ from iadeep.state import (
     TuningRequest,
     from_json,
 )
-from iadeep.tuner import Outcome, Proposal, SearchSpace, SpaceError, StopRule, TunedJob
+from iadeep.tuner import Outcome, Proposal, SearchSpace, SpaceError, StopRule, TunedJob, predicted_warm_start
 from iadeep.coordinator._metrics import CoordinatorMetrics
 from iadeep.coordinator._settings import RoundSettings
 
@@ -199,7 +200,9 @@ def _check_still_valid(request: TuningRequest, store: StateStore, pods: Sequence
 
 
 def _warm_start(space: SearchSpace, store: StateStore, model: InterferenceModel, n: int) -> list[dict[str, int]]:
-    """The ``n`` configurations the online learner (fed with every stored sample) predicts best."""
+    """The ``n`` configurations the online learner (fed with every stored sample) predicts best:
+    :func:`iadeep.tuner.predicted_warm_start`, as the simulator's sessions (the policy core's
+    learner, fed with the same samples, predicts the same)."""
     if n <= 0:
         return []
     learner = OnlineInterferenceLearner(model.types)
@@ -209,7 +212,7 @@ def _warm_start(space: SearchSpace, store: StateStore, model: InterferenceModel,
         if a in known and b in known:
             learner.observe(InterferenceSample(a, b, s.normalised_throughput))
     predicted = np.where(model.fits, learner.matrix(), 0.0)
-    return [c for _, c in space.ranked(predicted)[:n]]
+    return predicted_warm_start(space, predicted, n)
 
 
 def _measure(name: str, proposal: Proposal, jobs: Sequence[TunedJob], store: StateStore, model: InterferenceModel,

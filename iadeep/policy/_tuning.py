@@ -2,20 +2,26 @@
 
 The objective of a configuration (one batch size per job) is the sum of the jobs' progress rates
 (:func:`iadeep.goodput.progress`): normalised throughput x samples per step x statistical
-efficiency, relative to each job's own dedicated run. The tuner ranks every feasible configuration
-by *predicted* objective, measures the ``trials`` best (each trial is one run of the configuration
-through the injected measurement executor, costing measurement time), and keeps the best
-*measured* one. A job's progress rate is capped at 1: no configuration makes a job progress faster
-than its dedicated run at the submitted batch size (the trace's duration is the fastest it runs),
-so tuning can only win back what interference took. The submitted configuration is always among the measured ones, so tuning never
-picks something it measured to be worse.
+efficiency, relative to each job's own dedicated run. A job's progress rate is capped at 1: no
+configuration makes a job progress faster than its dedicated run at the submitted batch size (the
+trace's duration is the fastest it runs), so tuning can only win back what interference took.
 
-Only single-GPU jobs are tuned: a gang's batch size would change on all its GPUs at once.
+A session is the live tuner's own (:class:`iadeep.tuner.TuningStudy`, in memory): one tuner,
+two drivers, so simulated and live tuning cannot drift apart. :class:`BatchSizeTuner` is the
+simulator's driver: it describes the GPU's jobs to the session (single-GPU jobs are tunable; a
+gang's batch size would change on all its GPUs at once), warm-starts it with the ``trials``
+configurations the prediction ranks best (:func:`iadeep.tuner.predicted_warm_start`, as the node
+coordinator does; the session puts the running configuration among the trials its budget
+measures, :func:`iadeep.tuner.warm_queue`), runs each trial the
+session asks for through the injected measurement executor (one call = one trial, costing
+measurement time) and keeps the best *measured* configuration. The default stop rule's budget is
+``trials``: the session measures exactly its warm start and never reaches optuna's sampler,
+which keeps a full trace's tens of thousands of sessions cheap; a longer stop rule (``stop``)
+continues with the sampler as the live tuner does.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +29,9 @@ import numpy as np
 from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel
 from iadeep.policy._types import ClusterView, Measure, TuningDecision
+from iadeep.tuner._space import SearchSpace, TunedJob
+from iadeep.tuner._strategy import StopRule, predicted_warm_start
+from iadeep.tuner._study import TuningStudy
 
 __all__ = ["BatchSizeTuner"]
 
@@ -32,23 +41,46 @@ class BatchSizeTuner:
 
     Args:
         model: interference model (types, isolated steps/s, which sets fit, memory).
-        trials: configurations measured per session (>= 1).
+        trials: predicted-best configurations measured first (>= 1), the session's budget unless
+            ``stop`` says otherwise.
+        stop: the session's stop rule; default ``StopRule(budget=trials)``.
+        seed: the sampler's seed (used only when the stop rule outlasts the warm start).
+
+    Raises:
+        ValueError: ``trials < 1``.
     """
 
-    def __init__(self, model: InterferenceModel, trials: int = 3):
+    def __init__(self, model: InterferenceModel, trials: int = 3, *, stop: StopRule | None = None, seed: int = 0):
         if trials < 1:
             raise ValueError("trials must be >= 1")
         self.model = model
         self.trials = trials
-        by_model: dict[str, list[int]] = {}
-        for tid, t in enumerate(model.types):
-            by_model.setdefault(t.model, []).append(tid)
-        self._options = {m: tuple(ids) for m, ids in by_model.items()}
+        self.stop = stop if stop is not None else StopRule(budget=trials)
+        self.seed = seed
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
 
     def objective(self, types: Sequence[int], bases: Sequence[int], norm: Sequence[float]) -> float:
         """Sum of progress rates for normalised throughputs ``norm`` of jobs at ``types``."""
         return float(sum(progress(n, self.gain[t, b]) for t, b, n in zip(types, bases, norm)))
+
+    def jobs(self, gpu: int, view: ClusterView) -> list[TunedJob]:
+        """The GPU's occupants as a session's jobs (key: the job handle as a string)."""
+        types = self.model.types
+        out = []
+        for h in view.occupants(gpu):
+            current, base = types[int(view.job_type[h])], types[int(view.job_base_type[h])]
+            out.append(TunedJob(str(int(h)), current.model, base.batch_size, current.batch_size,
+                                tunable=bool(view.job_num_gpus[h] == 1)))
+        return out
+
+    def session(self, gpu: int, view: ClusterView, predicted: np.ndarray) -> TuningStudy:
+        """The in-memory tuning session of ``gpu`` (module docstring)."""
+        jobs = self.jobs(gpu, view)
+        cap = float(view.gpu_mem_total_gib[gpu])
+        space = SearchSpace(self.model, jobs, gpu_mem_gib=cap)
+        warm = predicted_warm_start(space, predicted, self.trials)
+        return TuningStudy(self.model, jobs, name=f"gpu-{gpu}", warm_start=warm, stop=self.stop, seed=self.seed,
+                           gpu_mem_gib=cap, space=space)
 
     def tune(self, gpu: int, view: ClusterView, predicted: np.ndarray, measure: Measure) -> TuningDecision:
         """Run one tuning session.
@@ -59,53 +91,25 @@ class BatchSizeTuner:
             predicted: predicted pairwise normalised throughput, shape ``(n_types, n_types)``.
             measure: the measurement executor (one call = one trial).
         """
-        handles = [int(h) for h in view.occupants(gpu)]
-        bases = [int(view.job_base_type[h]) for h in handles]
-        current = tuple(int(view.job_type[h]) for h in handles)
-        choices = []
-        for h, t in zip(handles, current):
-            tunable = view.job_num_gpus[h] == 1
-            choices.append(self._options[self.model.types[t].model] if tunable else (t,))
-        cap = float(view.gpu_mem_total_gib[gpu])
-        ranked: list[tuple[float, tuple[int, ...]]] = []
-        for config in itertools.product(*choices):
-            if not self.model.set_fits(config) or float(self.model.mem_gib[list(config)].sum()) > cap + 1e-9:
-                continue
-            norm = _pairwise(predicted, config)
-            ranked.append((self.objective(config, bases, norm), config))
-        ranked.sort(key=lambda r: -r[0])
-        submitted = tuple(bases)
-        to_measure = [c for _, c in ranked[: self.trials]]
-        if submitted not in to_measure and self.model.set_fits(submitted):
-            to_measure = to_measure[: self.trials - 1] + [submitted]
-        best_cfg, best_val, samples = current, -1.0, []
-        for config in to_measure:
+        study = self.session(gpu, view, predicted)
+        space = study.space
+        handles = [int(k) for k in space.options]
+        samples = []
+        while (proposal := study.ask()) is not None:
+            config = space.type_ids(proposal.config)
             obs = measure(dict(zip(handles, config)))
             norm = [float(obs[h]) for h in handles]
-            val = self.objective(config, bases, norm)
+            study.tell(proposal.trial, {str(h): x for h, x in zip(handles, norm)})
             for i, h in enumerate(handles):
                 for j, p in enumerate(handles):
                     if i != j:
                         samples.append((h, p, config[i], config[j], norm[i]))
-            if val > best_val:
-                best_cfg, best_val = config, val
+        out = study.outcome()
         return TuningDecision(
             gpu,
-            {h: t for h, t in zip(handles, best_cfg)},
-            trials=len(to_measure),
+            dict(zip(handles, space.type_ids(out.best))),
+            trials=out.trials,
             samples=tuple(samples),
-            progress=best_val,
-            reason=f"best of {len(to_measure)} measured configurations: progress {best_val:.2f}",
+            progress=out.best_objective,
+            reason=f"best of {out.trials} measured configurations: progress {out.best_objective:.2f}",
         )
-
-
-def _pairwise(matrix: np.ndarray, config: Sequence[int]) -> list[float]:
-    """Normalised throughput of each job in ``config`` under the multiplicative rule."""
-    out = []
-    for i, a in enumerate(config):
-        x = 1.0
-        for j, b in enumerate(config):
-            if i != j:
-                x *= float(matrix[a, b])
-        out.append(x)
-    return out

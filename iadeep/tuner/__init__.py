@@ -1,16 +1,20 @@
 """The batch-size tuner: one optuna study per tuning session, driven by ask and tell.
 
-* :class:`TuningStudy` - the session (library; the simulator drives it with in-memory storage);
+* :class:`TuningStudy` - the session (library; the simulator drives it with in-memory storage,
+  through the policy core's :class:`~iadeep.policy._tuning.BatchSizeTuner`);
+* :func:`predicted_warm_start`, :func:`warm_queue`, :class:`StopRule` - its search strategy, pure
+  (:mod:`iadeep.tuner._strategy`), the same for the simulator and the live tuner;
 * :class:`SearchSpace`, :class:`TunedJob` - what is tuned and the objective;
 * ``iadeep tuner serve`` - the HTTP service (:func:`create_app`, :class:`TunerService`) and
   :class:`TunerClient`, its client for the node coordinator.
 """
 
 from iadeep.tuner._space import SearchSpace, SpaceError, TunedJob
-from iadeep.tuner._study import Outcome, Proposal, StopRule, StudyMismatch, TuningStudy
+from iadeep.tuner._strategy import Outcome, Proposal, StopRule, Trial, predicted_warm_start, warm_queue
+from iadeep.tuner._study import StudyMismatch, TuningStudy
 
 __all__ = ["SearchSpace", "SpaceError", "TunedJob", "Outcome", "Proposal", "StopRule", "StudyMismatch",
-           "TuningStudy", "TunerService", "TunerClient", "TunerError", "TunerUnavailable", "TunerSettings",
+           "Trial", "TuningStudy", "predicted_warm_start", "warm_queue", "TunerService", "TunerClient", "TunerError", "TunerUnavailable", "TunerSettings",
            "create_app"]
 
 

@@ -8,7 +8,9 @@ at any batch size the interference model measured for its model family (``iadeep
 whose estimated memory (:func:`iadeep.interference.memory_gib`) fits the GPU memory left to its
 pod (``mem_limit_gib``: what the extender reserved for it, not the whole GPU). A job that is not
 tunable (a gang, a fixed-batch family) keeps its size. A configuration whose pairs were measured
-not to fit on one GPU is infeasible (objective 0: it would run out of memory).
+not to fit on one GPU is infeasible (objective 0: it would run out of memory), and so is one whose
+memory estimates sum above the GPU's memory when the driver gives it (``gpu_mem_gib``; the
+simulator does, where jobs have no per-pod reservation).
 
 The objective is the policy core's (:class:`iadeep.policy._tuning.BatchSizeTuner`): the sum of
 the jobs' progress rates, ``sum_j min(x_j * gain[t_j, b_j], 1)`` with ``x_j`` the measured
@@ -19,6 +21,7 @@ normalised throughput, ``t_j`` the type the job ran at and ``b_j`` its submitted
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -62,18 +65,24 @@ class SearchSpace:
     Args:
         model: the interference model (types, isolated steps/s, which pairs fit, memory).
         jobs: the co-located jobs, shape ``(J,)``, keys unique.
+        gpu_mem_gib: the GPU's memory (GiB): configurations whose memory estimates sum above it
+            are infeasible; ``None``: only the per-pod limits apply.
 
     Raises:
         SpaceError: a repeated key, or a job whose submitted or current type was not measured.
     """
 
-    def __init__(self, model: InterferenceModel, jobs: Sequence[TunedJob]) -> None:
+    def __init__(self, model: InterferenceModel, jobs: Sequence[TunedJob], gpu_mem_gib: float | None = None) -> None:
         keys = [j.key for j in jobs]
         if len(set(keys)) != len(keys) or not keys:
             raise SpaceError(f"jobs must be a non-empty list with unique keys, got {keys}")
         self.model = model
         self.jobs = tuple(jobs)
-        self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
+        self.gpu_mem_gib = gpu_mem_gib
+        self._keys = tuple(keys)
+        tables = _tables(model)
+        self._tables = tables
+        self.gain = tables.gain
         self.base_ids = [self._tid(j, j.base_batch_size) for j in jobs]
         self.options: dict[str, tuple[int, ...]] = {}
         for j in jobs:
@@ -81,35 +90,69 @@ class SearchSpace:
             if not j.tunable:
                 self.options[j.key] = (j.batch_size,)
                 continue
-            sizes = [b for b in model.batch_sizes(j.model)
-                     if j.mem_limit_gib is None or float(model.mem_gib[self._tid(j, b)]) <= j.mem_limit_gib + 1e-9]
+            sizes = [b for b in tables.sizes.get(j.model, ())
+                     if j.mem_limit_gib is None or tables.mem[self._tid(j, b)] <= j.mem_limit_gib + 1e-9]
             self.options[j.key] = tuple(sizes) if sizes else (model.types[current].batch_size,)
+        self._feasible_set: _Feasible | None = None
 
     def _tid(self, job: TunedJob, batch_size: int) -> int:
+        tid = self._tables.ids.get((job.model, batch_size))
+        if tid is not None:
+            return tid
         try:
             return self.model.type_id(JobType(job.model, batch_size))
         except UnknownJobType as exc:
             raise SpaceError(f"job {job.key}: {exc.args[0]}") from None
 
+    def _feasible(self) -> _Feasible:
+        """The feasible configurations, from the per-model memo (the same jobs' types and GPU
+        memory give the same set: a simulated trace repeats a few hundred pairs)."""
+        if self._feasible_set is None:
+            opt_ids = tuple(tuple((b, self._tid(j, b)) for b in self.options[j.key]) for j in self.jobs)
+            memo_key = (opt_ids, self.gpu_mem_gib)
+            found = self._tables.feasible.get(memo_key)
+            if found is None:
+                combos, rows = [], []
+                for combo in itertools.product(*opt_ids):
+                    ids = tuple(t for _, t in combo)
+                    if self._ids_feasible(ids):
+                        combos.append(tuple(b for b, _ in combo))
+                        rows.append(ids)
+                found = _Feasible(combos, {c: r for c, r in zip(combos, rows)},
+                                  np.array(rows, dtype=np.intp).reshape(len(rows), len(opt_ids)))
+                if len(self._tables.feasible) >= _MEMO_SIZE:
+                    self._tables.feasible.clear()
+                self._tables.feasible[memo_key] = found
+            self._feasible_set = found
+        return self._feasible_set
+
+    def _ids_feasible(self, ids: Sequence[int]) -> bool:
+        if not self.model.set_fits(ids):
+            return False
+        return self.gpu_mem_gib is None or sum(self._tables.mem[t] for t in ids) <= self.gpu_mem_gib + 1e-9
+
+    def _combo(self, config: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(int(config[k]) for k in self._keys)
+
     def type_ids(self, config: Mapping[str, int]) -> list[int]:
-        """Interference-model type ids of a configuration (key -> batch size), in job order."""
+        """Interference-model type ids of a configuration (key -> batch size), in job order.
+
+        Raises:
+            KeyError: a job is missing. SpaceError: a size the model did not measure.
+        """
+        ids = self._feasible().ids.get(self._combo(config))
+        if ids is not None:
+            return list(ids)
         return [self._tid(j, int(config[j.key])) for j in self.jobs]
 
     def feasible(self, config: Mapping[str, int]) -> bool:
-        """All sizes allowed and every pair measured to fit on one GPU."""
-        if any(int(config[j.key]) not in self.options[j.key] for j in self.jobs):
-            return False
-        return self.model.set_fits(self.type_ids(config))
+        """All sizes allowed, every pair measured to fit on one GPU, and within ``gpu_mem_gib``."""
+        return self._combo(config) in self._feasible().ids
 
     def configurations(self) -> list[dict[str, int]]:
-        """Every feasible configuration (at most a few dozen for two jobs)."""
-        keys = [j.key for j in self.jobs]
-        out = []
-        for combo in itertools.product(*(self.options[k] for k in keys)):
-            config = dict(zip(keys, combo, strict=True))
-            if self.feasible(config):
-                out.append(config)
-        return out
+        """Every feasible configuration (at most a few dozen for two jobs), in the order of the
+        options' product."""
+        return [dict(zip(self._keys, c)) for c in self._feasible().combos]
 
     def current(self) -> dict[str, int]:
         """The configuration running now."""
@@ -138,9 +181,64 @@ class SearchSpace:
             out[j.key] = x
         return out
 
-    def ranked(self, predicted: np.ndarray) -> list[tuple[float, dict[str, int]]]:
-        """Feasible configurations by predicted objective, best first (ties: current first)."""
-        current = self.current()
-        scored = [(self.objective(c, self.predicted_normalised(c, predicted)), c) for c in self.configurations()]
-        scored.sort(key=lambda sc: (-sc[0], sc[1] != current))
-        return scored
+    def ranked(self, predicted: np.ndarray, n: int | None = None) -> list[tuple[float, dict[str, int]]]:
+        """Feasible configurations by predicted objective, best first (ties: the options' product
+        order, i.e. smaller batch sizes of the first job first); the first ``n`` only when given.
+
+        The same values as :meth:`objective` of :meth:`predicted_normalised`, computed over all
+        configurations at once (one tuning session per co-location change of a simulated trace).
+        """
+        f = self._feasible()
+        ids = f.array
+        rows, k = ids.shape
+        if rows == 0:
+            return []
+        total = np.zeros(rows)
+        for i in range(k):
+            x = np.ones(rows)
+            for o in range(k):
+                if o != i:
+                    x = x * predicted[ids[:, i], ids[:, o]]
+            total = total + np.minimum(x * self.gain[ids[:, i], self.base_ids[i]], 1.0)
+        order = np.argsort(-total, kind="stable")[:n].tolist()
+        return [(float(total[r]), dict(zip(self._keys, f.combos[r]))) for r in order]
+
+    def n_feasible(self) -> int:
+        """How many feasible configurations there are."""
+        return len(self._feasible().combos)
+
+
+@dataclass(frozen=True)
+class _Feasible:
+    combos: list[tuple[int, ...]]  # feasible batch sizes per job, in the options' product order
+    ids: dict[tuple[int, ...], tuple[int, ...]]  # combo -> type ids
+    array: np.ndarray  # type ids of the combos, shape (n, J)
+
+
+_MEMO_SIZE = 4096  # feasible sets remembered per model (a trace repeats a few hundred pairs)
+
+
+@dataclass(frozen=True)
+class _Tables:
+    gain: np.ndarray  # (n_types, n_types), iadeep.goodput.gain_matrix
+    sizes: dict[str, tuple[int, ...]]  # model family -> measured batch sizes, ascending
+    mem: list[float]  # memory estimate per type (GiB)
+    ids: dict[tuple[str, int], int]  # (model family, batch size) -> type id
+    feasible: dict[tuple, _Feasible]  # memo: (options with type ids, GPU memory) -> feasible set
+
+
+_TABLES: weakref.WeakKeyDictionary[InterferenceModel, _Tables] = weakref.WeakKeyDictionary()
+
+
+def _tables(model: InterferenceModel) -> _Tables:
+    """Per-model tables, computed once per model (a session is opened per co-location change)."""
+    t = _TABLES.get(model)
+    if t is None:
+        sizes: dict[str, list[int]] = {}
+        for jt in model.types:
+            sizes.setdefault(jt.model, []).append(jt.batch_size)
+        t = _Tables(gain_matrix(model.types, model.isolated_steps_per_s),
+                    {m: tuple(sorted(v)) for m, v in sizes.items()}, [float(x) for x in model.mem_gib],
+                    {(jt.model, jt.batch_size): k for k, jt in enumerate(model.types)}, {})
+        _TABLES[model] = t
+    return t
