@@ -212,7 +212,7 @@ def compare_cmd(
     gpu_mem_gib: Annotated[float, typer.Option(help="Memory per GPU (GiB).")] = _D.gpu_mem_gib,
     seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
     queue: Annotated[str, typer.Option(help="Simulator queue (kube: as kube-scheduler queues).")] = "kube",
-    tuning: Annotated[bool, typer.Option(help="Simulator runs tuning sessions (off: as the live system without coordinator and tuner).")] = False,
+    tuning: Annotated[bool, typer.Option(help="Tuning sessions in both backends (live: the coordinator and the tuner, for iadeep).")] = True,
     speedup: Annotated[float, typer.Option(help="Live time compression.")] = 200.0,
     timeout_s: Annotated[Optional[float], typer.Option(help="Live wall-clock bound per policy (s).")] = None,
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/parity",

@@ -231,14 +231,16 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
 def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path,
              on_policy: Callable[[str, int], Callable[[int], None]] | None = None) -> dict[str, dict[str, Any]]:
     """The kubernetes backend: every policy on the local control plane (kwok GPU nodes, the real
-    kube-scheduler, our extender, the GPU emulator; :mod:`iadeep.experiment._live`); writes the
+    kube-scheduler, our extender, the GPU emulator, and with ``cfg.tuning`` the coordinator and
+    the tuner for the policies in :data:`~iadeep.experiment._live.TUNED_POLICIES`;
+    :mod:`iadeep.experiment._live`); writes the
     same per-policy files as :func:`run_policy`, with the live metrics. Returns them by policy.
 
     Raises:
         TimeoutError: a policy's Jobs did not all finish within ``cfg.timeout_s``.
         iadeep.dev.ControlPlaneError: the control plane is not built (``make controlplane``) or did not start.
     """
-    from iadeep.experiment._live import LiveSettings, LocalCluster, iter_runs, run_live_policy
+    from iadeep.experiment._live import TUNED_POLICIES, LiveSettings, LocalCluster, iter_runs, run_live_policy
     from iadeep.state import EtcdStateStore, StateSettings
 
     model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
@@ -249,7 +251,8 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
     all_metrics = {}
     with LocalCluster(cluster, Path(throughputs), workdir=out / "live") as lc:
         for name, run in iter_runs(list(cfg.policies)):
-            prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup)
+            prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup,
+                                tuning=cfg.tuning and name in TUNED_POLICIES, trial_s=cfg.trial_s)
             store = EtcdStateStore(StateSettings(endpoints=[lc.etcd.endpoint], prefix=prefix))
             try:
                 cb = on_policy(name, len(workload)) if on_policy else None
