@@ -56,7 +56,7 @@ import pandas as pd
 from iadeep.interference import InterferenceModel
 from iadeep.sim import ClusterSpec, SimResult
 
-__all__ = ["LiveSettings", "LocalCluster", "TUNED_POLICIES", "job_manifest", "run_live_policy", "live_result"]
+__all__ = ["LiveSettings", "LocalCluster", "UserCluster", "TUNED_POLICIES", "job_manifest", "run_live_policy", "live_result"]
 
 log = logging.getLogger("iadeep.experiment")
 
@@ -361,6 +361,40 @@ class LocalCluster:
         self._procs = []
 
 
+@dataclass
+class UserCluster:
+    """A user's cluster from a kubeconfig: the extender (``iadeep-scheduler`` profile) and, for
+    nodes without real GPUs, the emulator are deployed there already; nothing is started or
+    removed. The Jobs go to whatever nodes the scheduler picks (no node pinning).
+
+    Args:
+        kubeconfig: the kubeconfig file (its current context).
+
+    Raises:
+        FileNotFoundError: (on enter) the file does not exist.
+        RuntimeError: (on enter) the API server does not answer (the message names the server).
+    """
+
+    kubeconfig: Path
+
+    def __enter__(self) -> UserCluster:
+        from kubernetes import client, config
+
+        if not self.kubeconfig.is_file():
+            raise FileNotFoundError(f"kubeconfig {self.kubeconfig} does not exist")
+        self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        try:
+            client.VersionApi(self.api).get_code(_request_timeout=10)
+        except Exception as exc:  # noqa: BLE001 - any failure to reach it: one clear message
+            self.api.close()
+            raise RuntimeError(f"the cluster of {self.kubeconfig} ({self.api.configuration.host}) does not answer: "
+                               f"{type(exc).__name__}: {exc}") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.api.close()
+
+
 def scheduler_config(port: int) -> dict[str, Any]:
     """The shipped control-plane KubeSchedulerConfiguration, its extender at ``127.0.0.1:port``."""
     import yaml
@@ -443,7 +477,8 @@ def _watch_jobs(api_client: Any, namespace: str, run: str, total: int, deadline:
 
 def run_live_policy(api_client: Any, workload: pd.DataFrame, model: InterferenceModel, cluster: ClusterSpec, *,
                     policy: str, run: str, settings: LiveSettings, store: Any | None = None,
-                    progress: Callable[[int], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+                    progress: Callable[[int], None] | None = None,
+                    pin_nodes: bool = True) -> tuple[SimResult, dict[str, Any]]:
     """Submit ``workload`` as Jobs at their (compressed) arrival times and wait for all of them.
 
     Args:
@@ -455,6 +490,7 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
         settings: speedup, deadline, namespace.
         store: the state store the extender uses (reservations are counted at the end), or ``None``.
         progress: called with the number of finished Jobs.
+        pin_nodes: select the nodes labelled ``run`` (the local cluster's); off on a user's cluster.
 
     Returns:
         ``(result, metrics)``: the simulator-shaped result and the live metrics (overhead
@@ -509,7 +545,8 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
         now = time.time()
         lags.append(now - target)
         mem = float(model.mem_gib[model.type_id(JobType(str(row.model), int(row.batch_size)))])
-        body = job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, submit_time_s=now)
+        body = job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, submit_time_s=now,
+                            pin_nodes=pin_nodes)
         _json(api_client, batch.create_namespaced_job, ns, body)
         if errors:
             break
