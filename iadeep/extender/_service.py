@@ -24,8 +24,8 @@ from iadeep.extender._bind import (
     BindFailed,
     KubeError,
     PodApi,
-    annotate_and_bind,
     bind_annotations,
+    bind_with_annotations,
     call_deadline,
     release_reservation,
 )
@@ -311,7 +311,7 @@ class ExtenderService:
         return HostPriorityList(names, [get(n, 0) for n in names])
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        """Choose the GPU(s) on ``args.node``, reserve, annotate, bind (see :mod:`._bind`), all
+        """Choose the GPU(s) on ``args.node``, reserve, bind with the annotations (see :mod:`._bind`), all
         within ``call_budget_s``: the store's and the Kubernetes API's requests share it (see
         :class:`~iadeep.extender.ExtenderSettings`)."""
         if self.pod_api is None:
@@ -366,7 +366,7 @@ class ExtenderService:
         annotations = bind_annotations(assignments, node=node, uuids=uuids, reason=reason, now_s=now)
         try:
             with self.metrics.phase("kube"):
-                annotate_and_bind(self.store, self.pod_api, namespace=ns, name=name, uid=uid, node=node,
+                bind_with_annotations(self.store, self.pod_api, namespace=ns, name=name, uid=uid, node=node,
                                   annotations=annotations, now_s=self.clock())
         except BindFailed as exc:
             self.cache.forget(uid)
