@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from iadeep.extender._pods import (
@@ -45,6 +45,7 @@ from iadeep.extender._pods import (
     ANNOTATION_NODE,
     ANNOTATION_REASON,
     BIND_PHASE_ALLOCATING,
+    api_time_s,
 )
 from iadeep.extender._settings import KubeSettings
 from iadeep.extender._wire import Pod
@@ -100,13 +101,26 @@ class KubeError(RuntimeError):
 
 @dataclass(frozen=True)
 class PodStatus:
-    """What the sweep needs to know of a pod: its phase and node (empty when unbound)."""
+    """What the sweep and the pod follower need to know of a pod.
+
+    Attributes:
+        uid / namespace / name: the pod.
+        phase: ``status.phase``.
+        node: ``spec.nodeName`` (empty when unbound).
+        created_s: ``metadata.creationTimestamp`` (Unix seconds; 0 when absent).
+        priority: ``spec.priority`` (0 when absent).
+        pod: the pod as the wire model, only for a pod waiting to be scheduled (``Pending`` and
+            unbound): what :class:`~iadeep.extender.PendingPods` reads its GPU demand from.
+    """
 
     uid: str
     namespace: str
     name: str
     phase: str
     node: str
+    created_s: float = 0.0
+    priority: int = 0
+    pod: Pod | None = field(default=None, compare=False, repr=False)
 
 
 class PodApi(Protocol):
@@ -309,10 +323,27 @@ class KubernetesPodApi:
             pass
 
 
+def _timestamp(value: object) -> float:
+    """``metadata.creationTimestamp`` as Unix seconds (0 when absent or unreadable)."""
+    try:
+        return api_time_s(value) if isinstance(value, str) and value else 0.0
+    except ValueError:
+        return 0.0
+
+
 def _pod_status(p: Mapping[str, Any]) -> PodStatus:
     meta, spec, status = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
-    return PodStatus(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""), status.get("phase", ""),
-                     spec.get("nodeName") or "")
+    phase, node = status.get("phase", ""), spec.get("nodeName") or ""
+    wire = None
+    if phase == "Pending" and not node and not meta.get("deletionTimestamp"):
+        try:
+            wire = Pod.model_validate(p)
+        except ValueError:
+            wire = None  # not a pod we could read: it asks for nothing we know of
+    priority = spec.get("priority")
+    return PodStatus(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""), phase, node,
+                     _timestamp(meta.get("creationTimestamp")),
+                     priority if isinstance(priority, int) and not isinstance(priority, bool) else 0, wire)
 
 
 def _watch_event(what: str, line: bytes) -> tuple[str, PodStatus | None, str]:
