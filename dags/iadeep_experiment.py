@@ -103,6 +103,8 @@ PARAMS: dict[str, Param] = {
     "speedup": Param(1000.0, type="number", exclusiveMinimum=0, description="Kubernetes backend: time compression."),
     "timeout_s": Param(None, type=_NULL_NUM, exclusiveMinimum=0,
                        description="Kubernetes backend: wall-clock bound per policy (s); null = from the trace."),
+    "kubeconfig": Param(None, type="null",
+                        description="Kubernetes backend on a user's cluster: the CLI's --kubeconfig; this DAG runs the simulator only."),
     "predictor": Param("learned", type="string", enum=["learned", "oracle"],
                        description="iadeep's interference predictor: learned (online) or oracle (the measured table)."),
     "out": Param("runs/latest", type="string", minLength=1,

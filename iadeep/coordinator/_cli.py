@@ -55,6 +55,7 @@ def run(settings: object) -> None:
 @app.command("serve")
 def serve(
     node: Annotated[str | None, typer.Option(help="This node's name (IADEEP_COORDINATOR_NODE).")] = None,
+    all_nodes: Annotated[bool | None, typer.Option("--all-nodes", help="Follow every node's tuning requests (emulated nodes).")] = None,
     tuner_url: Annotated[str | None, typer.Option(help="The tuner's base URL.")] = None,
     throughputs_file: Annotated[Path | None, typer.Option(help="Gavel simulation_throughputs.json.")] = None,
     host: Annotated[str | None, typer.Option(help="Health/metrics listen address (default 127.0.0.1).")] = None,
@@ -66,12 +67,12 @@ def serve(
 
     from iadeep.coordinator._settings import CoordinatorSettings
 
-    overrides = {"node": node, "tuner_url": tuner_url, "throughputs_file": throughputs_file, "host": host,
+    overrides = {"node": node, "all_nodes": all_nodes, "tuner_url": tuner_url, "throughputs_file": throughputs_file, "host": host,
                  "port": port, "log_level": log_level}
     try:
         settings = CoordinatorSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        fields = ", ".join(".".join(str(x) for x in e["loc"]) + f": {e['msg']}" for e in exc.errors())
+        fields = ", ".join((".".join(str(x) for x in e["loc"]) or "node/all_nodes") + f": {e['msg']}" for e in exc.errors())
         typer.echo(f"iadeep coordinator: invalid settings: {fields}", err=True)
         raise typer.Exit(2) from None
     run(settings)

@@ -51,8 +51,8 @@ class CoordinatorService:
         self.model = model
         self.metrics = CoordinatorMetrics()
         self.results: list[tuple[TuningRequest, SessionResult]] = []
-        self._running: dict[int, threading.Thread] = {}
-        self._failures: dict[int, tuple[int, float]] = {}  # gpu -> (failures, retry not before)
+        self._running: dict[tuple[str, int], threading.Thread] = {}
+        self._failures: dict[tuple[str, int], tuple[int, float]] = {}  # (node, gpu) -> (failures, retry not before)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -77,11 +77,11 @@ class CoordinatorService:
         """Follow until :meth:`stop` (never raises: etcd failures are retried with back-off)."""
         backoff = self.settings.retry_backoff_s
         node = self.settings.node
-        log.info("coordinator of node %s following tuning requests", node)
+        log.info("coordinator of %s following tuning requests", f"node {node}" if node else "every node")
         while not self._stop.is_set():
             try:
-                events = self.store.watch(f"tuning/{node}/", timeout_s=self.settings.idle_s)
-                self._dispatch([r for r in self.store.tuning_requests() if r.node == node])
+                events = self.store.watch(f"tuning/{node}/" if node else "tuning/", timeout_s=self.settings.idle_s)
+                self._dispatch([r for r in self.store.tuning_requests() if not node or r.node == node])
                 for _ in events:
                     break  # something changed: list again
                 events.close()  # type: ignore[attr-defined]
@@ -95,14 +95,16 @@ class CoordinatorService:
         now = time.monotonic()
         with self._lock:
             for req in requests:
-                t = self._running.get(req.gpu)
+                key = (req.node, req.gpu)
+                t = self._running.get(key)
                 if t is not None and t.is_alive():
                     continue
-                _, not_before = self._failures.get(req.gpu, (0, 0.0))
+                _, not_before = self._failures.get(key, (0, 0.0))
                 if now < not_before:
                     continue
-                t = threading.Thread(target=self._session, args=(req,), name=f"iadeep-session-{req.gpu}", daemon=True)
-                self._running[req.gpu] = t
+                t = threading.Thread(target=self._session, args=(req,), name=f"iadeep-session-{req.node}-{req.gpu}",
+                                     daemon=True)
+                self._running[key] = t
                 t.start()
 
     def _session(self, req: TuningRequest) -> None:
@@ -112,18 +114,18 @@ class CoordinatorService:
                                  rounds=self.settings.round, metrics=self.metrics)
             self.metrics.sessions.labels(result.outcome).inc()
             if result.applied:
-                self.metrics.best_progress.labels(str(req.gpu)).set(result.progress)
+                self.metrics.best_progress.labels(str(req.gpu) if self.settings.node else f"{req.node}/{req.gpu}").set(result.progress)
             with self._lock:
                 self.results.append((req, result))
-                self._failures.pop(req.gpu, None)
+                self._failures.pop((req.node, req.gpu), None)
             log.info("GPU %d: session %s after %d rounds, applied %s", req.gpu, result.outcome, result.rounds,
                      result.applied)
         except Exception as exc:  # noqa: BLE001 - any failure: retry the request later, never die
             self.metrics.sessions.labels("error").inc()
             with self._lock:
-                n, _ = self._failures.get(req.gpu, (0, 0.0))
+                n, _ = self._failures.get((req.node, req.gpu), (0, 0.0))
                 wait = min(self.settings.retry_backoff_s * 2**n, 30.0)
-                self._failures[req.gpu] = (n + 1, time.monotonic() + wait)
+                self._failures[(req.node, req.gpu)] = (n + 1, time.monotonic() + wait)
             log.warning("GPU %d: session failed, retrying in %.1f s: %s: %s", req.gpu, wait, type(exc).__name__, exc)
         finally:
             self.metrics.active_sessions.dec()

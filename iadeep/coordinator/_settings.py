@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from iadeep.state import StateSettings
@@ -42,7 +42,11 @@ class CoordinatorSettings(BaseSettings):
     """The node coordinator.
 
     Attributes:
-        node: this node's name (whose GPUs' tuning requests it follows); required.
+        node: this node's name (whose GPUs' tuning requests it follows); required unless
+            ``all_nodes``.
+        all_nodes: follow the tuning requests of every node (one process for a set of emulated
+            nodes, e.g. the kwok nodes of a live experiment; on real nodes the DaemonSet runs one
+            coordinator per node).
         tuner_url: the tuner service's base URL; required.
         throughputs_file: Gavel ``simulation_throughputs.json`` (isolated steps/s per job type:
             a report's steps/s divided by it is the normalised throughput); required.
@@ -58,7 +62,8 @@ class CoordinatorSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="IADEEP_COORDINATOR_", env_nested_delimiter="__", extra="ignore")
 
-    node: str = Field(min_length=1)
+    node: str = ""
+    all_nodes: bool = False
     tuner_url: str = Field(min_length=1)
     throughputs_file: Path
     gpu_type: str = "v100"
@@ -69,3 +74,9 @@ class CoordinatorSettings(BaseSettings):
     round: RoundSettings = Field(default_factory=RoundSettings)
     etcd: StateSettings = Field(default_factory=StateSettings)
     log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> CoordinatorSettings:
+        if bool(self.node) == self.all_nodes:
+            raise ValueError("set either node (this node's name) or all_nodes (every node's requests), not both")
+        return self

@@ -15,7 +15,14 @@ Three followers and a completer, each a daemon thread:
   measured throughput is written to the state store (:class:`iadeep.state.Measurement`: the
   records the node coordinator reads; a training job reports the same through the SDK), and with
   ``update_job_records`` its job record's ``remaining_s`` is brought up to date (the work the
-  placement policy weighs; the coordinator's part once it runs beside the emulator).
+  placement policy weighs).
+- **batch sizes** (``follow_batch_sizes``): watches ``batchsizes/`` in the state store, where the
+  node coordinator writes each trial's and each session's final batch sizes, and changes the job's
+  type as a training job's SDK would (:meth:`EmulatedGpus.set_type`: the rates of its GPU's jobs
+  change, with the goodput gain of the new size). A job in a session (latest assignment a trial)
+  reports its throughput every ``report_interval_s``, as the SDK's reporter thread does, so that
+  the coordinator's rounds get their measurements; an assignment that arrives before the pod is
+  seen applies when it starts.
 - **completer**: sleeps until the next job's work is done (or a change), then completes pods
   annotated ``iadeep.io/emulated``: it writes the exact start and end times as annotations
   (``iadeep.io/emulated-start`` / ``-end``, Unix seconds with sub-second digits: the API's own
@@ -51,11 +58,22 @@ from iadeep.extender import (
     PodSpecError,
     TypeResolver,
 )
-from iadeep.interference import InterferenceModel
-from iadeep.state import GpuInfo, JobRecord, Measurement, NodeInventory, StateStore, StoreUnavailable
+from iadeep.interference import InterferenceModel, UnknownJobType
+from iadeep.jobtypes import JobType
+from iadeep.state import (
+    BatchSizeAssignment,
+    GpuInfo,
+    JobRecord,
+    Measurement,
+    NodeInventory,
+    RecordError,
+    StateStore,
+    StoreUnavailable,
+    from_json,
+)
 
 __all__ = ["EmulatorService", "node_inventory", "ANNOTATION_EMULATED", "ANNOTATION_EMULATED_START", "ANNOTATION_EMULATED_END",
-           "ANNOTATION_SPEEDUP", "NODE_ANNOTATION_GPUS"]
+           "ANNOTATION_EMULATED_BATCH_SIZE", "ANNOTATION_EMULATED_TRIALS", "ANNOTATION_SPEEDUP", "NODE_ANNOTATION_GPUS"]
 
 log = logging.getLogger("iadeep.emulator")
 
@@ -67,6 +85,10 @@ ANNOTATION_EMULATED_START = "iadeep.io/emulated-start"
 """Written by the emulator: when the pod's GPUs started its work, Unix seconds (decimal)."""
 ANNOTATION_EMULATED_END = "iadeep.io/emulated-end"
 """Written by the emulator: when its work was done, Unix seconds (decimal)."""
+ANNOTATION_EMULATED_BATCH_SIZE = "iadeep.io/emulated-batch-size"
+"""Written by the emulator: the batch size the job ran at when its work was done."""
+ANNOTATION_EMULATED_TRIALS = "iadeep.io/emulated-trials"
+"""Written by the emulator: the tuning trials the job ran (batch-size assignments of trials)."""
 NODE_ANNOTATION_GPUS = "iadeep.io/gpus"
 """On a node: its GPUs as JSON, ``[{"index": 0, "uuid": "...", "memGiB": 32}, ...]``."""
 
@@ -81,6 +103,8 @@ class _Pod:
     completing: bool = False
     started_s: float = 0.0
     finished_s: float = 0.0
+    batch_size: int = 0  # at the end of its work
+    trials: int = 0  # tuning trials it ran (batch-size assignments with trial >= 0)
 
 
 def node_inventory(node: dict[str, Any]) -> NodeInventory | None:
@@ -151,6 +175,8 @@ class EmulatorService:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._listed = {"nodes": threading.Event(), "pods": threading.Event()}
+        self._assigned: dict[str, BatchSizeAssignment] = {}  # pod -> latest batch-size assignment
+        self.resized = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -162,7 +188,8 @@ class EmulatorService:
         for name, target in (("nodes", lambda: self._follow("nodes", self._on_node, selector)),
                              ("pods", lambda: self._listed["nodes"].wait() and self._follow("pods", self._on_pod, {})),
                              ("complete", self._complete_loop), ("keepalive", self._keepalive_loop),
-                             ("progress", self._progress_loop)):
+                             ("progress", self._progress_loop), ("batchsizes", self._batch_size_loop),
+                             ("reports", self._session_report_loop)):
             t = threading.Thread(target=target, name=f"iadeep-emulator-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -184,7 +211,7 @@ class EmulatorService:
         """Counts for humans and tests: nodes, running jobs, completed pods, measurements, errors."""
         with self._lock:
             return {"nodes": len(self.nodes), "running": len(self.gpus.jobs), "completed": self.completed,
-                    "measurements": self.measurements, "errors": self.errors}
+                    "measurements": self.measurements, "resized": self.resized, "errors": self.errors}
 
     # -- following ---------------------------------------------------------------------------
     def _follow(self, kind: str, handle: Callable[[str, dict[str, Any]], None], selectors: dict[str, str]) -> None:
@@ -246,6 +273,7 @@ class EmulatorService:
         with self._lock:
             known = self.pods.get(uid)
             if event == "DELETED" or status.get("phase") in _ENDED:
+                self._assigned.pop(uid, None)
                 if known is not None:
                     del self.pods[uid]
                     changes = self.gpus.stop(uid, now_s=now)
@@ -263,7 +291,11 @@ class EmulatorService:
                     self.errors += 1
                     return
                 self.pods[uid] = _Pod(pod, running=status.get("phase") == "Running", started_s=now)
-                changes = self.gpus.start(uid, node, now_s=now, **start)
+                base = start.pop("type_id")
+                early = self._assigned.get(uid)
+                current = self._type_at(base, early.batch_size) if early is not None else None
+                changes = self.gpus.start(uid, node, now_s=now, type_id=base if current is None else current,
+                                          base_type_id=base, **start)
             if changes:
                 self._lock.notify_all()
         self._report(changes, now)
@@ -304,6 +336,84 @@ class EmulatorService:
         except StoreUnavailable as exc:
             log.warning("could not report progress: %s", exc)
 
+    # -- batch sizes (the coordinator's decisions) --------------------------------------------
+    def _type_at(self, type_id: int, batch_size: int) -> int | None:
+        """The type of ``type_id``'s model family at ``batch_size``; ``None`` if not measured."""
+        try:
+            return self.model.type_id(JobType(self.model.types[type_id].model, int(batch_size)))
+        except UnknownJobType:
+            return None
+
+    def apply_batch_size(self, a: BatchSizeAssignment) -> None:
+        """A batch size the coordinator assigned: the job's type changes (its GPU's rates with it)
+        and, being a new size, it reports a measurement at once, as the SDK does after a switch."""
+        now = self.clock()
+        with self._lock:
+            job = self.gpus.jobs.get(a.pod_uid)
+            if a.trial >= 0 and a != self._assigned.get(a.pod_uid) and a.pod_uid in self.pods:
+                self.pods[a.pod_uid].trials += 1
+            self._assigned[a.pod_uid] = a
+            if job is None:
+                return  # applied when the pod starts (or forgotten when it ends)
+            tid = self._type_at(job.base_type_id, a.batch_size)
+            if tid is None:
+                log.warning("pod %s: batch size %d of %s was not measured; keeping %d", a.pod_uid, a.batch_size,
+                            self.model.types[job.base_type_id].model, self.model.types[job.type_id].batch_size)
+                self.errors += 1
+                return
+            changes = self.gpus.set_type(a.pod_uid, tid, now_s=now)
+            if changes:
+                self.resized += 1
+                self._lock.notify_all()  # completion times moved
+        self._report(changes, now)
+
+    def _batch_size_loop(self) -> None:
+        """Follow ``batchsizes/``: open the watch, then read the running jobs' assignments once (so
+        nothing set between two watches is missed), then apply each put."""
+        if not self.settings.follow_batch_sizes:
+            return
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                events = self.store.watch("batchsizes/", timeout_s=self.settings.kube.watch_timeout_s)
+                with self._lock:
+                    uids = list(self.gpus.jobs)
+                for uid in uids:
+                    a = self.store.batch_size(uid)
+                    if a is not None and a != self._assigned.get(uid):
+                        self.apply_batch_size(a)
+                for ev in events:
+                    if ev.get("type") == "put":
+                        try:
+                            self.apply_batch_size(from_json(BatchSizeAssignment, ev["value"]))
+                        except RecordError as exc:
+                            log.warning("unreadable batch-size record %s: %s", ev.get("key"), exc)
+                    if self._stop.is_set():
+                        break
+                if hasattr(events, "close"):
+                    events.close()  # type: ignore[union-attr]
+                backoff = 0.5
+            except StoreUnavailable as exc:
+                log.warning("batch-size watch failed, retrying in %.1f s: %s", backoff, exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _session_report_loop(self) -> None:
+        """Every ``report_interval_s``, a measurement of every job in a tuning session."""
+        if not (self.settings.follow_batch_sizes and self.settings.report_measurements):
+            return
+        while not self._stop.wait(self.settings.report_interval_s):
+            now = self.clock()
+            with self._lock:
+                measured = [Measurement(uid, self.gpus.measure(uid), self.model.types[self.gpus.jobs[uid].type_id].batch_size, now)
+                            for uid, a in self._assigned.items() if a.trial >= 0 and uid in self.gpus.jobs]
+            try:
+                for m in measured:
+                    self.store.add_measurement(m)
+                    self.measurements += 1
+            except StoreUnavailable as exc:
+                log.warning("could not report throughput: %s", exc)
+
     # -- completing --------------------------------------------------------------------------
     def _complete_loop(self) -> None:
         while not self._stop.is_set():
@@ -322,26 +432,29 @@ class EmulatorService:
                     # the work is done: the job leaves its GPUs at its finish time (partners speed
                     # up from then on), whatever the API calls below take
                     p.done, p.finished_s = True, self.gpus.finish_time(job)
+                    p.batch_size = self.model.types[job.type_id].batch_size
                     changes += self.gpus.stop(uid, now_s=p.finished_s)
                 for p in self.pods.values():
                     if p.done and p.running and not p.completing:
                         p.completing = True
-                        todo.append((p.obj, p.started_s, p.finished_s))
+                        todo.append((p.obj, p.started_s, p.finished_s, p.batch_size, p.trials))
                 if not todo and not changes:
                     nxt = self.gpus.next_due()
                     wait = 1.0 if nxt is None else min(max(nxt - now, 0.0), 1.0)
                     self._lock.wait(wait)
                     continue
             self._report(changes, now)
-            for pod, started, finished in todo:
-                self._complete(pod, started, finished)
+            for pod, started, finished, batch, trials in todo:
+                self._complete(pod, started, finished, batch, trials)
 
-    def _complete(self, pod: dict[str, Any], started: float, finished: float) -> None:
+    def _complete(self, pod: dict[str, Any], started: float, finished: float, batch: int, trials: int) -> None:
         meta = pod.get("metadata") or {}
         ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
         try:
             self.kube.annotate_pod(ns, name, uid, {ANNOTATION_EMULATED_START: f"{started:.6f}",
-                                                   ANNOTATION_EMULATED_END: f"{finished:.6f}"})
+                                                   ANNOTATION_EMULATED_END: f"{finished:.6f}",
+                                                   ANNOTATION_EMULATED_BATCH_SIZE: str(batch),
+                                                   ANNOTATION_EMULATED_TRIALS: str(trials)})
             self.kube.complete_pod(pod, started_s=started, finished_s=finished)
             with self._lock:
                 self.completed += 1

@@ -55,6 +55,12 @@ class EmulatorSettings(BaseSettings):
         progress_interval_s: how often every running job's record is brought up to date besides
             the co-location changes (wall s; 0: never). The extender's view has no emulated
             clock: it projects remaining work at rate 1 per wall second from the last record.
+        follow_batch_sizes: apply the batch sizes the node coordinator writes
+            (``batchsizes/<pod>``, followed through a watch, as the SDK does in a training job): the
+            job's rate changes to its new type's, with the goodput gain of the new size.
+        report_interval_s: while a job is in a tuning session (its latest assignment is a trial,
+            ``trial >= 0``), its throughput is reported this often (wall s; the SDK reports once
+            per second); outside sessions a job reports when its co-located set changes.
         inventory_ttl_s: lease of each published node inventory (renewed at a third of it).
         default_model / default_batch_size / default_duration_s: a pod without the annotations.
     """
@@ -70,6 +76,8 @@ class EmulatorSettings(BaseSettings):
     report_measurements: bool = True
     update_job_records: bool = True
     progress_interval_s: float = Field(1.0, ge=0)
+    follow_batch_sizes: bool = True
+    report_interval_s: float = Field(1.0, gt=0)
     inventory_ttl_s: int = Field(120, ge=3)
     default_model: str = "ResNet-50"
     default_batch_size: int = Field(64, ge=1)

@@ -52,6 +52,7 @@ def run_cmd(
     backend: Annotated[str, typer.Option(help="simulator, or kubernetes (Jobs on the local control plane with kwok GPU nodes, the extender and the GPU emulator).")] = _D.backend,
     speedup: Annotated[float, typer.Option(help="kubernetes backend: emulated seconds per wall second.")] = _D.speedup,
     timeout_s: Annotated[Optional[float], typer.Option(help="kubernetes backend: wall-clock bound per policy (s) [default: from the trace].")] = None,
+    kubeconfig: Annotated[Optional[str], typer.Option(help="kubernetes backend on your cluster (extender deployed with the one --policies policy; GPU emulator for nodes without GPUs) instead of the local control plane; etcd from IADEEP_ETCD_* for the reservation count.")] = None,
     out: Annotated[str, typer.Option(help="Output folder.")] = _D.out,
 ) -> None:
     """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
@@ -69,7 +70,7 @@ def run_cmd(
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill,
             queue=queue, scheduler_config=scheduler_config, predictor=predictor, backend=backend, speedup=speedup,
-            timeout_s=timeout_s, out=out)
+            timeout_s=timeout_s, kubeconfig=kubeconfig, out=out)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
         cluster = cluster_of(cfg)
@@ -103,7 +104,7 @@ def run_cmd(
 
             try:
                 live = run_live(cfg, workload, paths["throughputs"], on_policy)
-            except (ControlPlaneError, TimeoutError, RuntimeError) as exc:
+            except (ControlPlaneError, TimeoutError, RuntimeError, OSError) as exc:
                 console.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(1) from None
             median_work = float(workload["duration"].median())
@@ -216,7 +217,7 @@ def compare_cmd(
     gpu_mem_gib: Annotated[float, typer.Option(help="Memory per GPU (GiB).")] = _D.gpu_mem_gib,
     seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
     queue: Annotated[str, typer.Option(help="Simulator queue (kube: as kube-scheduler queues).")] = "kube",
-    tuning: Annotated[bool, typer.Option(help="Simulator runs tuning sessions (off: as the live system without coordinator and tuner).")] = False,
+    tuning: Annotated[bool, typer.Option(help="Tuning sessions in both backends (live: the coordinator and the tuner, for iadeep).")] = True,
     speedup: Annotated[float, typer.Option(help="Live time compression.")] = 200.0,
     timeout_s: Annotated[Optional[float], typer.Option(help="Live wall-clock bound per policy (s).")] = None,
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/parity",

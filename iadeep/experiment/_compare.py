@@ -133,8 +133,10 @@ def run_compare(cfg: ExperimentConfig, on_policy=None) -> dict[str, dict[str, An
     live_cfg = replace(cfg, backend="kubernetes", out=str(out / "live"))
     workload, _ = build_workload(sim_cfg, paths["trace"])
     build_workload(live_cfg, paths["trace"])
-    for name in cfg.policies:
-        run_policy(sim_cfg, name, workload, paths["throughputs"])
+    from iadeep.experiment._live import TUNED_POLICIES
+
+    for name in cfg.policies:  # the simulator tunes what the live system tunes (coordinator and tuner)
+        run_policy(replace(sim_cfg, tuning=cfg.tuning and name in TUNED_POLICIES), name, workload, paths["throughputs"])
     write_report(sim_cfg)
     run_live(live_cfg, workload, paths["throughputs"], on_policy)
     write_report(live_cfg)

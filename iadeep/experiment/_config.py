@@ -78,6 +78,10 @@ class ExperimentConfig:
             the local control plane with kwok nodes, our extender and the GPU emulator).
         speedup: the kubernetes backend's time compression (emulated seconds per wall second).
         timeout_s: the kubernetes backend's wall-clock bound per policy (``None``: from the trace).
+        kubeconfig: the kubernetes backend on a user's cluster (the extender deployed with the one
+            policy in ``policies``, GPU nodes whose GPUs run or are emulated: ``iadeep emulator serve``
+            completes the Jobs and writes their times) instead of the local control plane. The
+            state store (reservations left) from ``IADEEP_ETCD_*`` when ``IADEEP_ETCD_ENDPOINTS`` is set.
         out: output folder.
     """
 
@@ -117,6 +121,7 @@ class ExperimentConfig:
     backend: str = "simulator"
     speedup: float = 1000.0
     timeout_s: float | None = None
+    kubeconfig: str | None = None
     out: str = "runs/latest"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -162,6 +167,14 @@ class ExperimentConfig:
         for field_name, value, known in checks:
             if value not in known:
                 raise ConfigError(field_name, f"unknown {field_name} {value!r}; known: {', '.join(known)}")
+        if self.kubeconfig is not None:
+            if self.backend != "kubernetes":
+                raise ConfigError("kubeconfig", "a kubeconfig is for the kubernetes backend (--backend kubernetes)")
+            if not Path(self.kubeconfig).is_file():
+                raise ConfigError("kubeconfig", f"{self.kubeconfig} is not a file")
+            if len(self.policies) != 1:
+                raise ConfigError("policies", "on a user's cluster (kubeconfig) the run is of the one policy its deployed "
+                                  f"extender runs: name that one policy, got {', '.join(self.policies)}")
         if self.window_start_s is not None and self.window_end_s is not None and self.window_end_s <= self.window_start_s:
             raise ConfigError("window_end_s", f"must be after window_start_s ({self.window_start_s}), got {self.window_end_s}")
 

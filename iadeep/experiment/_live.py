@@ -26,7 +26,12 @@ The cluster around it (:class:`LocalCluster`, the default): the local control pl
 (:class:`iadeep.dev.ControlPlane`, real kube-apiserver, kube-scheduler with the
 ``iadeep-scheduler`` profile, kube-controller-manager, kwok), a local etcd, and per policy a
 fresh set of kwok GPU nodes, the extender (``iadeep extender serve``) and the GPU emulator
-(``iadeep emulator serve``) as processes.
+(``iadeep emulator serve``) as processes. With tuning, for the policies in
+:data:`TUNED_POLICIES` (those whose tuning is IADeep's batch-size tuning), also the tuner
+(``iadeep tuner serve``, SQLite in the work folder) and one coordinator for the set of kwok nodes
+(``iadeep coordinator serve --all-nodes``): the extender's bind writes a tuning request per GPU
+whose co-located set changed, the coordinator runs the session with the tuner, and the emulator
+applies the batch sizes it writes and reports the jobs' throughput as the SDK would.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ import pandas as pd
 from iadeep.interference import InterferenceModel
 from iadeep.sim import ClusterSpec, SimResult
 
-__all__ = ["LiveSettings", "LocalCluster", "job_manifest", "run_live_policy", "live_result"]
+__all__ = ["LiveSettings", "LocalCluster", "UserCluster", "TUNED_POLICIES", "job_manifest", "run_live_policy", "live_result"]
 
 log = logging.getLogger("iadeep.experiment")
 
@@ -61,6 +66,10 @@ JOB_ID_ANNOTATION = "iadeep.io/job-id"
 SUBMIT_ANNOTATION = "iadeep.io/submit-time"
 REPO = Path(__file__).resolve().parents[2]
 SCHEDULER_CONFIG = REPO / "k8s" / "extender" / "kube-scheduler-config.control-plane.yaml"
+TUNED_POLICIES = frozenset({"iadeep"})
+"""Policies whose tuning the live system runs (coordinator and tuner: batch-size sessions). The
+others' tuning in the simulator is either the default no-op or, for gandiva, undoing a packing
+by eviction, which no live component does."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +162,7 @@ class _Process:
     """A service of ours as a child process (its own session), log to a file."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
+        self.url = ""  # its HTTP endpoint, when it has one
         self.log_path = log_path
         self._fh = log_path.open("ab")
         self.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=self._fh, stderr=subprocess.STDOUT,
@@ -171,6 +181,28 @@ class _Process:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self._fh.close()
+
+
+def _wait_http(proc: _Process, path: str, timeout_s: float = 120.0) -> None:
+    """Until ``proc`` answers 200 on ``path``.
+
+    Raises:
+        RuntimeError: it exited, or did not answer within ``timeout_s`` (with its log's tail).
+    """
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        proc.check(proc.log_path.stem)
+        try:
+            if httpx.get(proc.url + path, timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{proc.log_path.stem} did not answer {path} within {timeout_s:.0f} s:\n"
+                               f"{proc.log_path.read_text()[-3000:]}")
+        time.sleep(0.2)
 
 
 @dataclass
@@ -228,9 +260,12 @@ class LocalCluster:
     def kubeconfig(self) -> Path:
         return self.control_plane.kubeconfig
 
-    def prepare(self, run: str, policy: str, *, seed: int, speedup: float) -> str:
+    def prepare(self, run: str, policy: str, *, seed: int, speedup: float, tuning: bool = False,
+                trial_s: float = 20.0) -> str:
         """Fresh nodes labelled ``run``, a fresh etcd prefix, and the extender and emulator for
-        ``policy``; returns the etcd prefix. Nodes and services of an earlier run are removed."""
+        ``policy`` (with ``tuning``, also the tuner and the coordinator; the emulator then reports
+        a job in a session every ``trial_s / 2`` emulated seconds, at least every 50 ms); returns
+        the etcd prefix. Nodes and services of an earlier run are removed."""
         from kubernetes import client
 
         self.stop_services()
@@ -264,10 +299,33 @@ class LocalCluster:
             # job records current to a minute of emulated time (at most 5 writes per job per second)
             "IADEEP_EMULATOR_PROGRESS_INTERVAL_S": f"{max(60.0 / speedup, 0.2):g}",
             "IADEEP_EMULATOR_KUBE__KUBECONFIG": str(self.kubeconfig), "IADEEP_EMULATOR_LOG_LEVEL": "warning",
+            "IADEEP_EMULATOR_FOLLOW_BATCH_SIZES": "true" if tuning else "false",
+            "IADEEP_EMULATOR_REPORT_INTERVAL_S": f"{max(trial_s / 2 / speedup, 0.05):g}",
         }, logs / f"emulator-{run}.log")
         self._procs = [ext, emu]
+        if tuning:
+            self._procs += self._start_tuning(run, env, logs)
         self._wait_ready(prefix, len(specs), ext, emu)
+        for p in self._procs[2:]:
+            _wait_http(p, "/readyz")
         return prefix
+
+    def _start_tuning(self, run: str, env: dict[str, str], logs: Path) -> list[_Process]:
+        """The tuner and one coordinator for every node (``--all-nodes``)."""
+        tuner_port, coord_port = _free_port(), _free_port()
+        tuner = _Process([sys.executable, "-m", "iadeep.tuner", "serve"], {
+            "IADEEP_TUNER_PORT": str(tuner_port), "IADEEP_TUNER_HOST": "127.0.0.1",
+            "IADEEP_TUNER_STORAGE_URL": f"sqlite:///{self.workdir}/tuner-{run}.db",
+            "IADEEP_TUNER_THROUGHPUTS_FILE": str(self.throughputs), "IADEEP_TUNER_LOG_LEVEL": "WARNING",
+        }, logs / f"tuner-{run}.log")
+        tuner.url = f"http://127.0.0.1:{tuner_port}"
+        coord = _Process([sys.executable, "-m", "iadeep.coordinator", "serve", "--all-nodes"], {
+            **env, "IADEEP_COORDINATOR_TUNER_URL": tuner.url, "IADEEP_COORDINATOR_PORT": str(coord_port),
+            "IADEEP_COORDINATOR_THROUGHPUTS_FILE": str(self.throughputs), "IADEEP_COORDINATOR_LOG_LEVEL": "WARNING",
+            "IADEEP_COORDINATOR_IDLE_S": "1", "IADEEP_COORDINATOR_ROUND__DEADLINE_S": "5",
+        }, logs / f"coordinator-{run}.log")
+        coord.url = f"http://127.0.0.1:{coord_port}"
+        return [tuner, coord]
 
     def _wait_ready(self, prefix: str, n_nodes: int, ext: _Process, emu: _Process, timeout_s: float = 120.0) -> None:
         """Until every node's inventory is in etcd (the emulator) and the extender answers /readyz
@@ -301,6 +359,40 @@ class LocalCluster:
         for p in getattr(self, "_procs", []):
             p.stop()
         self._procs = []
+
+
+@dataclass
+class UserCluster:
+    """A user's cluster from a kubeconfig: the extender (``iadeep-scheduler`` profile) and, for
+    nodes without real GPUs, the emulator are deployed there already; nothing is started or
+    removed. The Jobs go to whatever nodes the scheduler picks (no node pinning).
+
+    Args:
+        kubeconfig: the kubeconfig file (its current context).
+
+    Raises:
+        FileNotFoundError: (on enter) the file does not exist.
+        RuntimeError: (on enter) the API server does not answer (the message names the server).
+    """
+
+    kubeconfig: Path
+
+    def __enter__(self) -> UserCluster:
+        from kubernetes import client, config
+
+        if not self.kubeconfig.is_file():
+            raise FileNotFoundError(f"kubeconfig {self.kubeconfig} does not exist")
+        self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        try:
+            client.VersionApi(self.api).get_code(_request_timeout=10)
+        except Exception as exc:  # noqa: BLE001 - any failure to reach it: one clear message
+            self.api.close()
+            raise RuntimeError(f"the cluster of {self.kubeconfig} ({self.api.configuration.host}) does not answer: "
+                               f"{type(exc).__name__}: {exc}") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.api.close()
 
 
 def scheduler_config(port: int) -> dict[str, Any]:
@@ -385,7 +477,8 @@ def _watch_jobs(api_client: Any, namespace: str, run: str, total: int, deadline:
 
 def run_live_policy(api_client: Any, workload: pd.DataFrame, model: InterferenceModel, cluster: ClusterSpec, *,
                     policy: str, run: str, settings: LiveSettings, store: Any | None = None,
-                    progress: Callable[[int], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+                    progress: Callable[[int], None] | None = None,
+                    pin_nodes: bool = True) -> tuple[SimResult, dict[str, Any]]:
     """Submit ``workload`` as Jobs at their (compressed) arrival times and wait for all of them.
 
     Args:
@@ -397,6 +490,7 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
         settings: speedup, deadline, namespace.
         store: the state store the extender uses (reservations are counted at the end), or ``None``.
         progress: called with the number of finished Jobs.
+        pin_nodes: select the nodes labelled ``run`` (the local cluster's); off on a user's cluster.
 
     Returns:
         ``(result, metrics)``: the simulator-shaped result and the live metrics (overhead
@@ -451,7 +545,8 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
         now = time.time()
         lags.append(now - target)
         mem = float(model.mem_gib[model.type_id(JobType(str(row.model), int(row.batch_size)))])
-        body = job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, submit_time_s=now)
+        body = job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, submit_time_s=now,
+                            pin_nodes=pin_nodes)
         _json(api_client, batch.create_namespaced_job, ns, body)
         if errors:
             break
@@ -525,6 +620,8 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
     n = len(jobs)
     start, end, submit = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     placement = [""] * n
+    final_batch = jobs["batch_size"].to_numpy(dtype=np.int64).copy()
+    trials = np.zeros(n, dtype=np.int64)
     runs: list[tuple[int, str, float, float]] = []  # (job, "node/gpu", start, end)
     bind_lat, start_lag, done_lag = [], [], []
     for p in pods:
@@ -536,6 +633,8 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
         i = by_id[jid]
         s_wall, e_wall = float(ann["iadeep.io/emulated-start"]), float(ann["iadeep.io/emulated-end"])
         start[i], end[i], submit[i] = emu(s_wall), emu(e_wall), emu(submit_wall.get(jid, math.nan))
+        final_batch[i] = int(ann.get("iadeep.io/emulated-batch-size") or final_batch[i])
+        trials[i] = int(ann.get("iadeep.io/emulated-trials") or 0)
         node = (p.get("spec") or {}).get("nodeName") or ""
         node = node[len(run) + 1:] if node.startswith(f"{run}-") else node
         gpus = [g for g in ann.get("iadeep.io/gpu-index", "").split(",") if g]
@@ -572,8 +671,8 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
         "job_id": ids, "submit_s": submit, "start_s": start, "end_s": end, "jct_s": jct, "queueing_s": start - submit,
         "duration_s": duration, "slowdown": jct / duration, "num_gpus": jobs["num_gpus"].to_numpy(),
         "model": jobs["model"].to_numpy(), "batch_size": jobs["batch_size"].to_numpy(),
-        "final_batch_size": jobs["batch_size"].to_numpy(), "colocations": coloc,
-        "tuning_trials": np.zeros(n, dtype=np.int64), "evictions": np.zeros(n, dtype=np.int64),
+        "final_batch_size": final_batch, "colocations": coloc,
+        "tuning_trials": trials, "evictions": np.zeros(n, dtype=np.int64),
         "placement": placement, "partners": [";".join(sorted(ids[o] for o in ps)) for ps in partners],
     })
     timeline, busy = _timeline(table, runs)

@@ -231,14 +231,16 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
 def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path,
              on_policy: Callable[[str, int], Callable[[int], None]] | None = None) -> dict[str, dict[str, Any]]:
     """The kubernetes backend: every policy on the local control plane (kwok GPU nodes, the real
-    kube-scheduler, our extender, the GPU emulator; :mod:`iadeep.experiment._live`); writes the
+    kube-scheduler, our extender, the GPU emulator, and with ``cfg.tuning`` the coordinator and
+    the tuner for the policies in :data:`~iadeep.experiment._live.TUNED_POLICIES`;
+    :mod:`iadeep.experiment._live`); writes the
     same per-policy files as :func:`run_policy`, with the live metrics. Returns them by policy.
 
     Raises:
         TimeoutError: a policy's Jobs did not all finish within ``cfg.timeout_s``.
         iadeep.dev.ControlPlaneError: the control plane is not built (``make controlplane``) or did not start.
     """
-    from iadeep.experiment._live import LiveSettings, LocalCluster, iter_runs, run_live_policy
+    from iadeep.experiment._live import TUNED_POLICIES, LiveSettings, LocalCluster, iter_runs, run_live_policy
     from iadeep.state import EtcdStateStore, StateSettings
 
     model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
@@ -247,9 +249,12 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     all_metrics = {}
+    if cfg.kubeconfig:
+        return {cfg.policies[0]: _run_user_cluster(cfg, workload, model, cluster, live, on_policy)}
     with LocalCluster(cluster, Path(throughputs), workdir=out / "live") as lc:
         for name, run in iter_runs(list(cfg.policies)):
-            prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup)
+            prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup,
+                                tuning=cfg.tuning and name in TUNED_POLICIES, trial_s=cfg.trial_s)
             store = EtcdStateStore(StateSettings(endpoints=[lc.etcd.endpoint], prefix=prefix))
             try:
                 cb = on_policy(name, len(workload)) if on_policy else None
@@ -257,13 +262,43 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
                                                        settings=live, store=store, progress=cb)
             finally:
                 store.close()
-            result.jobs.to_csv(out / f"jobs-{name}.csv", index=False)
-            result.timeline.to_csv(out / f"timeline-{name}.csv", index=False)
-            metrics = {**result.summary(), "busy_gpu_seconds": result.busy_gpu_seconds, "total_gpus": result.total_gpus,
-                       **live_metrics, "cluster_timings_s": dict(lc.timings)}
-            (out / f"metrics-{name}.json").write_text(json.dumps(metrics, indent=2) + "\n")
-            all_metrics[name] = metrics
+            all_metrics[name] = _write_live(out, name, result, live_metrics, cluster_timings_s=dict(lc.timings))
     return all_metrics
+
+
+def _write_live(out: Path, name: str, result: SimResult, live_metrics: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    result.jobs.to_csv(out / f"jobs-{name}.csv", index=False)
+    result.timeline.to_csv(out / f"timeline-{name}.csv", index=False)
+    metrics = {**result.summary(), "busy_gpu_seconds": result.busy_gpu_seconds, "total_gpus": result.total_gpus,
+               **live_metrics, **extra}
+    (out / f"metrics-{name}.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics
+
+
+def _run_user_cluster(cfg: ExperimentConfig, workload: pd.DataFrame, model: InterferenceModel, cluster: Any,
+                      live: Any, on_policy: Callable[[str, int], Callable[[int], None]] | None) -> dict[str, Any]:
+    """One policy's replay on the cluster of ``cfg.kubeconfig`` (:class:`~iadeep.experiment._live.UserCluster`).
+
+    Raises:
+        FileNotFoundError: the kubeconfig does not exist.
+        RuntimeError: the cluster cannot be reached, or has no node the extender can use.
+    """
+    import os
+
+    from iadeep.experiment._live import UserCluster, iter_runs, run_live_policy
+    from iadeep.state import EtcdStateStore, StateSettings
+
+    name, run = next(iter_runs(list(cfg.policies)))
+    store = EtcdStateStore(StateSettings()) if os.environ.get("IADEEP_ETCD_ENDPOINTS") else None
+    try:
+        with UserCluster(Path(cfg.kubeconfig)) as uc:  # type: ignore[arg-type]
+            cb = on_policy(name, len(workload)) if on_policy else None
+            result, live_metrics = run_live_policy(uc.api, workload, model, cluster, policy=name, run=run,
+                                                   settings=live, store=store, progress=cb, pin_nodes=False)
+    finally:
+        if store is not None:
+            store.close()
+    return _write_live(cfg.out_dir, name, result, live_metrics, kubeconfig=str(cfg.kubeconfig))
 
 
 def _load_result(out: Path, name: str) -> SimResult:

@@ -345,9 +345,13 @@ class Simulator:
         changed: set[int] = set()
         affected: set[int] = set()
         queue = self.queue
+        view = None  # one view while candidates fail (nothing changes), a new one after a placement
         for h in queue.candidates(self.now):
-            decision = self.policy.place(self._request(h, queue.gpus_ahead(h), queue.blocking(h)), self.view())
+            if view is None:
+                view = self.view()
+            decision = self.policy.place(self._request(h, queue.gpus_ahead(h), queue.blocking(h)), view)
             if isinstance(decision, Placement):
+                view = None
                 queue.placed(h, self.now)
                 for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
                     self._evict(int(v), affected, here=True)

@@ -193,3 +193,38 @@ def test_a_job_the_measurements_do_not_cover_is_not_retried_forever(etcd_store, 
 
     result = run_session(req, store=store, tuner=NoTuner(), model=interference_model, rounds=RoundSettings())
     assert result.outcome == "untunable" and store.tuning_requests() == []
+
+
+def test_one_coordinator_follows_every_node_with_all_nodes(etcd_store, etcd_settings, tuner, throughputs_path,
+                                                           interference_model) -> None:
+    """``all_nodes`` (one process for a live experiment's kwok nodes): the requests of two nodes
+    are both served, and a per-node coordinator serves only its own."""
+    store = etcd_store
+    for node, pod in (("n1", "pod-1"), ("n2", "pod-2")):
+        store.put_inventory(NodeInventory(node, (GpuInfo(0, 32.0, f"GPU-{node}"),)))
+        store.reserve(JobRecord(pod, "default", pod, "ResNet-50", 64, 1, 10.0, 3600.0, time.time()), node, [0],
+                      colocation_limit=2, now_s=time.time())
+    assert {r.node for r in store.tuning_requests()} == {"n1", "n2"}
+    only_n1 = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
+                                 tuner=TunerClient(tuner.url), model=interference_model).start()
+    try:
+        wait_for(store.tuning_requests, lambda left: {r.node for r in left} == {"n2"}, timeout=30, what="n1 served")
+    finally:
+        only_n1.stop()
+    every = CoordinatorSettings(all_nodes=True, tuner_url=tuner.url, throughputs_file=throughputs_path, idle_s=1.0,
+                                etcd=etcd_settings)
+    svc = CoordinatorService(every, store=store, tuner=TunerClient(tuner.url), model=interference_model).start()
+    try:
+        wait_for(store.tuning_requests, lambda left: not left, timeout=30, what="every request served")
+    finally:
+        svc.stop()
+    assert store.batch_size("pod-2") is not None and {r.outcome for _, r in svc.results} == {"single_job"}
+
+
+def test_node_and_all_nodes_are_exclusive(throughputs_path) -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    for kw in ({}, {"node": "n1", "all_nodes": True}):
+        with pytest.raises(ValidationError, match="either node"):
+            CoordinatorSettings(tuner_url="http://127.0.0.1:1", throughputs_file=throughputs_path, **kw)

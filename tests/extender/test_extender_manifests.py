@@ -86,7 +86,9 @@ def test_addresses_agree():
         assert url.hostname == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
         assert url.port == settings.port and url.path == settings.url_prefix
         assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
-        assert ext["managedResources"] == [{"name": settings.gpu_mem_resource, "ignoredByScheduler": False}]
+        # memory adds up per node; GPUs are shared, so the scheduler must not count them (one pod per GPU)
+        assert ext["managedResources"] == [{"name": settings.gpu_mem_resource, "ignoredByScheduler": False},
+                                           {"name": settings.gpu_count_resource, "ignoredByScheduler": True}]
         assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False and ext["weight"] >= 1
         # kube-scheduler gives up after httpTimeout: every verb must answer before that
         assert ext["httpTimeout"].endswith("s") and float(ext["httpTimeout"][:-1]) > settings.call_budget_s

@@ -21,7 +21,7 @@ SPEEDUP = 200.0  # the slice's makespan is about 1.3 h: about 25 s of replay
 def compared(controlplane_binaries, dataset_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("parity")
     # 2 nodes x 4 GPUs at a mean offered load of 2: most jobs co-locate or queue
-    cfg = ExperimentConfig(jobs=30, policies=("iadeep",), nodes=2, target_load=2.0, queue="kube", tuning=False,
+    cfg = ExperimentConfig(jobs=30, policies=("iadeep",), nodes=2, target_load=2.0, queue="kube", tuning=True,
                            speedup=SPEEDUP, out=str(out))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
