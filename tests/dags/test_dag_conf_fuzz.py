@@ -33,7 +33,7 @@ def test_conf_is_validated_once_or_names_the_parameter(dag_module, conf: dict) -
     try:
         config = dag_module.config_from_params(conf)
     except ConfigError as exc:
-        assert exc.parameter is None or exc.parameter.split("[")[0] in conf or exc.parameter in PARAMS, exc
+        assert exc.parameter is None or exc.parameter in conf or exc.parameter.split("[")[0] in conf or exc.parameter in PARAMS, exc
         return
     # what the later tasks receive through XCom (JSON) is the same typed configuration
     again = ExperimentConfig.from_dict(json.loads(json.dumps(config)))
