@@ -102,7 +102,7 @@ def iadeep_experiment() -> None:
         """The kubernetes backend over all policies (skipped for the simulator backend)."""
         from pathlib import Path
 
-        from airflow.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from iadeep.experiment import ExperimentConfig, load_workload
         from iadeep.experiment._steps import run_live

@@ -81,7 +81,7 @@ def iadeep_regression() -> None:
     def check(prepared: dict[str, Any], results: list[list[dict[str, Any]]]) -> dict[str, Any]:
         from pathlib import Path
 
-        from airflow.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException
 
         from iadeep.orchestration import RegressionSpec, compare, load_baseline, record
 

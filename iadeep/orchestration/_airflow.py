@@ -187,7 +187,7 @@ class WaitJobsOperator(BaseOperator):
                    method_name="finished")
 
     def finished(self, context: Any, event: dict[str, Any]) -> dict[str, int]:
-        from airflow.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowException
 
         states = event.get("states") or {}
         failed = sorted(n for n, s in states.items() if s == "Failed")

@@ -4,7 +4,7 @@ There is no kernel NFS here (or in most CI containers); the server is nfs-ganesh
 (VFS backend, NFSv4 only) and the checks use libnfs's user-space clients (``nfs-ls``,
 ``nfs-cat`` from Debian's ``libnfs-utils``), so nothing is mounted on the host.
 Configuration syntax: nfs-ganesha's ``ganesha-config(8)`` / ``ganesha-export-config(8)``; NFS URL
-form: libnfs's README (``nfs://server[:port]/path?version=4``).
+form: libnfs's README (``nfs://server/path?version=4&nfsport=N``).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ class NfsExport:
     export_id: int = 1
 
     def url(self, sub: str = "") -> str:
-        """libnfs URL of ``sub`` under the export."""
-        port = "" if self.port == 2049 else f":{self.port}"
-        return f"nfs://{self.server}{port}{self.pseudo.rstrip('/')}/{sub.lstrip('/')}?version=4"
+        """libnfs URL of ``sub`` under the export (libnfs takes a non-standard port as ``nfsport=``)."""
+        port = "" if self.port == 2049 else f"&nfsport={self.port}"
+        return f"nfs://{self.server}{self.pseudo.rstrip('/')}/{sub.lstrip('/')}?version=4{port}"
 
 
 def ganesha_config(export: NfsExport, *, state_dir: str | Path, read_only: bool = False) -> str:
