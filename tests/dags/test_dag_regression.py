@@ -31,8 +31,15 @@ def test_baseline_passes_and_a_worse_policy_parameter_fails(dagbag, airflow_db, 
     directory = tmp_path / "regression"
     conf = {**CONF, "regression_dir": str(directory)}
 
-    first = dag.test(run_conf=conf)  # no baseline yet: this run sets it
-    assert str(first.state).endswith("success"), _states(dag.dag_id, first.run_id)
+    # the stored baseline: the same settings run directly through the package (as an earlier run left it)
+    from iadeep.experiment import ExperimentConfig, fetch_inputs
+    from iadeep.experiment._sweep import run_setting
+    from iadeep.orchestration import RegressionSpec, record
+
+    spec = RegressionSpec.from_dict(CONF)
+    base = ExperimentConfig(jobs=60, target_load=1.5, policies=spec.policies, out=str(tmp_path / "direct"))
+    rows = run_setting(base, fetch_inputs(base, progress=False), 40000, 1.5, 0)
+    record(directory, rows, [], run_id="stored", spec=spec)
     baseline = json.loads((directory / "baseline.json").read_text())
     assert set(baseline["results"]) == {"40000-1.5-0/iadeep", "40000-1.5-0/exclusive"}
 
@@ -45,7 +52,8 @@ def test_baseline_passes_and_a_worse_policy_parameter_fails(dagbag, airflow_db, 
     assert states["simulate_setting"].endswith("success"), states
 
     history = pd.read_csv(directory / "history.csv")
-    assert history["run_id"].nunique() == 3 and len(history) == 6
+    assert list(dict.fromkeys(history["run_id"])) == ["stored", again.run_id, worse.run_id] and len(history) == 6
+    assert not history[history["run_id"] == again.run_id]["regressed"].any()
     last = history[history["run_id"] == worse.run_id].set_index("policy")
     assert bool(last.loc["iadeep", "regressed"]) and not bool(last.loc["exclusive", "regressed"])
     assert last.loc["iadeep", "avg_jct_s"] > baseline["results"]["40000-1.5-0/iadeep"]["avg_jct_s"] * 1.02

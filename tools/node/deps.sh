@@ -5,7 +5,8 @@
 #   (the `loopback` CNI plugin), buildah and debootstrap (the daemonless image build);
 #   for the Airflow DAG tests: nfs-ganesha with its VFS backend (the user-space NFS server of
 #   iadeep_nfs), libnfs-utils (nfs-ls/nfs-cat, user-space NFS clients), chromium and
-#   chromium-driver (the UI test's headless browser).
+#   chromium-driver (the UI test's headless browser), docker-compose (its Compose schema and
+#   parser check docker-compose.yaml).
 # kubelet 1.36 accepts containerd 1.6: it speaks CRI v1; containerd 1.x lacks the RuntimeConfig
 # call, so the kubelet falls back to its configured cgroupDriver (removal planned for 1.37/1.38).
 set -euo pipefail
@@ -22,6 +23,7 @@ declare -A NEED=(
   [nfs-cat]=libnfs-utils
   [chromium]=chromium
   [chromedriver]=chromium-driver
+  [docker-compose]=docker-compose
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
