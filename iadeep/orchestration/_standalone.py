@@ -72,13 +72,22 @@ class Standalone:
         """
         import httpx
 
+        from iadeep._host import free_port
+
         self.home.mkdir(parents=True, exist_ok=True)
         bindir = str(Path(sys.executable).parent)
         env = {**os.environ, "AIRFLOW_HOME": str(self.home), "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
                "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__API__HOST": "127.0.0.1",
                "AIRFLOW__API__PORT": str(self.port), "AIRFLOW__API__BASE_URL": self.url,
-               "AIRFLOW__CORE__PARALLELISM": "4", "AIRFLOW__API__WORKERS": "1",
+               "AIRFLOW__CORE__PARALLELISM": "4",
+               # a loaded machine (SQLite, several processes) can stall the API server for minutes:
+               # tasks wait for it rather than fail their first call
+               "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "300",
                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+               # the scheduler's and triggerer's log servers (their host is not configurable in
+               # Airflow 3.3: they listen on all interfaces); free ports so that several run side by side
+               "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+               "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
                "PATH": f"{bindir}:{os.environ.get('PATH', '')}", **self.env}
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen([str(Path(bindir) / "airflow"), "standalone"], env=env, stdout=log,
@@ -112,7 +121,7 @@ class Standalone:
         """A JWT for the REST API (``POST /auth/token``)."""
         import httpx
 
-        r = httpx.post(f"{self.url}/auth/token", json={"username": "admin", "password": self.password}, timeout=30)
+        r = httpx.post(f"{self.url}/auth/token", json={"username": "admin", "password": self.password}, timeout=300)
         r.raise_for_status()
         return r.json()["access_token"]
 
@@ -121,7 +130,7 @@ class Standalone:
         import httpx
 
         r = httpx.request(method, f"{self.url}/api/v2{path}", headers={"Authorization": f"Bearer {self.token()}"},
-                          timeout=60, **kwargs)
+                          timeout=300, **kwargs)
         r.raise_for_status()
         return r.json() if r.content else None
 
