@@ -7,7 +7,7 @@ import shutil
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from iadeep.orchestration import job_name, plan_submissions, render, volume_manifests
@@ -17,7 +17,11 @@ DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 @settings(max_examples=300, deadline=None)
-@given(index=st.integers(0, 10**6), job_id=st.one_of(st.text(max_size=200), st.integers(), st.floats(allow_nan=True)))
+@given(index=st.integers(0, 10**6),
+       job_id=st.one_of(st.text(max_size=200), st.from_regex(r"[A-Za-z0-9_./ -]{0,120}", fullmatch=True), st.integers(),
+                        st.floats(allow_nan=True)))
+@example(index=7, job_id="application_1506638472019_" + "x" * 80)  # a Philly-style id, too long as it is
+@example(index=3, job_id="--Job--")
 def test_job_names_are_dns1123_labels_for_any_trace_id(index, job_id) -> None:
     name = job_name(index, job_id)
     assert DNS1123.fullmatch(name) and len(name) <= 63, name
