@@ -56,7 +56,19 @@ def guard_text(guard: dict, queue: str) -> str:
             f"**{guard['worst_vs_packing']:.2f} at worst** ({guard['worst_setting']}) and **{guard['median_vs_packing']:.2f} "
             f"at the median**; iadeep / exclusive is at most **{guard['worst_vs_exclusive']:.2f}**. Goals: "
             f"{GUARD_GOALS['worst_vs_packing']}, {GUARD_GOALS['median_vs_packing']} and {GUARD_GOALS['worst_vs_exclusive']} "
-            f"(met: {guard['met']}). Produced by `make results`.")
+            f"(met: {guard['met']}).{_floor_text(guard)} Produced by `make results`.")
+
+
+def _floor_text(guard: dict) -> str:
+    """Where no policy could meet the exclusive goal (the dedicated floor, ``dedicated_floor``)."""
+    from iadeep.experiment._sweep import GUARD_GOALS
+
+    settings = [s for s in (guard.get("unreachable_vs_exclusive") or "").split(",") if s]
+    if not settings:
+        return ""
+    return (f" The exclusive goal is out of reach for any policy on {len(settings)} of them: there the jobs' mean "
+            f"dedicated run time alone (no queueing, no interference) is up to **{guard['floor_vs_exclusive']:.2f}** of "
+            f"exclusive's avg JCT, above {GUARD_GOALS['worst_vs_exclusive']} ({', '.join(settings)}).")
 
 
 def replace_block(text: str, name: str, body: str) -> str:

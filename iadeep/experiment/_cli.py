@@ -190,6 +190,10 @@ def sweep_cmd(
                       f"({guard['worst_setting']}), median {guard['median_vs_packing']:.2f}; worst vs exclusive "
                       f"{'n/a' if excl is None else f'{excl:.2f}'} (goals {GUARD_GOALS['worst_vs_packing']}, "
                       f"{GUARD_GOALS['median_vs_packing']}, {GUARD_GOALS['worst_vs_exclusive']}: met {guard['met']})")
+        if guard.get("unreachable_vs_exclusive"):
+            console.print(f"  no policy can reach {GUARD_GOALS['worst_vs_exclusive']} x exclusive on "
+                          f"{guard['unreachable_vs_exclusive']}: their mean dedicated run time alone is up to "
+                          f"{guard['floor_vs_exclusive']:.2f} x exclusive's avg JCT")
     # strict JSON: an undefined ratio is null with its reason; one queue model: its figures, several: by model
     write_json(base.out_dir / "guard.json", guards[queues[0]] if len(queues) == 1 else guards)
     console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png, guard.json")

@@ -25,6 +25,7 @@ from iadeep.extender._pods import (
     PodSpecError,
     pod_demand,
 )
+from iadeep.extender._podwatch import PendingPods
 from iadeep.extender._service import ExtenderService
 from iadeep.extender._settings import CacheSettings, ExtenderSettings, JobDefaults, KubeSettings
 from iadeep.extender._view import Snapshot, TypeResolver, ViewBase, build_view
@@ -50,6 +51,7 @@ __all__ = [
     "KubeSettings",
     "KubernetesPodApi",
     "PodApi",
+    "PendingPods",
     "PodDemand",
     "PodSpecError",
     "PodStatus",

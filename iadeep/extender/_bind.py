@@ -1,17 +1,23 @@
-"""Applying a placement: reserve in the store, annotate the pod, create the Binding.
+"""Applying a placement: reserve in the store, then one Binding that also writes the annotations.
 
 Order (so the device plugin never sees a bound pod without its GPU annotations, and nothing is
 left half-made):
 
 1. :meth:`StateStore.reserve` — one etcd transaction takes the GPU memory and stores the job;
-2. merge-patch the pod's annotations (:func:`bind_annotations`; the patch carries the pod's UID,
-   so a pod re-created under the same name is never annotated by mistake);
-3. create the ``pods/binding`` subresource (with the UID precondition).
+2. create the ``pods/binding`` subresource carrying the bind annotations
+   (:func:`bind_annotations`) and the pod's UID as precondition. The API server sets
+   ``spec.nodeName`` and merges the Binding's annotations into the pod in one write
+   (``BindingREST.setPodNodeAndMetadata`` in ``pkg/registry/core/pod/storage/storage.go`` of
+   Kubernetes): a pod is bound with its annotations or not at all, and a pod re-created under the
+   same name is never touched.
 
-If 2 or 3 fails, the reservation is released (retried with backoff; if the store stays
-unreachable the pod's UID is queued and released by the next sweep) and the annotations are
-removed, best effort. A Binding refused because the pod is already on the same node counts as
-success (kube-scheduler retried a bind that had in fact gone through).
+If 2 fails, the reservation is released (retried with backoff; if the store stays unreachable the
+pod's UID is queued and released by the next sweep). A Binding refused because the pod is already
+on the same node counts as success (kube-scheduler retried a bind that had in fact gone through).
+
+One API call instead of an annotation patch followed by the Binding halves the bind's Kubernetes
+time (each call is a round trip and a write, with its fsync, in the API server's etcd): measured
+with ``benchmarks/extender.py`` (see the README's extender benchmark).
 
 The Kubernetes side is behind the :class:`PodApi` protocol; :class:`KubernetesPodApi` implements
 it with the official client (responses are read raw: the client's model deserialisation is the
@@ -27,7 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from iadeep.extender._pods import (
@@ -38,8 +44,8 @@ from iadeep.extender._pods import (
     ANNOTATION_GPU_UUID,
     ANNOTATION_NODE,
     ANNOTATION_REASON,
-    BIND_ANNOTATIONS,
     BIND_PHASE_ALLOCATING,
+    api_time_s,
 )
 from iadeep.extender._settings import KubeSettings
 from iadeep.extender._wire import Pod
@@ -51,10 +57,9 @@ __all__ = [
     "KubernetesPodApi",
     "PodApi",
     "PodStatus",
-    "annotate_and_bind",
     "bind_annotations",
+    "bind_with_annotations",
     "call_deadline",
-    "clear_annotations",
     "release_reservation",
 ]
 
@@ -96,13 +101,26 @@ class KubeError(RuntimeError):
 
 @dataclass(frozen=True)
 class PodStatus:
-    """What the sweep needs to know of a pod: its phase and node (empty when unbound)."""
+    """What the sweep and the pod follower need to know of a pod.
+
+    Attributes:
+        uid / namespace / name: the pod.
+        phase: ``status.phase``.
+        node: ``spec.nodeName`` (empty when unbound).
+        created_s: ``metadata.creationTimestamp`` (Unix seconds; 0 when absent).
+        priority: ``spec.priority`` (0 when absent).
+        pod: the pod as the wire model, only for a pod waiting to be scheduled (``Pending`` and
+            unbound): what :class:`~iadeep.extender.PendingPods` reads its GPU demand from.
+    """
 
     uid: str
     namespace: str
     name: str
     phase: str
     node: str
+    created_s: float = 0.0
+    priority: int = 0
+    pod: Pod | None = field(default=None, compare=False, repr=False)
 
 
 class PodApi(Protocol):
@@ -111,11 +129,9 @@ class PodApi(Protocol):
     def read_pod(self, namespace: str, name: str) -> Pod:
         """The pod as the wire model."""
 
-    def annotate(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]) -> None:
-        """Merge-patch annotations (``None`` removes a key) of the pod with this UID."""
-
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pod's Binding to ``node``."""
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str] | None = None) -> None:
+        """Create the pod's Binding to ``node`` (UID precondition); ``annotations`` are merged into
+        the pod in the same write."""
 
     def pods(self) -> list[PodStatus]:
         """Every pod of the cluster (for the sweep of stale reservations)."""
@@ -146,11 +162,6 @@ def bind_annotations(assignments: Sequence[Assignment], *, node: str, uuids: Map
         ANNOTATION_NODE: node,
         ANNOTATION_REASON: reason[:256],
     }
-
-
-def clear_annotations() -> dict[str, None]:
-    """A merge patch removing every bind annotation."""
-    return {k: None for k in BIND_ANNOTATIONS}
 
 
 def _status_message(exc: Any) -> tuple[int, str]:
@@ -223,14 +234,12 @@ class KubernetesPodApi:
         resp = self._call(f"read pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace)
         return Pod.model_validate_json(resp.data)
 
-    def annotate(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]) -> None:
-        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
-        self._call(f"annotate pod {namespace}/{name}", self.core.patch_namespaced_pod, name, namespace, body,
-                   _content_type="application/merge-patch+json")
-
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str] | None = None) -> None:
         # a plain dict: the client's model classes deep-copy its whole Configuration per object
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         # POST pods/<name>/binding (RBAC: pods/binding create), as kube-scheduler does; the client's
         # create_namespaced_binding would need the separate `bindings` resource.
@@ -314,10 +323,27 @@ class KubernetesPodApi:
             pass
 
 
+def _timestamp(value: object) -> float:
+    """``metadata.creationTimestamp`` as Unix seconds (0 when absent or unreadable)."""
+    try:
+        return api_time_s(value) if isinstance(value, str) and value else 0.0
+    except ValueError:
+        return 0.0
+
+
 def _pod_status(p: Mapping[str, Any]) -> PodStatus:
     meta, spec, status = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
-    return PodStatus(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""), status.get("phase", ""),
-                     spec.get("nodeName") or "")
+    phase, node = status.get("phase", ""), spec.get("nodeName") or ""
+    wire = None
+    if phase == "Pending" and not node and not meta.get("deletionTimestamp"):
+        try:
+            wire = Pod.model_validate(p)
+        except ValueError:
+            wire = None  # not a pod we could read: it asks for nothing we know of
+    priority = spec.get("priority")
+    return PodStatus(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""), phase, node,
+                     _timestamp(meta.get("creationTimestamp")),
+                     priority if isinstance(priority, int) and not isinstance(priority, bool) else 0, wire)
 
 
 def _watch_event(what: str, line: bytes) -> tuple[str, PodStatus | None, str]:
@@ -338,7 +364,7 @@ def _watch_event(what: str, line: bytes) -> tuple[str, PodStatus | None, str]:
 
 
 class BindFailed(RuntimeError):
-    """Annotating or binding the pod failed; its reservation was released (or queued for release)."""
+    """Binding the pod failed; its reservation was released (or queued for release)."""
 
 
 def release_reservation(store: StateStore, pod_uid: str, *, now_s: float, attempts: int = 3,
@@ -354,28 +380,20 @@ def release_reservation(store: StateStore, pod_uid: str, *, now_s: float, attemp
     return False
 
 
-def annotate_and_bind(store: StateStore, api: PodApi, *, namespace: str, name: str, uid: str, node: str,
-                      annotations: Mapping[str, str], now_s: float) -> None:
-    """Steps 2 and 3 of the module docstring for a pod whose reservation is already made.
+def bind_with_annotations(store: StateStore, api: PodApi, *, namespace: str, name: str, uid: str, node: str,
+                          annotations: Mapping[str, str], now_s: float) -> None:
+    """Step 2 of the module docstring for a pod whose reservation is already made.
 
     Raises:
-        BindFailed: the pod could not be annotated or bound; the reservation has been released
-            (``released`` attribute False when the store was unreachable: the sweep retries).
+        BindFailed: the pod could not be bound; the reservation has been released (``released``
+            attribute False when the store was unreachable: the sweep retries).
     """
     try:
-        api.annotate(namespace, name, uid, annotations)
-        try:
-            api.bind(namespace, name, uid, node)
-        except KubeError as exc:
-            if exc.status == 409 and _bound_to(api, namespace, name, uid) == node:
-                return  # an earlier attempt of this very bind went through
-            raise
+        api.bind(namespace, name, uid, node, annotations)
     except KubeError as exc:
+        if exc.status == 409 and _bound_to(api, namespace, name, uid) == node:
+            return  # an earlier attempt of this very bind went through (with its annotations)
         released = release_reservation(store, uid, now_s=now_s)
-        try:
-            api.annotate(namespace, name, uid, clear_annotations())
-        except KubeError:
-            pass  # the pod may be gone; nothing of ours remains on it then
         err = BindFailed(f"{exc}; reservation {'released' if released else 'queued for release'}")
         err.released = released  # type: ignore[attr-defined]
         raise err from None

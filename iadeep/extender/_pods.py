@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 from iadeep.extender._wire import Container, Pod
@@ -102,6 +103,9 @@ class PodDemand:
         model / batch_size: the job type as annotated (or the defaults).
         duration_s: expected run time at dedicated speed (s).
         gpu_models: GPU models it accepts (empty: any).
+        priority: ``spec.priority`` (0 when absent).
+        created_s: ``metadata.creationTimestamp`` (Unix seconds; 0 when absent): with the
+            priority, the pod's place in kube-scheduler's queue (:class:`~iadeep.extender.PendingPods`).
     """
 
     namespace: str
@@ -113,11 +117,22 @@ class PodDemand:
     batch_size: int
     duration_s: float
     gpu_models: tuple[str, ...] = ()
+    priority: int = 0
+    created_s: float = 0.0
 
     def job_record(self, now_s: float) -> JobRecord:
         """The :class:`~iadeep.state.JobRecord` stored with the reservation."""
         return JobRecord(self.uid, self.namespace, self.name, self.model, self.batch_size, self.num_gpus,
                          self.mem_gib, remaining_s=self.duration_s, submitted_at=now_s, gpu_models=self.gpu_models)
+
+
+def api_time_s(value: str) -> float:
+    """A time of the Kubernetes API (RFC 3339, e.g. ``2026-11-30T14:56:47Z``) as Unix seconds.
+
+    Raises:
+        ValueError: not such a time.
+    """
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def load_quantity_parser() -> None:
@@ -210,4 +225,10 @@ def pod_demand(pod: Pod, *, gpu_mem_resource: str, gpu_count_resource: str, defa
         if not math.isfinite(duration) or duration < 0:
             raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} must be a finite number >= 0")
     models = tuple(m.strip() for m in re.split(r"[|,]", ann.get(ANNOTATION_GPU_MODELS) or "") if m.strip())
-    return PodDemand(pod.namespace, pod.metadata.name, pod.uid, per_gpu, num_gpus, model, batch, duration, models)
+    created = pod.metadata.creationTimestamp
+    try:
+        created_s = api_time_s(created) if created else 0.0
+    except ValueError:
+        raise PodSpecError(f"metadata.creationTimestamp={created!r} is not an RFC 3339 time") from None
+    return PodDemand(pod.namespace, pod.metadata.name, pod.uid, per_gpu, num_gpus, model, batch, duration, models,
+                     pod.spec.priority or 0, created_s)

@@ -13,6 +13,13 @@ reservation whose pod never existed, a bind that was never completed, an outage 
 
 The pods are read through :class:`PodWatchApi` (:class:`~iadeep.extender.KubernetesPodApi`
 implements it); the thread never raises, it logs and retries after ``retry_s``.
+
+The same stream keeps :class:`PendingPods`: the pods waiting for GPUs, which is what the extender
+can see of kube-scheduler's queue. The policy's ``gpus_ahead`` for a pod is the GPUs that the
+pending pods ahead of it need (higher priority, or the same priority and created earlier: the
+order of kube-scheduler's ``PrioritySort`` queue, which tries the older pods first when a pod end
+wakes them all). The simulator's ``kube`` queue computes the same figure
+(:meth:`iadeep.sim.KubeQueue.gpus_ahead`), so the policy decides on the same input in both drivers.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from iadeep.extender._bind import KubeError, PodStatus
+from iadeep.extender._wire import Pod
 
-__all__ = ["PodFollower", "PodWatchApi", "ENDED_PHASES"]
+__all__ = ["PodFollower", "PodWatchApi", "PendingPods", "ENDED_PHASES"]
 
 log = logging.getLogger("iadeep.extender")
 
@@ -49,6 +57,65 @@ def ended(event_type: str, pod: PodStatus | None) -> bool:
     return pod is not None and (event_type == "DELETED" or pod.phase in ENDED_PHASES)
 
 
+class PendingPods:
+    """The pods that wait to be scheduled and ask for GPU memory, with their place in the queue.
+
+    Args:
+        gpus_of: a pod's GPU count, or ``None`` for a pod that asks for no GPU memory of ours
+            (the extender's own demand rule, :func:`~iadeep.extender.pod_demand`); it may raise
+            ``ValueError`` for a malformed pod, which is then left out.
+
+    Thread-safe: the follower updates it, the verbs read it.
+    """
+
+    def __init__(self, gpus_of: Callable[[Pod], int | None]):
+        self.gpus_of = gpus_of
+        self._pods: dict[str, tuple[tuple[int, float, str], int]] = {}  # uid -> ((-priority, created, name), GPUs)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(pod: PodStatus) -> tuple[int, float, str]:
+        """Queue order: higher priority first, then earlier creation, then name (creation times
+        have one-second resolution)."""
+        return -pod.priority, pod.created_s, f"{pod.namespace}/{pod.name}"
+
+    def _entry(self, pod: PodStatus) -> tuple[tuple[int, float, str], int] | None:
+        if pod.pod is None or pod.node or pod.phase != "Pending":
+            return None
+        try:
+            gpus = self.gpus_of(pod.pod)
+        except ValueError:
+            return None
+        return None if not gpus else (self.key(pod), int(gpus))
+
+    def reset(self, pods: Sequence[PodStatus]) -> None:
+        """Replace the index with a full listing."""
+        entries = {p.uid: e for p in pods if (e := self._entry(p)) is not None}
+        with self._lock:
+            self._pods = entries
+
+    def update(self, event_type: str, pod: PodStatus | None) -> None:
+        """Apply one watch event (``ADDED``/``MODIFIED``/``DELETED``/``BOOKMARK``)."""
+        if pod is None:
+            return
+        entry = None if event_type == "DELETED" else self._entry(pod)
+        with self._lock:
+            if entry is None:
+                self._pods.pop(pod.uid, None)
+            else:
+                self._pods[pod.uid] = entry
+
+    def gpus_ahead(self, uid: str, priority: int, created_s: float, namespace: str, name: str) -> int:
+        """GPUs needed by the pending pods ahead of this one (itself excluded)."""
+        key = (-priority, created_s, f"{namespace}/{name}")
+        with self._lock:
+            return sum(g for u, (k, g) in self._pods.items() if k < key and u != uid)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pods)
+
+
 class PodFollower:
     """A daemon thread that lists, then watches the pods and reports those that ended.
 
@@ -58,12 +125,14 @@ class PodFollower:
             must be idempotent); exceptions are logged, the follower goes on.
         timeout_s: how long one watch request stays open before it is reopened (s).
         retry_s: wait after a failed list or watch before trying again (s).
+        pending: the index of waiting pods to keep (optional).
     """
 
     def __init__(self, api: PodWatchApi, on_ended: Callable[[Sequence[str]], object], *, timeout_s: float = 30.0,
-                 retry_s: float = 1.0):
+                 retry_s: float = 1.0, pending: PendingPods | None = None):
         self.api = api
         self.on_ended = on_ended
+        self.pending = pending
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.listings = 0
@@ -106,12 +175,16 @@ class PodFollower:
                 if not version:
                     pods, version = self.api.list_pods()
                     self.listings += 1
+                    if self.pending is not None:
+                        self.pending.reset(pods)
                     self._report([p.uid for p in pods if p.phase in ENDED_PHASES])
                     self._listed.set()
                 for kind, pod, rv in self.api.watch_pods(version, timeout_s=self.timeout_s):
                     self.events += 1
                     if rv:
                         version = rv
+                    if self.pending is not None:
+                        self.pending.update(kind, pod)
                     if ended(kind, pod):
                         self._report([pod.uid])  # type: ignore[union-attr]
                     if self._stop.is_set():

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,14 +25,14 @@ from iadeep.extender._bind import (
     BindFailed,
     KubeError,
     PodApi,
-    annotate_and_bind,
     bind_annotations,
+    bind_with_annotations,
     call_deadline,
     release_reservation,
 )
 from iadeep.extender._cache import StateCache
 from iadeep.extender._metrics import ExtenderMetrics
-from iadeep.extender._podwatch import PodFollower
+from iadeep.extender._podwatch import PendingPods, PodFollower
 from iadeep.extender._pods import PodDemand, PodSpecError, load_quantity_parser, pod_demand
 from iadeep.extender._settings import ExtenderSettings
 from iadeep.extender._view import TypeResolver, ViewBase
@@ -44,7 +45,7 @@ from iadeep.extender._wire import (
     Pod,
 )
 from iadeep.interference import InterferenceModel, InterferenceSample
-from iadeep.policy import FilterResult, Placement, make_policy
+from iadeep.policy import ClusterView, FilterResult, JobRequest, Placement, make_policy
 from iadeep.state import (
     AllocationConflict,
     Assignment,
@@ -106,6 +107,9 @@ class ExtenderService:
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self.pod_follower: PodFollower | None = None
+        # kube-scheduler's queue as far as the pods show it (the policy's gpus_ahead); filled by
+        # the pod follower, empty without one
+        self.pending = PendingPods(self._gpus_of)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -128,7 +132,7 @@ class ExtenderService:
         self.cache.start()
         if self.settings.cache.pod_watch and self.pod_api is not None:
             self.pod_follower = PodFollower(self.pod_api, self.release_pods,  # type: ignore[arg-type]
-                                            timeout_s=self.settings.cache.pod_watch_timeout_s)
+                                            timeout_s=self.settings.cache.pod_watch_timeout_s, pending=self.pending)
             self.pod_follower.start()
         interval = self.settings.cache.sweep_interval_s
         if interval > 0 and self.pod_api is not None:
@@ -186,11 +190,14 @@ class ExtenderService:
             return fn() if callable(fn) else self.model.norm
 
     # -- helpers -----------------------------------------------------------------------------
-    def _demand(self, pod: Pod) -> PodDemand | None:
+    def _pod_demand(self, pod: Pod) -> PodDemand | None:
         s = self.settings
-        demand = pod_demand(pod, gpu_mem_resource=s.gpu_mem_resource, gpu_count_resource=s.gpu_count_resource,
-                            default_model=s.defaults.model, default_batch_size=s.defaults.batch_size,
-                            default_duration_s=s.defaults.duration_s)
+        return pod_demand(pod, gpu_mem_resource=s.gpu_mem_resource, gpu_count_resource=s.gpu_count_resource,
+                          default_model=s.defaults.model, default_batch_size=s.defaults.batch_size,
+                          default_duration_s=s.defaults.duration_s)
+
+    def _demand(self, pod: Pod) -> PodDemand | None:
+        demand = self._pod_demand(pod)
         if demand is not None:
             with self._memo_lock:
                 self._demands[demand.uid] = demand
@@ -198,6 +205,18 @@ class ExtenderService:
                 while len(self._demands) > _DEMAND_CACHE:
                     self._demands.popitem(last=False)
         return demand
+
+    def _gpus_of(self, pod: Pod) -> int | None:
+        """GPUs a pending pod asks for (None: no GPU memory of ours); :class:`PendingPods` reads it."""
+        demand = self._pod_demand(pod)
+        return None if demand is None else demand.num_gpus
+
+    def _request(self, demand: PodDemand, type_id: int, base: ViewBase, now: float) -> tuple[ClusterView, JobRequest]:
+        """The policy's inputs for the pod: the view with it added, and its request, whose
+        ``gpus_ahead`` counts the pending pods kube-scheduler tries before it (:class:`PendingPods`)."""
+        view, request = base.with_job(demand.job_record(now), type_id, now_s=now)
+        ahead = self.pending.gpus_ahead(demand.uid, demand.priority, demand.created_s, demand.namespace, demand.name)
+        return view, (replace(request, gpus_ahead=ahead) if ahead else request)
 
     def _node_lock(self, node: str) -> threading.Lock:
         with self._node_locks_guard:
@@ -230,8 +249,7 @@ class ExtenderService:
 
     def _assess(self, demand: PodDemand, type_id: int, base: ViewBase, names: list[str]) -> tuple[FilterResult, dict[str, int]]:
         """Filter and score ``names`` for the pod on ``base``; remembered for the pod's ``prioritize``."""
-        now = self.clock()
-        view, request = base.with_job(demand.job_record(now), type_id, now_s=now)
+        view, request = self._request(demand, type_id, base, self.clock())
         with self._policy_lock:
             result, scores = self.policy.assess(request, view, names)
         with self._memo_lock:
@@ -311,7 +329,7 @@ class ExtenderService:
         return HostPriorityList(names, [get(n, 0) for n in names])
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        """Choose the GPU(s) on ``args.node``, reserve, annotate, bind (see :mod:`._bind`), all
+        """Choose the GPU(s) on ``args.node``, reserve, bind with the annotations (see :mod:`._bind`), all
         within ``call_budget_s``: the store's and the Kubernetes API's requests share it (see
         :class:`~iadeep.extender.ExtenderSettings`)."""
         if self.pod_api is None:
@@ -366,7 +384,7 @@ class ExtenderService:
         annotations = bind_annotations(assignments, node=node, uuids=uuids, reason=reason, now_s=now)
         try:
             with self.metrics.phase("kube"):
-                annotate_and_bind(self.store, self.pod_api, namespace=ns, name=name, uid=uid, node=node,
+                bind_with_annotations(self.store, self.pod_api, namespace=ns, name=name, uid=uid, node=node,
                                   annotations=annotations, now_s=self.clock())
         except BindFailed as exc:
             self.cache.forget(uid)
@@ -417,7 +435,7 @@ class ExtenderService:
                 return existing, "reservation already held", uuids, existing[0].assumed_at
             now = self.clock()
             job = demand.job_record(now)
-            view, request = nb.with_job(job, type_id, now_s=now)
+            view, request = self._request(demand, type_id, nb, now)
             t_lock = time.perf_counter()
             with self._policy_lock:
                 t_place = time.perf_counter()

@@ -66,6 +66,7 @@ class ObjectMeta(_Kube):
     namespace: str = ""
     uid: str = ""
     annotations: dict[str, str] | None = None
+    creationTimestamp: str | None = None
 
 
 class ContainerResources(_Kube):
@@ -85,6 +86,7 @@ class PodSpec(_Kube):
     initContainers: list[Container] | None = None
     schedulerName: str | None = None
     nodeName: str | None = None
+    priority: int | None = None
 
 
 class Pod(_Kube):

@@ -344,10 +344,9 @@ class Simulator:
         """Place what the policy allows; returns the GPUs whose co-location set changed."""
         changed: set[int] = set()
         affected: set[int] = set()
-        ahead = 0
         queue = self.queue
         for h in queue.candidates(self.now):
-            decision = self.policy.place(self._request(h, ahead, queue.blocking(h)), self.view())
+            decision = self.policy.place(self._request(h, queue.gpus_ahead(h), queue.blocking(h)), self.view())
             if isinstance(decision, Placement):
                 queue.placed(h, self.now)
                 for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
@@ -361,8 +360,6 @@ class Simulator:
                     self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
                 continue
             queue.failed(h, self.now)
-            if queue.counts_ahead:
-                ahead += int(self.num_gpus[h])
         for g in sorted(changed):
             self._tune(g, affected)
         for h in affected:
@@ -397,7 +394,7 @@ class Simulator:
                 _, _, kind, a, b = heapq.heappop(self.events)
                 if kind == _ARRIVE:
                     self.status[a] = _QUEUED
-                    self.queue.add(a, float(self.submit[a]), t)
+                    self.queue.add(a, float(self.submit[a]), t, gpus=int(self.num_gpus[a]))
                 elif kind == _FINISH:
                     if b != self.version[a] or self.status[a] != _RUNNING:
                         continue

@@ -22,16 +22,20 @@ Three queues:
   ``KubeSchedulerConfiguration``); an unschedulable pod without any event is retried after
   ``podMaxInUnschedulablePodsDuration`` (5 min). Later pods are tried meanwhile: a pod that does
   not fit never blocks the pods behind it, so :meth:`blocking` is 0 (the policy's charge for the
-  FIFO queue a waiting job holds back does not apply), and the policy is told of no jobs ahead
-  either (``counts_ahead``): kube-scheduler passes the extender one pod and the nodes, nothing
-  of its queue.
+  FIFO queue a waiting job holds back does not apply). Older pods do get a freed GPU first (an
+  event wakes every unschedulable pod and the active queue pops by priority, then creation time),
+  so :meth:`gpus_ahead` is the GPUs that the pending pods with a higher priority or an earlier
+  creation time need: what the extender computes from the pods it follows
+  (:class:`iadeep.extender.PendingPods`), so the policy sees the same in both drivers.
 
 Handles are the engine's job indices (non-negative ints).
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -45,19 +49,11 @@ QUEUES = ("fifo", "backfill", "kube")
 
 
 class SchedulingQueue(Protocol):
-    """What the engine asks of a queue (see the module docstring for the order of calls).
+    """What the engine asks of a queue (see the module docstring for the order of calls)."""
 
-    Attributes:
-        counts_ahead: whether the GPUs of jobs that could not start earlier in a pass count as
-            queued ahead of the later candidates (the policy's ``gpus_ahead``). FIFO: yes. kube:
-            no: kube-scheduler tells the extender nothing of its queue, so the live policy sees
-            0, and the model must too.
-    """
-
-    counts_ahead: bool
-
-    def add(self, h: int, created_s: float, now_s: float, *, priority: int = 0) -> None:
-        """A job arrived (``created_s``: its creation time; ``priority``: higher is tried first)."""
+    def add(self, h: int, created_s: float, now_s: float, *, priority: int = 0, gpus: int = 1) -> None:
+        """A job arrived (``created_s``: its creation time; ``priority``: higher is tried first;
+        ``gpus``: how many GPUs it needs)."""
 
     def requeue(self, h: int, now_s: float, *, here: bool = False) -> None:
         """A running job was evicted and queued again: at the head, or with ``here`` (a job
@@ -76,6 +72,10 @@ class SchedulingQueue(Protocol):
     def blocking(self, h: int) -> int:
         """Jobs that cannot start while ``h`` waits (the policy's ``jobs_behind``)."""
 
+    def gpus_ahead(self, h: int) -> int:
+        """GPUs needed by waiting jobs that get freed GPUs before the candidate ``h`` (the
+        policy's ``gpus_ahead``)."""
+
     def cluster_event(self, kind: str, now_s: float) -> None:
         """A cluster event: ``"pod_ended"`` or ``"node_added"``."""
 
@@ -93,21 +93,23 @@ class FifoQueue:
         depth: jobs behind the head tried per pass (0: strict FIFO).
     """
 
-    counts_ahead = True
-
     def __init__(self, depth: int = 0):
         self.depth = depth
         self.jobs: list[int] = []
+        self.gpus: dict[int, int] = {}
         self._pos = 0
+        self._ahead = 0  # GPUs of this pass's candidates that could not start (all ahead of the next)
 
-    def add(self, h: int, created_s: float, now_s: float, *, priority: int = 0) -> None:
+    def add(self, h: int, created_s: float, now_s: float, *, priority: int = 0, gpus: int = 1) -> None:
         self.jobs.append(h)
+        self.gpus[h] = int(gpus)
 
     def requeue(self, h: int, now_s: float, *, here: bool = False) -> None:
         self.jobs.insert(self._pos if here else 0, h)
 
     def candidates(self, now_s: float) -> Iterator[int]:
         self._pos = 0
+        self._ahead = 0
         while self._pos < len(self.jobs) and self._pos <= self.depth:
             yield self.jobs[self._pos]
 
@@ -116,6 +118,10 @@ class FifoQueue:
 
     def failed(self, h: int, now_s: float) -> None:
         self._pos += 1
+        self._ahead += self.gpus.get(h, 1)
+
+    def gpus_ahead(self, h: int) -> int:
+        return self._ahead
 
     def blocking(self, h: int) -> int:
         pos = self._pos if self._pos < len(self.jobs) and self.jobs[self._pos] == h else self.jobs.index(h)
@@ -191,8 +197,6 @@ class KubeQueue:
         settings: backoff timing.
     """
 
-    counts_ahead = False
-
     def __init__(self, settings: KubeQueueSettings = KubeQueueSettings()):
         self.settings = settings
         self.active: list[tuple[int, float, int, int]] = []  # heap of (-priority, created, seq, h)
@@ -201,8 +205,15 @@ class KubeQueue:
         self.attempts: dict[int, int] = {}
         self.key: dict[int, tuple[int, float]] = {}  # h -> (-priority, created)
         self.last_failed: dict[int, float] = {}
+        self.gpus: dict[int, int] = {}
         self._seq = 0
         self._current: int | None = None
+        # gpus_ahead within a pass: the pods waiting outside the active queue when the pass began,
+        # sorted by key with cumulative GPUs, plus the candidates of this pass that failed (popped
+        # in key order, so all of them are ahead of the next candidate)
+        self._idle_keys: list[tuple[int, float]] = []
+        self._idle_gpus: list[int] = []
+        self._failed_gpus = 0
 
     def _push_active(self, h: int) -> None:
         self._seq += 1
@@ -217,8 +228,9 @@ class KubeQueue:
         s = self.settings
         return min(s.initial_backoff_s * 2.0 ** min(n - 1, 62), s.max_backoff_s)
 
-    def add(self, h: int, created_s: float, now_s: float, *, priority: int = 0) -> None:
+    def add(self, h: int, created_s: float, now_s: float, *, priority: int = 0, gpus: int = 1) -> None:
         self.key[h] = (-int(priority), float(created_s))
+        self.gpus[h] = int(gpus)
         self.attempts[h] = 0
         self._push_active(h)
 
@@ -248,6 +260,10 @@ class KubeQueue:
 
     def candidates(self, now_s: float) -> Iterator[int]:
         self._flush(now_s)
+        idle = sorted((self.key[h], self.gpus.get(h, 1)) for h in (*self.backoff, *self.unschedulable))
+        self._idle_keys = [k for k, _ in idle]
+        self._idle_gpus = list(itertools.accumulate(g for _, g in idle))
+        self._failed_gpus = 0
         while self.active:
             _, _, _, h = heapq.heappop(self.active)
             self._current = h
@@ -260,12 +276,17 @@ class KubeQueue:
 
     def failed(self, h: int, now_s: float) -> None:
         self._current = None
+        self._failed_gpus += self.gpus.get(h, 1)
         self.attempts[h] = self.attempts.get(h, 0) + 1
         self.last_failed[h] = now_s
         self.unschedulable[h] = now_s
 
     def blocking(self, h: int) -> int:
         return 0
+
+    def gpus_ahead(self, h: int) -> int:
+        i = bisect.bisect_left(self._idle_keys, self.key[h])
+        return (self._idle_gpus[i - 1] if i else 0) + self._failed_gpus
 
     def cluster_event(self, kind: str, now_s: float) -> None:
         if kind not in ("pod_ended", "node_added"):

@@ -61,10 +61,34 @@ def test_guard_figures_name_the_worst_setting():
     from iadeep.experiment._sweep import guard_figures
 
     rows = []
+    floors = {"s1": 1.0, "s2": 2.4, "s3": 1.0}  # mean dedicated run time per setting
     for setting, (i, a, g, e) in {"s1": (2.0, 4.0, 2.5, 6.0), "s2": (3.0, 2.0, 2.4, 4.0), "s3": (1.0, 1.25, 1.5, 2.5)}.items():
-        rows += [{"setting": setting, "policy": p, "avg_jct_s": v} for p, v in
+        rows += [{"setting": setting, "policy": p, "avg_jct_s": v, "avg_dedicated_s": floors[setting]} for p, v in
                  (("iadeep", i), ("antman", a), ("gandiva", g), ("exclusive", e))]
     guard = guard_figures(pd.DataFrame(rows))
     assert guard["worst_vs_packing"] == 1.5 and guard["worst_setting"] == "s2"  # 3.0 / min(2.0, 2.4)
     assert guard["median_vs_packing"] == 0.8  # ratios 0.8, 1.5, 0.8
     assert guard["worst_vs_exclusive"] == 0.75 and guard["met"] == "no"
+    # s2: 2.4 / 4.0 = 0.6 > 0.5: no policy reaches half of exclusive's avg JCT there
+    assert guard["floor_vs_exclusive"] == 0.6 and guard["unreachable_vs_exclusive"] == "s2"
+
+
+def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice():
+    """No policy's avg JCT is below the mean dedicated run time (progress is capped at dedicated
+    speed), and the floor counts the same jobs as the JCT statistics."""
+    from iadeep.experiment import ExperimentConfig
+    from iadeep.experiment._steps import build_workload, fetch_inputs
+    from iadeep.experiment._sweep import dedicated_floor
+    from iadeep.interference import InterferenceModel
+    from iadeep.policy import make_policy
+    from iadeep.sim import ClusterSpec, SimSettings, simulate
+
+    cfg = ExperimentConfig(jobs=60, target_load=2.0, seed=0, out="unused")
+    paths = fetch_inputs(cfg, progress=False)
+    workload, _ = build_workload(cfg, paths["trace"])
+    model = InterferenceModel.from_file(paths["throughputs"])
+    for name in ("iadeep", "gandiva", "exclusive"):
+        result = simulate(workload, make_policy(name, model), model, ClusterSpec(), SimSettings(seed=0, record_timeline=False))
+        floor = dedicated_floor(result.jobs)
+        assert result.summary()["avg_jct_s"] >= floor > 0
+        assert (result.jobs["jct_s"] >= result.jobs["duration_s"] - 1e-6).all()

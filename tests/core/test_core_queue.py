@@ -119,7 +119,8 @@ def test_a_job_behind_an_unschedulable_head_starts_under_kube_but_not_fifo(model
 
 def test_under_kube_a_waiting_job_holds_nobody_back(model):
     """The policy's jobs_behind (what its FIFO-blocking charge counts) is 0 under the kube queue and
-    the number of jobs queued behind under FIFO."""
+    the number of jobs queued behind under FIFO; gpus_ahead under kube counts the older pending pods
+    (c, tried while b waits for a's GPUs, has b's one GPU ahead of it)."""
     from iadeep.policy.exclusive import Exclusive
 
     seen: dict[str, list[int]] = {}
@@ -138,5 +139,28 @@ def test_under_kube_a_waiting_job_holds_nobody_back(model):
         policy = Recording(model)
         policy.queue_name = queue
         Simulator(jobs, policy, model, ClusterSpec(1, 4, 24.0), SimSettings(queue=queue)).run()
-    assert set(seen["kube"]) == set(seen["kube-ahead"]) == {0}  # the extender is told nothing of the queue
+    assert set(seen["kube"]) == {0}  # a waiting pod blocks nobody
+    assert set(seen["kube-ahead"]) == {0, 1}  # b's GPU is ahead of c; nothing is ahead of a or b
     assert max(seen["fifo"]) == 1  # b waits with c behind it
+
+
+def test_kube_gpus_ahead_counts_older_and_higher_priority_pending_pods():
+    """gpus_ahead of a candidate = GPUs of the pending pods kube-scheduler would try before it:
+    unschedulable or backing-off pods with a higher priority or an earlier creation time, and the
+    candidates of this pass that failed; pods that started do not count."""
+    q = KubeQueue()
+    q.add(0, created_s=0.0, now_s=0.0, gpus=8)
+    q.add(1, created_s=1.0, now_s=1.0, gpus=2)
+    q.add(2, created_s=2.0, now_s=2.0, gpus=4, priority=5)  # tried first: higher priority
+    q.add(3, created_s=3.0, now_s=3.0, gpus=1)
+    seen = {}
+    for h in q.candidates(3.0):
+        seen[h] = q.gpus_ahead(h)
+        if h == 1:
+            q.placed(h, 3.0)
+        else:
+            q.failed(h, 3.0)
+    assert seen == {2: 0, 0: 4, 1: 12, 3: 12}  # 1 started, so 3 has only 2 (4) and 0 (8) ahead
+    q.add(4, created_s=4.0, now_s=4.0, gpus=1)
+    (h,) = list(q.candidates(4.0))  # the others wait unschedulable: only the new pod is active
+    assert h == 4 and q.gpus_ahead(4) == 4 + 8 + 1

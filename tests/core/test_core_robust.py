@@ -75,3 +75,19 @@ def test_only_a_job_holding_its_gpu_longer_than_the_head_needs_is_preempted(mode
     assert out.loc["running", "evictions"] == int(preempted)
     assert out.loc["head", "start_s"] == (60 if preempted else running_s)
     assert out["evictions"].max() <= 1
+
+
+def test_under_kube_a_pod_counts_the_older_pending_pods_in_its_wait(model):
+    """Two GPUs: a 1-h ResNet-50/128 and a 20-h LM run; a ResNet-50/128 that shares with neither
+    (measured out of memory beside LM, too big beside its twin) arrives and waits for the 1-h job;
+    then a 2-h LM arrives whose only possible partner is the 20-h LM. kube-scheduler gives the GPU
+    freed at 1 h to the older pending pod, so the LM's real wait for a free GPU is the 20-h job's
+    end, not 1 h: told the older pod's GPU is ahead (``gpus_ahead`` = 1), the policy co-locates the
+    LM at once rather than waiting (priced against a 1-h wait, the pair's slowdown looked worse)."""
+    jobs = _jobs([("short", 0, 1 * HOUR, 1, "ResNet-50", 128), ("long", 0, 20 * HOUR, 1, "LM", 5),
+                  ("big", 60, 2 * HOUR, 1, "ResNet-50", 128), ("light", 120, 2 * HOUR, 1, "LM", 10)])
+    out = simulate(jobs, make_policy("iadeep", model, predictor="oracle"), model, ClusterSpec(1, 2, 24.0),
+                   SimSettings(queue="kube", measurement_noise=0.0)).jobs.set_index("job_id")
+    assert out.loc["light", "start_s"] == 120 and out.loc["light", "colocations"] >= 1
+    assert out.loc["big", "start_s"] == pytest.approx(1 * HOUR)  # the GPU the short job frees
+    assert out.loc["light", "jct_s"] < 4 * HOUR  # not behind big (it would start at 3 h at best)

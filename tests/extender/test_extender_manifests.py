@@ -57,7 +57,7 @@ def test_rbac_is_least_privilege():
     role = _objects()[("ClusterRole", "iadeep-extender")]
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"]}
     assert rules == {
-        (("",), ("pods",), ("get", "list", "patch", "watch")),
+        (("",), ("pods",), ("get", "list", "watch")),  # annotations come with the Binding: no patch
         (("",), ("pods/binding",), ("create",)),
         (("",), ("nodes",), ("get", "list", "watch")),
         (("", "events.k8s.io"), ("events",), ("create",)),
@@ -124,8 +124,10 @@ def test_the_service_account_can_do_what_the_extender_does_and_no_more(installed
     api = KubernetesPodApi(KubeSettings(), api_client=as_sa)
     try:
         assert api.read_pod(k8s_namespace, "rbac").metadata.uid == pod.metadata.uid
-        api.annotate(k8s_namespace, "rbac", pod.metadata.uid, {"iadeep.io/gpu-index": "0"})
-        api.bind(k8s_namespace, "rbac", pod.metadata.uid, node)
+        with pytest.raises(KubeError):  # a pod re-created under the same name is never bound (UID precondition)
+            api.bind(k8s_namespace, "rbac", "not-the-uid", node, {"x": "y"})
+        assert not core.read_namespaced_pod("rbac", k8s_namespace).spec.node_name
+        api.bind(k8s_namespace, "rbac", pod.metadata.uid, node, {"iadeep.io/gpu-index": "0"})
         assert pod.metadata.uid in {p.uid for p in api.pods()}
         api.event(k8s_namespace, "rbac", pod.metadata.uid, "Test", "rbac check")
         client.CoreV1Api(as_sa).read_node(node)
@@ -135,12 +137,13 @@ def test_the_service_account_can_do_what_the_extender_does_and_no_more(installed
         with pytest.raises(client.exceptions.ApiException) as denied:
             client.CoreV1Api(as_sa).list_namespaced_secret(k8s_namespace)
         assert denied.value.status == 403
+        with pytest.raises(client.exceptions.ApiException) as denied:  # annotations come with the Binding
+            client.CoreV1Api(as_sa).patch_namespaced_pod("rbac", k8s_namespace, {"metadata": {"labels": {"x": "y"}}})
+        assert denied.value.status == 403
     finally:
         api.close()
     live = core.read_namespaced_pod("rbac", k8s_namespace)
     assert live.spec.node_name == node and live.metadata.annotations["iadeep.io/gpu-index"] == "0"
-    with pytest.raises(KubeError):  # a patch of a pod re-created under the same name (UID precondition)
-        KubernetesPodApi(KubeSettings(), api_client=k8s_client).annotate(k8s_namespace, "rbac", "not-the-uid", {"x": "y"})
 
 
 @pytest.mark.slow

@@ -6,10 +6,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from extender_support import gpu_pod, publish, wait_for
+from extender_support import gpu_pod, publish, wait_for, wire
 
 from iadeep.extender import KubernetesPodApi, KubeSettings, PodStatus
 from iadeep.extender._podwatch import ended
+from iadeep.extender._wire import Pod
 
 client = pytest.importorskip("kubernetes.client")
 
@@ -97,3 +98,38 @@ def test_release_pods_releases_only_reserved_pods_and_counts_them(make_service, 
     assert svc.metrics.releases.labels("pod ended")._value.get() == 1
     assert svc.releases_in_flight == 0
     svc.await_releases()  # nothing in flight: returns at once
+
+
+def test_pending_pods_give_the_policy_the_gpus_queued_ahead(k8s_client, k8s_namespace, store, service):
+    """The extender's view of kube-scheduler's queue (``PendingPods``, fed by the same pod watch):
+    a pod's ``gpus_ahead`` is the GPUs of the unbound pods created before it that ask for GPU
+    memory; a pod that is bound or deleted leaves the queue. The simulator's kube queue counts the
+    same (``tests/core/test_core_queue.py``)."""
+    from iadeep.extender._wire import ExtenderArgs, ExtenderBindingArgs
+
+    svc, node = service
+    core = client.CoreV1Api(k8s_client)
+    made = {}
+    for name, gpus in (("qa", 2), ("qb", 1), ("qc", 1)):  # created in this order (names break 1-s timestamp ties)
+        made[name] = core.create_namespaced_pod(k8s_namespace, gpu_pod(name, mem=2 * gpus, gpus=gpus, namespace=k8s_namespace,
+                                                                       scheduler=NOBODY, annotations=R18))
+    plain = gpu_pod("plain", mem=None, namespace=k8s_namespace, scheduler=NOBODY)  # asks for no GPU memory
+    core.create_namespaced_pod(k8s_namespace, plain)
+    wait_for(lambda: len(svc.pending), lambda n: n == 3, timeout=15, what="three pending GPU pods followed")
+
+    def ahead(name):
+        d = svc._demand(Pod.model_validate(wire(core.read_namespaced_pod(name, k8s_namespace))))
+        return svc.pending.gpus_ahead(d.uid, d.priority, d.created_s, d.namespace, d.name)
+
+    assert (ahead("qa"), ahead("qb"), ahead("qc")) == (0, 2, 3)
+    # the policy is asked with that figure, by filter and by bind
+    seen = []
+    assess = svc.policy.assess
+    svc.policy.assess = lambda request, view, names: (seen.append(request.gpus_ahead), assess(request, view, names))[1]
+    svc.filter(ExtenderArgs.model_validate({"Pod": wire(core.read_namespaced_pod("qc", k8s_namespace)), "NodeNames": [node]}))
+    assert seen == [3]
+    body = {"PodName": "qa", "PodNamespace": k8s_namespace, "PodUID": made["qa"].metadata.uid, "Node": node}
+    assert svc.bind(ExtenderBindingArgs.model_validate(body)).error == ""
+    wait_for(lambda: ahead("qc"), lambda n: n == 1, timeout=15, what="the bound pod left the queue")
+    core.delete_namespaced_pod("qb", k8s_namespace, grace_period_seconds=0)
+    wait_for(lambda: ahead("qc"), lambda n: n == 0, timeout=15, what="the deleted pod left the queue")
