@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]  # minutes on a loaded 2-core machine
 
 # one 60-job window at load 1.5: iadeep's avg JCT is about 7 % higher when it may not co-locate
 CONF = {"start_jobs": [40000], "seeds": [0], "jobs": 60, "target_load": 1.5, "policies": ["iadeep", "exclusive"],

@@ -23,7 +23,7 @@ import pytest
 
 from iadeep.testing import free_port
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]  # minutes on a loaded 2-core machine
 
 NAMESPACE = "iadeep-jobs"
 SPEEDUP = 1000.0
