@@ -27,12 +27,14 @@ def iadeep_datasets() -> None:
     @task
     def names(params: dict[str, Any] | None = None) -> list[str]:
         """The requested names, checked against the registry before any download."""
+        from airflow.sdk.exceptions import AirflowFailException
+
         from iadeep.datasets import list_datasets
 
         known = {d.name for d in list_datasets()}
         bad = [n for n in params["datasets"] if n not in known]
-        if bad:
-            raise ValueError(f"unknown datasets {bad}; known: {', '.join(sorted(known))}")
+        if bad:  # bad input: no retry
+            raise AirflowFailException(f"unknown datasets {bad}; known: {', '.join(sorted(known))}")
         return list(params["datasets"])
 
     @task(map_index_template="{{ name }}")

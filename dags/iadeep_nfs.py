@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Param, dag, task
@@ -31,7 +32,7 @@ from airflow.sdk import Param, dag, task
                         description="Name of the PersistentVolume and its claim."),
          "ganesha_conf": Param(None, type=["null", "string"], description="Where to write ganesha's configuration."),
          "ganesha_pid_file": Param(None, type=["null", "string"], description="A running ganesha's pid file (reloaded)."),
-     }, default_args={"retries": 1})
+     }, default_args={"retries": 1, "retry_delay": timedelta(seconds=20)})
 def iadeep_nfs() -> None:
     """NFS export of the dataset folder and its PV/PVC (see the module docstring)."""
 

@@ -156,7 +156,10 @@ def check_export(export: NfsExport, *, timeout_s: float = 30.0) -> dict[str, Any
     payload = f"iadeep probe {uuid.uuid4().hex}\n".encode()
     (root / probe).write_bytes(payload)
     try:
-        ls = subprocess.run([_tool("nfs-ls"), export.url()], capture_output=True, timeout=timeout_s, check=False)
+        try:
+            ls = subprocess.run([_tool("nfs-ls"), export.url()], capture_output=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"nfs-ls {export.url()}: no answer within {timeout_s:.0f}s") from None
         if ls.returncode != 0:
             raise RuntimeError(f"nfs-ls {export.url()} failed ({ls.returncode}): {ls.stderr.decode(errors='replace')}")
         cat = subprocess.run([_tool("nfs-cat"), export.url(probe)], capture_output=True, timeout=timeout_s, check=False)
