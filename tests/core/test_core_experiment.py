@@ -73,7 +73,7 @@ def test_guard_figures_name_the_worst_setting():
     assert guard["floor_vs_exclusive"] == 0.6 and guard["unreachable_vs_exclusive"] == "s2"
 
 
-def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice():
+def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
     """No policy's avg JCT is below the mean dedicated run time (progress is capped at dedicated
     speed), and the floor counts the same jobs as the JCT statistics."""
     from iadeep.experiment import ExperimentConfig
@@ -83,7 +83,7 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice():
     from iadeep.policy import make_policy
     from iadeep.sim import ClusterSpec, SimSettings, simulate
 
-    cfg = ExperimentConfig(jobs=60, target_load=2.0, seed=0, out="unused")
+    cfg = ExperimentConfig(jobs=60, target_load=2.0, seed=0, out=str(tmp_path))
     paths = fetch_inputs(cfg, progress=False)
     workload, _ = build_workload(cfg, paths["trace"])
     model = InterferenceModel.from_file(paths["throughputs"])

@@ -108,7 +108,7 @@ class ProcessServer:
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 30.0) -> ProcessServer:
+    def start(self, timeout: float = 90.0) -> ProcessServer:  # two workers import slowly on a loaded 2-core machine
         fh = self.log.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "iadeep.extender", "serve"], env=self.env, stdout=fh,
                                      stderr=subprocess.STDOUT, start_new_session=True)
