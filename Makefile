@@ -9,7 +9,7 @@ export IADEEP_DATASET_MIRROR
 
 STAMP := $(VENV)/.installed
 
-.PHONY: venv experiment test bench results mutation lock lint clean controlplane node images
+.PHONY: venv experiment test bench results mutation lock lint clean controlplane node images airflow
 
 venv: $(STAMP)
 
@@ -22,6 +22,12 @@ $(STAMP): pyproject.toml constraints.txt iadeep/deviceplugin/v1beta1/api.proto
 
 experiment: $(STAMP)
 	$(BIN)/iadeep experiment run $(ARGS)
+
+# Airflow 3 (`airflow standalone`: UI + API, scheduler, dag-processor, triggerer; SQLite) with the
+# DAGs in dags/ on 127.0.0.1; prints the URL and the generated admin password; Ctrl-C stops it.
+# AIRFLOW_HOME defaults to ./.airflow, the port to 8080 (IADEEP_AIRFLOW_PORT; a free one when taken).
+airflow: $(STAMP)
+	$(BIN)/python -m iadeep.orchestration
 
 test: $(STAMP) controlplane node images
 	$(BIN)/lint-imports --no-cache

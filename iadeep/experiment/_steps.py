@@ -201,15 +201,20 @@ def check_measured(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: s
 
 
 def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, throughputs: str | Path,
-               progress: Callable[[int], None] | None = None) -> SimResult:
-    """Simulate one policy and write its per-job CSV, timeline and metrics."""
+               progress: Callable[[int], None] | None = None, options: dict[str, Any] | None = None) -> SimResult:
+    """Simulate one policy and write its per-job CSV, timeline and metrics.
+
+    Args:
+        options: keyword arguments of the policy's constructor on top of the config's (e.g.
+            ``{"colocation_limit": 1}``; the regression DAG uses it to try a changed parameter).
+    """
     model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
     if cfg.whole_gib:  # as the live backend requests it: extended resources are whole numbers
         whole = np.ceil(model.mem_gib - 1e-9)
         whole.setflags(write=False)
         model.mem_gib = whole
-    options: dict[str, Any] = {"predictor": cfg.predictor} if name == "iadeep" else {}
-    policy = make_policy(name, model, **options)
+    kwargs: dict[str, Any] = {"predictor": cfg.predictor} if name == "iadeep" else {}
+    policy = make_policy(name, model, **{**kwargs, **(options or {})})
     settings = sim_settings(cfg)
     cluster = cluster_of(cfg)
     models = set(cluster.gpu_arrays()[3].tolist()) - {""}

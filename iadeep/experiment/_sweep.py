@@ -18,7 +18,41 @@ import pandas as pd
 from iadeep.experiment._config import ExperimentConfig
 from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy
 
-__all__ = ["run_sweep", "plot_sweep", "guard_figures", "dedicated_floor", "GUARD_GOALS"]
+__all__ = ["run_sweep", "run_setting", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "GUARD_GOALS"]
+
+
+def run_setting(base: ExperimentConfig, paths: dict[str, str], start: int, load: float, seed: int, label: str = "",
+                options: dict[str, dict] | None = None) -> list[dict]:
+    """One setting of a sweep: every policy of ``base`` on the window from job ``start`` at target
+    load ``load`` with ``seed``; files under ``<base.out>/<label><start>-<load>-<seed>/``.
+
+    Args:
+        paths: ``{"trace": ..., "throughputs": ...}`` from :func:`fetch_inputs`.
+        options: per policy, extra constructor arguments (:func:`run_policy`).
+
+    Returns:
+        one ``sweep.csv`` row per policy (setting, start_job, target_load, seed, policy, summary metrics).
+    """
+    setting = f"{label}{start}-{load:g}-{seed}"
+    cfg = dataclasses.replace(base, start_job=start, target_load=load, seed=seed, out=str(Path(base.out) / setting))
+    workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])
+    rows = []
+    for name in cfg.policies:
+        result = run_policy(cfg, name, workload, paths["throughputs"], options=(options or {}).get(name))
+        s = result.summary(cfg.include_censored)
+        rows.append({"setting": setting, "start_job": start, "target_load": load, "seed": seed, "policy": name,
+                     "offered_load_peak": meta["offered_load_peak"],
+                     "avg_dedicated_s": dedicated_floor(result.jobs, cfg.include_censored), **s})
+    return rows
+
+
+def sweep_table(rows: list[dict], reference: str = "iadeep") -> pd.DataFrame:
+    """The ``sweep.csv`` table of :func:`run_setting` rows, with ``avg_jct_vs_<reference>``."""
+    df = pd.DataFrame(rows)
+    if reference in set(df["policy"]):
+        ref = df[df["policy"] == reference].set_index("setting")["avg_jct_s"]
+        df[f"avg_jct_vs_{reference}"] = df["avg_jct_s"] / df["setting"].map(ref)
+    return df
 
 
 def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence[float], seeds: Sequence[int],
@@ -32,21 +66,10 @@ def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence
     rows = []
     paths = fetch_inputs(base, progress=False)
     for start, load, seed in itertools.product(start_jobs, loads, seeds):
-        setting = f"{label}{start}-{load:g}-{seed}"
         if on_setting:
-            on_setting(setting)
-        cfg = dataclasses.replace(base, start_job=start, target_load=load, seed=seed, out=str(Path(base.out) / setting))
-        workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])
-        for name in cfg.policies:
-            result = run_policy(cfg, name, workload, paths["throughputs"])
-            s = result.summary(cfg.include_censored)
-            rows.append({"setting": setting, "start_job": start, "target_load": load, "seed": seed, "policy": name,
-                         "offered_load_peak": meta["offered_load_peak"],
-                         "avg_dedicated_s": dedicated_floor(result.jobs, cfg.include_censored), **s})
-    df = pd.DataFrame(rows)
-    if reference in set(df["policy"]):
-        ref = df[df["policy"] == reference].set_index("setting")["avg_jct_s"]
-        df[f"avg_jct_vs_{reference}"] = df["avg_jct_s"] / df["setting"].map(ref)
+            on_setting(f"{label}{start}-{load:g}-{seed}")
+        rows += run_setting(base, paths, start, load, seed, label)
+    df = sweep_table(rows, reference)
     if write:
         out = Path(base.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -82,3 +82,7 @@ def real_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     mirror = os.environ.get("IADEEP_DATASET_MIRROR", "")
     monkeypatch.setenv("IADEEP_CACHE_DIR", str(tmp_path / "cache"))
     yield mirror
+
+
+
+from iadeep.testing.controlplane import controlplane_binaries  # noqa: E402,F401 - pytest finds fixtures by name

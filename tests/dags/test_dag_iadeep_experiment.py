@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.airflow
 
 DAG_ID = "iadeep_experiment"
-TASKS = {"fetch_datasets", "build_workload", "simulate", "report"}
+TASKS = {"fetch_datasets", "build_workload", "simulate", "run_kubernetes", "report"}
 ALL_POLICIES = ["iadeep", "exclusive", "antman", "gandiva"]
 SUMMARY_KEYS = {"avg_jct_s", "p99_jct_s", "makespan_s", "mean_slowdown"}
 
@@ -36,7 +36,10 @@ def test_dag_shape(dag) -> None:
     fetch, build, sim, report = (dag.get_task(t) for t in ("fetch_datasets", "build_workload", "simulate", "report"))
     assert build.upstream_task_ids == {"fetch_datasets"}
     assert sim.upstream_task_ids == {"fetch_datasets", "build_workload"}
-    assert report.upstream_task_ids == {"fetch_datasets", "simulate"}
+    assert report.upstream_task_ids == {"fetch_datasets", "simulate", "run_kubernetes"}
+    assert report.trigger_rule == "none_failed_min_one_success"  # one backend's branch is skipped
+    assert dag.get_task("run_kubernetes").upstream_task_ids == {"fetch_datasets", "build_workload"}
+    assert dag.params.get_param("backend").schema["enum"] == ["simulator", "kubernetes"]
     assert not fetch.upstream_task_ids
 
 
@@ -146,7 +149,8 @@ def test_dag_run_on_real_philly_matches_run_experiment(dag, airflow_db, real_dat
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
 
     tis = _task_instances(run.run_id)
-    assert all(state.endswith("success") for *_, state in tis), tis
+    assert all(state.endswith("success") for t, *_, state in tis if t != "run_kubernetes"), tis
+    assert [state for t, *_, state in tis if t == "run_kubernetes"][0].endswith("skipped"), tis
     mapped = sorted((m, r) for t, m, r, _ in tis if t == "simulate")
     assert mapped == list(enumerate(ALL_POLICIES))
 

@@ -2,7 +2,11 @@
 # Install the Debian packages the local real node and the local image build need, when missing
 # (idempotent: no apt call when everything is already there):
 #   runc, containerd (containerd 1.6, its runc v2 shim and ctr), containernetworking-plugins
-#   (the `loopback` CNI plugin), buildah and debootstrap (the daemonless image build).
+#   (the `loopback` CNI plugin), buildah and debootstrap (the daemonless image build);
+#   for the Airflow DAG tests: nfs-ganesha with its VFS backend (the user-space NFS server of
+#   iadeep_nfs), libnfs-utils (nfs-ls/nfs-cat, user-space NFS clients), chromium and
+#   chromium-driver (the UI test's headless browser), docker-compose (its Compose schema and
+#   parser check docker-compose.yaml).
 # kubelet 1.36 accepts containerd 1.6: it speaks CRI v1; containerd 1.x lacks the RuntimeConfig
 # call, so the kubelet falls back to its configured cgroupDriver (removal planned for 1.37/1.38).
 set -euo pipefail
@@ -14,12 +18,19 @@ declare -A NEED=(
   [buildah]=buildah
   [debootstrap]=debootstrap
   [busybox]=busybox-static
+  [ganesha.nfsd]=nfs-ganesha
+  [nfs-ls]=libnfs-utils
+  [nfs-cat]=libnfs-utils
+  [chromium]=chromium
+  [chromedriver]=chromium-driver
+  [docker-compose]=docker-compose
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || missing+=("${NEED[$cmd]}")
 done
 [[ -x /usr/lib/cni/loopback || -x /opt/cni/bin/loopback ]] || missing+=(containernetworking-plugins)
+compgen -G "/usr/lib/*/ganesha/libfsalvfs.so" >/dev/null || missing+=(nfs-ganesha-vfs)
 if ((${#missing[@]} == 0)); then
   exit 0
 fi

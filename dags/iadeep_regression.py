@@ -1,0 +1,105 @@
+"""Airflow DAG ``iadeep_regression``: a daily check that no policy got worse in the simulator.
+
+::
+
+    prepare -> simulate_setting[window x seed] (mapped) -> check
+
+- ``prepare``: validates the params into an :class:`iadeep.orchestration.RegressionSpec`, fetches
+  the trace and the measurements, and lists the fixed settings (trace window x seed).
+- ``simulate_setting``: every policy on one setting (``iadeep experiment sweep``'s step).
+- ``check``: compares avg JCT, p99 JCT and makespan with ``baseline.json`` of the regression folder
+  (Variable ``iadeep_regression_dir``, else ``$IADEEP_REGRESSION_DIR``, else ``./regression``),
+  appends the run to ``history.csv``, redraws ``trend.png``, and fails naming every (setting,
+  policy, metric) that is more than ``tolerance`` (relative) above the baseline. The first run
+  writes the baseline; ``update_baseline: true`` replaces it (after an intended change).
+
+``policy_options`` passes constructor arguments to a policy (e.g. ``{"iadeep": {"colocation_limit": 1}}``)
+to see what a parameter change would do before merging it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pendulum
+from airflow.sdk import Param, dag, task
+
+
+@dag(dag_id="iadeep_regression", schedule="@daily", start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,
+     max_active_runs=1, tags=["iadeep", "simulation", "regression"], doc_md=__doc__,
+     params={
+         "start_jobs": Param([40000, 60000], type="array", items={"type": "integer", "minimum": 0}, minItems=1,
+                             description="Philly trace windows (first job of each)."),
+         "seeds": Param([0], type="array", items={"type": "integer"}, minItems=1, description="Seeds of the workload mix."),
+         "target_load": Param(1.5, type="number", exclusiveMinimum=0, description="Mean offered load of each window."),
+         "jobs": Param(120, type="integer", minimum=1, description="Jobs per window."),
+         "policies": Param(["iadeep", "exclusive", "antman", "gandiva"], type="array", items={"type": "string"}, minItems=1,
+                           uniqueItems=True, description="Policies simulated."),
+         "tolerance": Param(0.05, type="number", minimum=0, description="Allowed relative increase over the baseline."),
+         "policy_options": Param({}, type="object", description="Per policy, constructor arguments (try a change)."),
+         "update_baseline": Param(False, type="boolean", description="Replace the baseline with this run's results."),
+         "regression_dir": Param(None, type=["null", "string"],
+                                 description="Baseline/history folder; null = Variable iadeep_regression_dir."),
+     }, default_args={"retries": 0})
+def iadeep_regression() -> None:
+    """Simulate fixed settings and compare with the baseline (see the module docstring)."""
+
+    @task
+    def prepare(params: dict[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
+        import re
+        from pathlib import Path
+
+        from iadeep.experiment import ExperimentConfig, fetch_inputs
+        from iadeep.orchestration import RegressionSpec
+        from iadeep.orchestration._airflow import variable_path
+
+        p = dict(params or {})
+        directory = str(Path(p.pop("regression_dir") or variable_path("iadeep_regression_dir", "regression")).resolve())
+        update = p.pop("update_baseline")
+        spec = RegressionSpec.from_dict(p)
+        out = Path(directory) / "runs" / re.sub(r"[^A-Za-z0-9_.-]", "_", str(run_id))
+        base = ExperimentConfig(jobs=spec.jobs, target_load=spec.target_load, policies=spec.policies, out=str(out))
+        paths = fetch_inputs(base, progress=False)
+        settings = [{"start": s, "seed": seed} for s in spec.start_jobs for seed in spec.seeds]
+        return {"spec": p, "dir": directory, "update": update, "base": base.to_dict(), "paths": paths,
+                "settings": settings, "run_id": str(run_id)}
+
+    @task
+    def settings_of(prepared: dict[str, Any]) -> list[dict[str, Any]]:
+        return prepared["settings"]
+
+    @task(map_index_template="{{ setting['start'] }}-{{ setting['seed'] }}")
+    def simulate_setting(setting: dict[str, Any], prepared: dict[str, Any]) -> list[dict[str, Any]]:
+        from iadeep.experiment import ExperimentConfig
+        from iadeep.experiment._sweep import run_setting
+
+        base = ExperimentConfig.from_dict(prepared["base"])
+        return run_setting(base, prepared["paths"], int(setting["start"]), base.target_load or 0.0, int(setting["seed"]),
+                           options=prepared["spec"].get("policy_options") or {})
+
+    @task
+    def check(prepared: dict[str, Any], results: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        from pathlib import Path
+
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from iadeep.orchestration import RegressionSpec, compare, load_baseline, record
+
+        spec = RegressionSpec.from_dict(prepared["spec"])
+        rows = [r for setting in results for r in setting]
+        directory = Path(prepared["dir"])
+        regressions = compare(rows, load_baseline(directory), spec)
+        info = record(directory, rows, regressions, run_id=prepared["run_id"], spec=spec,
+                      update_baseline=bool(prepared["update"]))
+        if regressions:
+            lines = [f"{r['setting']} {r['policy']} {r['metric']}: {r['value']:.1f} vs baseline {r['baseline']:.1f} "
+                     f"({r['change']:+.1%}, tolerance {spec.tolerance:.1%})" for r in regressions]
+            raise AirflowFailException(f"{len(regressions)} regression(s) (trend: {info['trend']}):\n" + "\n".join(lines))
+        return {**info, "regressions": 0, "rows": len(rows)}
+
+    prepared = prepare()
+    results = simulate_setting.partial(prepared=prepared).expand(setting=settings_of(prepared))
+    check(prepared, results)
+
+
+iadeep_regression()

