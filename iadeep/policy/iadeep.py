@@ -221,11 +221,6 @@ class IADeep(Policy):
         alone = np.flatnonzero(njobs == 1)
         if len(alone) == 0:
             return wait
-        owner = slots[alone, 0]
-        # a victim must sit alone on every one of its GPUs (so that they all free up)
-        gpus_of: dict[int, list[int]] = {}
-        for g, h in zip(alone.tolist(), owner.tolist()):
-            gpus_of.setdefault(h, []).append(g)
         n_free = int(free.sum())
         run_s = job.remaining_s  # the head at dedicated speed on free GPUs
         c = self.checkpoint_cost_s
@@ -234,7 +229,12 @@ class IADeep(Policy):
         # GPUs with room for one more job (the same notion of "blocked" as the placement rule)
         b = min(job.jobs_behind, int(((njobs > 0) & (njobs < self.limit)).sum()))
         if w * (1 + b) <= (run_s + c) + run_s * b:
-            return wait
+            return wait  # decided before the per-GPU loop below (the simulator's hottest path)
+        owner = slots[alone, 0]
+        # a victim must sit alone on every one of its GPUs (so that they all free up)
+        gpus_of: dict[int, list[int]] = {}
+        for g, h in zip(alone.tolist(), owner.tolist()):
+            gpus_of.setdefault(h, []).append(g)
         best: tuple[int, float, int] | None = None  # (GPUs, -hold_s, handle): fewest GPUs, then longest hold
         usable = fits_when_empty(job, view)  # a freed GPU must suit the head (memory, GPU model)
         for h, gs in gpus_of.items():
