@@ -139,8 +139,9 @@ tar -C "$OUT/layout" -cf "$ARCHIVE.tmp" . && mv "$ARCHIVE.tmp" "$ARCHIVE" && rm 
 printf '%s\n' base "${SERVICES[@]}" | sed "s|.*|$PREFIX/&:$TAG|" > "$OUT/IMAGES"
 touch "$OUT/DONE"
 printf 'images: archive %s (%s) in %ss\n' "$ARCHIVE" "$(du -h "$ARCHIVE" | cut -f1)" "$(secs_since "$tb")"
-# Keep this build and the newest one before it.
-ls -1dt "$CACHE"/builds/*/ 2>/dev/null | tail -n +3 | while read -r old; do
+# Keep this build and the newest five before it (worktrees of one repository share this cache, and
+# each archive is about 0.25 GB).
+ls -1dt "$CACHE"/builds/*/ 2>/dev/null | tail -n +7 | while read -r old; do
   [[ "${old%/}" != "$OUT" ]] && rm -rf "${old%/}" && echo "images: removed old archive ${old%/}"
 done
 # containers/storage's overlay driver bind-mounts its layer folder onto itself (and an interrupted
