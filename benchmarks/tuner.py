@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--warm", type=int, default=3, help="predicted-best configurations measured first")
     ap.add_argument("--patience", type=int, default=None, help="stop rule's patience (default: StopRule's)")
+    ap.add_argument("--budget", type=int, default=None, help="stop rule's budget (default: StopRule's, DEFAULT_TRIALS)")
     ap.add_argument("--skip-sdk", action="store_true")
     args = ap.parse_args(argv)
 
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             study.tell(p.trial, noisy(p.config))
         results["optuna"].append(reached(order))
         # this tuner with its default stop rule
-        rule = StopRule() if args.patience is None else StopRule(patience=args.patience)
+        rule = StopRule(**{k: v for k, v in (("patience", args.patience), ("budget", args.budget)) if v is not None})
         study = TuningStudy(model, jobs, name="bench", warm_start=warm, seed=args.seed, stop=rule)
         while (p := study.ask()) is not None:
             study.tell(p.trial, noisy(p.config))

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from iadeep.state import StateSettings
+from iadeep.tuner._strategy import DEFAULT_TRIALS
 
 __all__ = ["CoordinatorSettings", "RoundSettings"]
 
@@ -30,12 +31,13 @@ class RoundSettings(BaseModel):
             with the best configuration measured so far (a job that stopped reporting).
         reports: reports per job averaged into one measurement, counted from after every job
             switched (the SDK reports once per second, so a round takes about ``reports + 1`` s).
-        warm_start: predicted-best configurations handed to the tuner to measure first.
+        warm_start: predicted-best configurations handed to the tuner to measure first (default
+            :data:`iadeep.tuner.DEFAULT_TRIALS`, as the simulator's sessions).
     """
 
     deadline_s: float = Field(30.0, gt=0)
     reports: int = Field(1, ge=1)
-    warm_start: int = Field(3, ge=0)
+    warm_start: int = Field(DEFAULT_TRIALS, ge=0)
 
 
 class CoordinatorSettings(BaseSettings):

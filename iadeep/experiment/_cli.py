@@ -256,10 +256,19 @@ def compare_cmd(
                 "identical pairs", "reservations left"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for name, f in figures.items():
-        table.add_row(name, f"{f['avg_jct_sim_s'] / 3600:.2f}", f"{f['avg_jct_live_s'] / 3600:.2f}",
-                      f"{f['avg_jct_diff_rel']:+.1%}", f"{f['p99_jct_diff_rel']:+.1%}", f"{f['makespan_diff_rel']:+.1%}",
-                      f"{f['partners_match']:.0%}", f"{f['pairs_identical']:.0%}", str(f["reservations_left"]))
+        for label, g in ((name, f), (f"{name}, sim on live arrivals", f.get("on_live_arrivals"))):
+            if g:
+                table.add_row(label, f"{g['avg_jct_sim_s'] / 3600:.2f}", f"{g['avg_jct_live_s'] / 3600:.2f}",
+                              f"{g['avg_jct_diff_rel']:+.1%}", f"{g['p99_jct_diff_rel']:+.1%}",
+                              f"{g['makespan_diff_rel']:+.1%}", f"{g['partners_match']:.0%}", f"{g['pairs_identical']:.0%}",
+                              str(f["reservations_left"]))
     console.print(table)
+    for name, f in figures.items():
+        h = f.get("harness") or {}
+        parts = [f"{k.replace('_', ' ')} {d['wall_s_median']:.2f} s ({d['emulated_s_median']:.0f} emulated)"
+                 for k, d in h.items() if "wall_s_median" in d]
+        if parts:
+            console.print(f"{name} live overheads (medians): " + ", ".join(parts))
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: parity.md, parity.json, parity-<policy>.csv, sim/, live/")
 
 

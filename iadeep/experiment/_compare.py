@@ -10,6 +10,21 @@ both) and ``parity.json`` / ``parity.md`` with the differences:
 - ``pairs_identical``: co-located pairs found in both over pairs found in either (Jaccard index
   of the two pair sets; 1.0 when neither co-located anything);
 - ``placement_match``: the share of jobs that first started on the same node and GPU(s).
+
+The live system runs on wall time: each wall second of latency is ``speedup`` emulated seconds.
+To keep that apart from what the policy does, the report also gives
+
+- ``harness``: the live run's overheads per job (medians and p90, wall and emulated seconds):
+  how late each job arrived behind the arrival clock (``submit_lag``), arrival to the extender's
+  bind (``bind_latency``, including any time the pod waited for GPUs), bind to the emulator
+  starting the work (``start_lag``), and work done to the Job's ``Complete`` seen
+  (``completion_lag``, which delays nothing: the GPUs are freed at the work's end);
+- ``on_live_arrivals``: the simulator re-run on the arrival times the live run achieved
+  (``sim-live-arrivals/``), compared with the live run: the difference left once the
+  submitter's lag is given to the simulator too (what the policy, the queue, the tuning and the
+  other latencies make of it);
+- ``arrivals_effect``: the simulator on the live arrivals relative to the simulator on the
+  trace's: what the submission lag alone changes.
 """
 
 from __future__ import annotations
@@ -94,8 +109,44 @@ def parity(sim: pd.DataFrame, live: pd.DataFrame) -> dict[str, float]:
     }
 
 
+KEYS = ("avg_jct_diff_rel", "p99_jct_diff_rel", "makespan_diff_rel", "partners_match", "pairs_identical", "pairs_sim",
+        "pairs_live", "pairs_common", "placement_match", "avg_jct_sim_s", "avg_jct_live_s")
+
+
+def harness_overheads(metrics: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The live run's per-job overheads (``metrics-<policy>.json``) in wall and emulated seconds.
+
+    Returns:
+        ``{name: {"wall_s_median", "emulated_s_median", ...}}`` for ``submit_lag``,
+        ``bind_latency``, ``start_lag``, ``completion_lag`` (p90 where measured).
+    """
+    speedup = float(metrics.get("speedup") or 1.0)
+    b = metrics.get("breakdown_s") or {}
+    raw = {"submit_lag": (metrics.get("submit_lag_s_median"), metrics.get("submit_lag_s_p90")),
+           "bind_latency": (b.get("bind_latency_s_median"), b.get("bind_latency_s_p90")),
+           "start_lag": (b.get("start_lag_s_median"), b.get("start_lag_s_p90")),
+           "completion_lag": (b.get("completion_lag_s_median"), b.get("completion_lag_s_p90"))}
+    out = {}
+    for name, (med, p90) in raw.items():
+        d = {}
+        for key, v in (("median", med), ("p90", p90)):
+            if v is not None:
+                d[f"wall_s_{key}"] = float(v)
+                d[f"emulated_s_{key}"] = float(v) * speedup
+        out[name] = d
+    return out
+
+
+def _row(label: str, f: dict[str, Any]) -> str:
+    return (f"| {label} | {f['avg_jct_sim_s'] / 3600:.2f} | {f['avg_jct_live_s'] / 3600:.2f} | "
+            f"{f['avg_jct_diff_rel']:+.1%} | {f['p99_jct_diff_rel']:+.1%} | {f['makespan_diff_rel']:+.1%} | "
+            f"{f['partners_match']:.0%} | {f['pairs_identical']:.0%} ({f['pairs_common']}/"
+            f"{len_union(f)}) | {f['placement_match']:.0%} |")
+
+
 def write_parity(out: Path, figures: dict[str, dict[str, Any]], config: dict[str, Any]) -> None:
-    """``parity.json`` and ``parity.md`` (one row per policy)."""
+    """``parity.json`` and ``parity.md`` (per policy: the simulator on the trace's arrivals and on
+    the live run's against the live run, and the live run's overheads)."""
     (out / "parity.json").write_text(json.dumps({"config": config, "policies": figures}, indent=2) + "\n")
     lines = ["# Simulator-live parity", "",
              f"{config.get('jobs')} jobs of {config.get('trace')} from job {config.get('start_job')}, seed "
@@ -105,11 +156,24 @@ def write_parity(out: Path, figures: dict[str, dict[str, Any]], config: dict[str
              "same partners | identical pairs | same placement |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, f in figures.items():
-        lines.append(f"| {name} | {f['avg_jct_sim_s'] / 3600:.2f} | {f['avg_jct_live_s'] / 3600:.2f} | "
-                     f"{f['avg_jct_diff_rel']:+.1%} | {f['p99_jct_diff_rel']:+.1%} | {f['makespan_diff_rel']:+.1%} | "
-                     f"{f['partners_match']:.0%} | {f['pairs_identical']:.0%} ({f['pairs_common']}/"
-                     f"{len_union(f)}) | {f['placement_match']:.0%} |")
-    lines += ["", "Per-job tables: `parity-<policy>.csv`."]
+        lines.append(_row(name, f))
+        if "on_live_arrivals" in f:
+            lines.append(_row(f"{name}, sim on live arrivals", f["on_live_arrivals"]))
+    lines += ["", "Second row per policy: the simulator re-run on the arrival times the live run achieved "
+              "(`sim-live-arrivals/`), i.e. without the submitter's lag in the difference.", ""]
+    for name, f in figures.items():
+        h = f.get("harness") or {}
+        if not h:
+            continue
+        lines += [f"Live overheads of {name} (per job; emulated = wall x {config.get('speedup'):g}):", "",
+                  "| overhead | median wall (s) | median emulated (s) | p90 wall (s) | p90 emulated (s) |",
+                  "|---|---:|---:|---:|---:|"]
+        for what, d in h.items():
+            cells = [(f"{d[k]:.3f}" if k.startswith("wall") else f"{d[k]:.0f}") if k in d else "-"
+                     for k in ("wall_s_median", "emulated_s_median", "wall_s_p90", "emulated_s_p90")]
+            lines.append(f"| {what.replace('_', ' ')} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["Per-job tables: `parity-<policy>.csv`."]
     (out / "parity.md").write_text("\n".join(lines) + "\n")
 
 
@@ -149,5 +213,14 @@ def run_compare(cfg: ExperimentConfig, on_policy=None) -> dict[str, dict[str, An
         metrics = json.loads((out / "live" / f"metrics-{name}.json").read_text())
         figures[name]["reservations_left"] = metrics.get("reservations_left")
         figures[name]["live_wall_s"] = metrics.get("wall_s")
+        figures[name]["harness"] = harness_overheads(metrics)
+        # the simulator on the arrivals the live run achieved: the submitter's lag is then in both
+        arrived = dict(zip(live["job_id"].astype(str), live["submit_s"]))
+        la_cfg = replace(sim_cfg, out=str(out / "sim-live-arrivals"), tuning=sim_cfg.tuning and name in TUNED_POLICIES)
+        la_workload = workload.copy()
+        la_workload["submit_time"] = [arrived[str(j)] for j in workload["job_id"]]
+        la = run_policy(la_cfg, name, la_workload, paths["throughputs"]).jobs
+        figures[name]["on_live_arrivals"] = {k: v for k, v in parity(la, live).items() if k in KEYS}
+        figures[name]["arrivals_effect"] = {k: v for k, v in parity(sim, la).items() if k in KEYS}
     write_parity(out, figures, cfg.to_dict())
     return figures

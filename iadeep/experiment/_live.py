@@ -3,15 +3,17 @@
 :func:`run_live_policy` replays a job table against one policy on a Kubernetes cluster and
 returns a :class:`~iadeep.sim.SimResult` with the simulator's columns, so that the report, the
 plots and ``summary.json`` are the simulator backend's. Per trace job it creates one
-``batch/v1`` Job (:func:`job_manifest`) at ``t0 + (submit - first submit) / speedup`` wall
-seconds: scheduler ``iadeep-scheduler``, the GPU-memory request (``iadeep.io/gpu-mem``, whole
-GiB: extended resources are integers), ``iadeep.io/gpu-count``, and the annotations the
-extender and the emulator read (model, batch size, duration, ``iadeep.io/emulated``, speedup).
-It waits for every Job's ``Complete`` or ``Failed`` condition through a watch (reopened until a
-deadline), then reads the times back:
+``batch/v1`` Job (:func:`job_manifest`): scheduler ``iadeep-scheduler``, the GPU-memory request
+(``iadeep.io/gpu-mem``, whole GiB: extended resources are integers), ``iadeep.io/gpu-count``, and
+the annotations the extender and the emulator read (model, batch size, duration,
+``iadeep.io/emulated``, speedup). The Job is created ``LiveSettings.ahead_s`` before its arrival
+with its pod gated, and the gate removed at ``t0 + (submit - first submit) / speedup`` wall
+seconds (:class:`~iadeep.experiment._replay.GatedSubmitter`: Job creation and the Job
+controller's latency are off the arrival path). It waits for every Job's ``Complete`` or
+``Failed`` condition through a watch (reopened until a deadline), then reads the times back:
 
-- submit: the wall time the Job was created (annotation ``iadeep.io/submit-time``, written by
-  the submitter; the API's ``creationTimestamp`` has 1 s resolution, 1,000 emulated s at 1000x);
+- submit: the wall time the pod's gate was removed (pod annotation ``iadeep.io/submit-time``,
+  written with the removal; the API's timestamps have 1 s resolution, 1,000 emulated s at 1000x);
 - start: the emulator's ``iadeep.io/emulated-start`` (when the GPUs started the work; the
   extender's ``iadeep.io/assume-time`` is the bind);
 - end: the emulator's ``iadeep.io/emulated-end``;
@@ -53,6 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from iadeep.experiment._replay import ARRIVAL_GATE, SUBMIT_ANNOTATION, GatedSubmitter, api_json, watch_jobs
 from iadeep.interference import InterferenceModel
 from iadeep.sim import ClusterSpec, SimResult
 
@@ -63,7 +66,6 @@ log = logging.getLogger("iadeep.experiment")
 SCHEDULER = "iadeep-scheduler"
 RUN_LABEL = "iadeep.io/run"
 JOB_ID_ANNOTATION = "iadeep.io/job-id"
-SUBMIT_ANNOTATION = "iadeep.io/submit-time"
 REPO = Path(__file__).resolve().parents[2]
 SCHEDULER_CONFIG = REPO / "k8s" / "extender" / "kube-scheduler-config.control-plane.yaml"
 TUNED_POLICIES = frozenset({"iadeep"})
@@ -79,15 +81,20 @@ class LiveSettings:
     Attributes:
         speedup: emulated seconds per wall second (1000: an hour of trace in 3.6 s).
         timeout_s: wall-clock bound of one policy's run (submission and completion); ``None``:
-            the trace span plus the total work over the cluster's GPUs, at ``speedup``, x 3 + 120 s.
+            the trace span plus the total work over the cluster's GPUs plus the longest job, at
+            ``speedup``, x 3 + 120 s.
         namespace: namespace of the Jobs (created; a fresh one per policy when ``None``).
         reservations_wait_s: how long to wait at the end for the extender to release every reservation.
+        ahead_s: how long (wall s) before its arrival a Job is created, its pod gated until the
+            arrival (:class:`~iadeep.experiment._replay.GatedSubmitter`); the first arrival is
+            this long after the start.
     """
 
     speedup: float = 1000.0
     timeout_s: float | None = None
     namespace: str | None = None
     reservations_wait_s: float = 10.0
+    ahead_s: float = 10.0
 
 
 def job_name(index: int, job_id: str) -> str:
@@ -97,7 +104,7 @@ def job_name(index: int, job_id: str) -> str:
 
 
 def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: float, speedup: float,
-                 submit_time_s: float, pin_nodes: bool = True) -> dict[str, Any]:
+                 submit_time_s: float | None = None, pin_nodes: bool = True, gated: bool = False) -> dict[str, Any]:
     """The ``batch/v1`` Job for one trace job (a pure function; see the module docstring).
 
     Args:
@@ -106,8 +113,12 @@ def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: flo
         namespace / run: the namespace and the run's label value (nodes carry the same label).
         mem_gib: GPU memory per GPU (GiB); requested for the pod as ``ceil(mem_gib) x num_gpus``.
         speedup: emulated seconds per wall second.
-        submit_time_s: wall time of creation (Unix s), for the submit annotation.
+        submit_time_s: wall time of creation (Unix s), for the Job's submit annotation (a Job
+            created at its arrival); ``None``: no annotation (the arrival is written on the pod).
         pin_nodes: select the nodes labelled with ``run`` (the local cluster's per-run nodes).
+        gated: the pod carries the scheduling gate :data:`~iadeep.experiment._replay.ARRIVAL_GATE`
+            (the Job is created ahead of its arrival and the gate removed at the arrival:
+            :class:`~iadeep.experiment._replay.GatedSubmitter`).
     """
     gpus = int(row.num_gpus)
     res = {"iadeep.io/gpu-mem": str(int(math.ceil(mem_gib - 1e-9)) * gpus), "iadeep.io/gpu-count": str(gpus)}
@@ -124,7 +135,8 @@ def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: flo
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": job_name(index, row.job_id), "namespace": namespace, "labels": labels,
-                     "annotations": {JOB_ID_ANNOTATION: str(row.job_id), SUBMIT_ANNOTATION: f"{submit_time_s:.6f}"}},
+                     "annotations": {JOB_ID_ANNOTATION: str(row.job_id),
+                                     **({SUBMIT_ANNOTATION: f"{submit_time_s:.6f}"} if submit_time_s is not None else {})}},
         "spec": {
             "backoffLimit": 0,
             "completions": 1,
@@ -133,6 +145,7 @@ def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: flo
                 "metadata": {"labels": labels, "annotations": annotations},
                 "spec": {
                     "schedulerName": SCHEDULER,
+                    **({"schedulingGates": [{"name": ARRIVAL_GATE}]} if gated else {}),
                     "restartPolicy": "Never",
                     **({"nodeSelector": {RUN_LABEL: run}} if pin_nodes else {}),
                     "containers": [{"name": "train", "image": "registry.invalid/iadeep/emulated-trainer:0",
@@ -141,15 +154,6 @@ def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: flo
             },
         },
     }
-
-
-def _json(api_client: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-    import json
-
-    resp = fn(*args, _preload_content=False, **kwargs)
-    data = resp.data
-    resp.release_conn()
-    return json.loads(data) if data else {}
 
 
 def _free_port() -> int:
@@ -321,7 +325,7 @@ class LocalCluster:
         tuner.url = f"http://127.0.0.1:{tuner_port}"
         coord = _Process([sys.executable, "-m", "iadeep.coordinator", "serve", "--all-nodes"], {
             **env, "IADEEP_COORDINATOR_TUNER_URL": tuner.url, "IADEEP_COORDINATOR_PORT": str(coord_port),
-            "IADEEP_COORDINATOR_THROUGHPUTS_FILE": str(self.throughputs), "IADEEP_COORDINATOR_LOG_LEVEL": "WARNING",
+            "IADEEP_COORDINATOR_THROUGHPUTS_FILE": str(self.throughputs), "IADEEP_COORDINATOR_LOG_LEVEL": "INFO",
             "IADEEP_COORDINATOR_IDLE_S": "1", "IADEEP_COORDINATOR_ROUND__DEADLINE_S": "5",
         }, logs / f"coordinator-{run}.log")
         coord.url = f"http://127.0.0.1:{coord_port}"
@@ -407,74 +411,6 @@ def scheduler_config(port: int) -> dict[str, Any]:
 
 # -- one policy's run ------------------------------------------------------------------------
 
-def _watch_jobs(api_client: Any, namespace: str, run: str, total: int, deadline: float,
-                on_done: Callable[[str, str, float], None]) -> None:
-    """Watch the run's Jobs until ``total`` have a ``Complete`` or ``Failed`` condition or the
-    deadline passes (list, then watch from the list's version; reopened, re-listed on 410)."""
-    import json
-
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    batch = client.BatchV1Api(api_client)
-    done: set[str] = set()
-
-    def handle(job: dict[str, Any]) -> None:
-        name = (job.get("metadata") or {}).get("name", "")
-        if name in done:
-            return
-        for c in (job.get("status") or {}).get("conditions") or []:
-            if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
-                done.add(name)
-                on_done(name, c["type"], time.time())
-                return
-
-    version = ""
-    while len(done) < total:
-        left = deadline - time.time()
-        if left <= 0:
-            raise TimeoutError(f"{total - len(done)} of {total} Jobs not finished by the deadline")
-        try:
-            if not version:
-                doc = _json(api_client, batch.list_namespaced_job, namespace, label_selector=f"{RUN_LABEL}={run}")
-                for j in doc.get("items") or []:
-                    handle(j)
-                version = str((doc.get("metadata") or {}).get("resourceVersion") or "")
-                continue
-            resp = batch.list_namespaced_job(namespace, label_selector=f"{RUN_LABEL}={run}", watch=True,
-                                             resource_version=version, allow_watch_bookmarks=True,
-                                             timeout_seconds=max(1, int(min(left, 30))), _preload_content=False,
-                                             _request_timeout=(10, min(left, 30) + 10))
-            try:
-                buf = b""
-                for chunk in resp.stream(None, decode_content=False):
-                    buf += chunk
-                    *lines, buf = buf.split(b"\n")
-                    for line in lines:
-                        if not line.strip():
-                            continue
-                        ev = json.loads(line)
-                        obj = ev.get("object") or {}
-                        if ev.get("type") == "ERROR":
-                            version = ""
-                            break
-                        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                        if ev.get("type") != "BOOKMARK":
-                            handle(obj)
-                    if len(done) >= total or not version:
-                        break
-            finally:
-                resp.release_conn()
-        except (ApiException, OSError, ValueError) as exc:
-            log.warning("job watch: %s", exc)
-            version = ""
-            time.sleep(0.5)
-        except Exception as exc:  # noqa: BLE001 - urllib3 errors: reopen
-            log.warning("job watch: %s", exc)
-            version = ""
-            time.sleep(0.5)
-
-
 def run_live_policy(api_client: Any, workload: pd.DataFrame, model: InterferenceModel, cluster: ClusterSpec, *,
                     policy: str, run: str, settings: LiveSettings, store: Any | None = None,
                     progress: Callable[[int], None] | None = None,
@@ -516,7 +452,8 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
     submit0 = float(jobs["submit_time"].min()) if len(jobs) else 0.0
     span = float(jobs["submit_time"].max() - submit0) if len(jobs) else 0.0
     work = float((jobs["duration"] * jobs["num_gpus"]).sum()) / cluster.total_gpus
-    timeout = settings.timeout_s or 3.0 * (span + work) / speedup + 120.0
+    longest = float(jobs["duration"].max()) if len(jobs) else 0.0  # a makespan is at least span + the longest job
+    timeout = settings.timeout_s or 3.0 * (span + work + longest) / speedup + 120.0
     order = np.argsort(jobs["submit_time"].to_numpy(), kind="stable")
     finished = {"n": 0}
     done_at: dict[str, tuple[str, float]] = {}
@@ -529,41 +466,36 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
 
     import threading
 
-    t0 = time.time() + 1.0  # first arrival one second from now
+    t0 = time.time() + settings.ahead_s  # the first arrival: after its Job was created ahead
     deadline = t0 + timeout
     errors: list[BaseException] = []
-    waiter = threading.Thread(target=lambda: _guard(errors, _watch_jobs, api_client, ns, run, len(jobs), deadline, on_done),
-                              name="iadeep-live-wait", daemon=True)
+    selector = f"{RUN_LABEL}={run}"
+    waiter = threading.Thread(target=lambda: _guard(errors, watch_jobs, api_client, ns, selector, len(jobs), deadline,
+                                                    on_done), name="iadeep-live-wait", daemon=True)
     waiter.start()
-    lags = []
+    bodies = []
     for i in order:
         row = jobs.iloc[i]
-        target = t0 + (float(row.submit_time) - submit0) / speedup
-        pause = target - time.time()
-        if pause > 0:
-            time.sleep(pause)  # the submission clock: one thread, waiting only for the next arrival
-        now = time.time()
-        lags.append(now - target)
         mem = float(model.mem_gib[model.type_id(JobType(str(row.model), int(row.batch_size)))])
-        body = job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, submit_time_s=now,
-                            pin_nodes=pin_nodes)
-        _json(api_client, batch.create_namespaced_job, ns, body)
-        if errors:
-            break
+        bodies.append((t0 + (float(row.submit_time) - submit0) / speedup,
+                       job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, pin_nodes=pin_nodes,
+                                    gated=True)))
+    lags = GatedSubmitter(api_client, ns, selector, ahead_s=settings.ahead_s).run(bodies, deadline)
     waiter.join(timeout=max(deadline - time.time(), 0) + 30)
     if errors:
         raise errors[0]
     if waiter.is_alive():
         raise TimeoutError(f"Jobs of run {run} not finished by the deadline")
     wall = time.time() - t0
-    pods = _json(api_client, core.list_namespaced_pod, ns, label_selector=f"{RUN_LABEL}={run}").get("items") or []
-    jobs_doc = _json(api_client, batch.list_namespaced_job, ns, label_selector=f"{RUN_LABEL}={run}").get("items") or []
+    pods = api_json(core.list_namespaced_pod, ns, label_selector=selector).get("items") or []
+    jobs_doc = api_json(batch.list_namespaced_job, ns, label_selector=selector).get("items") or []
     left = _reservations_left(store, settings.reservations_wait_s)
     result, breakdown = live_result(jobs, jobs_doc, pods, done_at, cluster=cluster, policy=policy, run=run, t0=t0,
                                     submit0=submit0, speedup=speedup, model=model)
     metrics = {"backend": "kubernetes", "speedup": speedup, "wall_s": wall, "jobs_per_wall_s": len(jobs) / wall if wall else 0.0,
                "reservations_left": left, "failed_jobs": sum(k == "Failed" for k, _ in done_at.values()),
-               "submit_lag_s_median": float(np.median(lags)) if lags else 0.0, "breakdown_s": breakdown, "namespace": ns}
+               "submit_lag_s_median": float(np.median(lags)) if lags else 0.0,
+               "submit_lag_s_p90": float(np.percentile(lags, 90)) if lags else 0.0, "create_ahead_s": settings.ahead_s, "breakdown_s": breakdown, "namespace": ns}
     return result, metrics
 
 
@@ -604,8 +536,9 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
     """The simulator-shaped result of a live run from the Jobs and pods read back (module docstring).
 
     Returns:
-        ``(result, breakdown)``: breakdown holds medians (wall s) of bind latency (bind - submit),
-        start lag (emulated start - bind) and completion lag (Job condition - emulated end).
+        ``(result, breakdown)``: breakdown holds medians and p90s (wall s) of bind latency (bind -
+        submit), start lag (emulated start - bind) and completion lag (Job condition - emulated
+        end), as ``<name>_s_median`` / ``<name>_s_p90``.
 
     Raises:
         RuntimeError: a finished Job has no pod with the emulator's times (the message names it).
@@ -614,9 +547,11 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
         return submit0 + (t - t0) * speedup
 
     by_id = {str(j): i for i, j in enumerate(jobs["job_id"].astype(str))}
-    submit_wall = {((d.get("metadata") or {}).get("annotations") or {}).get(JOB_ID_ANNOTATION):
-                   float(((d.get("metadata") or {}).get("annotations") or {}).get(SUBMIT_ANNOTATION, "nan"))
-                   for d in jobs_doc}
+    submit_wall = {}  # the arrival: on the pod (gate removed), else on the Job (created at its arrival)
+    for d in [*jobs_doc, *pods]:
+        ann = (d.get("metadata") or {}).get("annotations") or {}
+        if SUBMIT_ANNOTATION in ann:
+            submit_wall[ann.get(JOB_ID_ANNOTATION)] = float(ann[SUBMIT_ANNOTATION])
     n = len(jobs)
     start, end, submit = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     placement = [""] * n
@@ -676,11 +611,10 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
         "placement": placement, "partners": [";".join(sorted(ids[o] for o in ps)) for ps in partners],
     })
     timeline, busy = _timeline(table, runs)
-    breakdown = {
-        "bind_latency_s_median": float(np.nanmedian(bind_lat)) if bind_lat else math.nan,
-        "start_lag_s_median": float(np.nanmedian(start_lag)) if start_lag else math.nan,
-        "completion_lag_s_median": float(np.nanmedian(done_lag)) if done_lag else math.nan,
-    }
+    breakdown = {}
+    for key, values in (("bind_latency", bind_lat), ("start_lag", start_lag), ("completion_lag", done_lag)):
+        breakdown[f"{key}_s_median"] = float(np.nanmedian(values)) if values else math.nan
+        breakdown[f"{key}_s_p90"] = float(np.nanpercentile(values, 90)) if values else math.nan
     return SimResult(policy, table, timeline, cluster.total_gpus, busy), breakdown
 
 

@@ -109,8 +109,9 @@ class PodStatus:
         node: ``spec.nodeName`` (empty when unbound).
         created_s: ``metadata.creationTimestamp`` (Unix seconds; 0 when absent).
         priority: ``spec.priority`` (0 when absent).
-        pod: the pod as the wire model, only for a pod waiting to be scheduled (``Pending`` and
-            unbound): what :class:`~iadeep.extender.PendingPods` reads its GPU demand from.
+        pod: the pod as the wire model, only for a pod waiting to be scheduled (``Pending``,
+            unbound and without scheduling gates: kube-scheduler does not queue a gated pod):
+            what :class:`~iadeep.extender.PendingPods` reads its GPU demand from.
     """
 
     uid: str
@@ -334,8 +335,8 @@ def _timestamp(value: object) -> float:
 def _pod_status(p: Mapping[str, Any]) -> PodStatus:
     meta, spec, status = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
     phase, node = status.get("phase", ""), spec.get("nodeName") or ""
-    wire = None
-    if phase == "Pending" and not node and not meta.get("deletionTimestamp"):
+    wire = None  # a gated pod (spec.schedulingGates) is not in kube-scheduler's queue yet: not pending
+    if phase == "Pending" and not node and not meta.get("deletionTimestamp") and not spec.get("schedulingGates"):
         try:
             wire = Pod.model_validate(p)
         except ValueError:

@@ -62,6 +62,7 @@ from iadeep.policy._registry import register
 from iadeep.policy._rows import row_any, row_count, row_max, row_prod
 from iadeep.policy._tuning import BatchSizeTuner
 from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait, fits_when_empty
+from iadeep.tuner._strategy import DEFAULT_TRIALS
 
 __all__ = ["IADeep", "finish_times"]
 
@@ -90,7 +91,8 @@ class IADeep(Policy):
         colocation_limit: jobs per GPU (2: only pairs are measured).
         predictor: ``"learned"`` (online learner) or ``"oracle"`` (the measured table).
         learner: an existing learner to use (e.g. one restored from the state store).
-        tuning_trials: configurations measured per tuning session.
+        tuning_trials: configurations measured per tuning session (default
+            :data:`iadeep.tuner.DEFAULT_TRIALS`, the live coordinator's and tuner's too).
         bad_pairs_when_waiting: allow a pair predicted below taking turns (a + b < 1) when the two
             jobs' own completion times still beat waiting (never for queue pressure alone).
         undo_below: re-queue the newest job when a tuning session's best measured progress sum is
@@ -105,7 +107,7 @@ class IADeep(Policy):
     colocation_limit = 2
 
     def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None, predictor: str = "learned",
-                 learner: OnlineInterferenceLearner | None = None, tuning_trials: int = 3,
+                 learner: OnlineInterferenceLearner | None = None, tuning_trials: int = DEFAULT_TRIALS,
                  bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0, preempt: bool = True,
                  checkpoint_cost_s: float = 30.0):
         super().__init__(model, colocation_limit=colocation_limit)

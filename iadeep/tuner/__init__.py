@@ -10,10 +10,10 @@
 """
 
 from iadeep.tuner._space import SearchSpace, SpaceError, TunedJob
-from iadeep.tuner._strategy import Outcome, Proposal, StopRule, Trial, predicted_warm_start, warm_queue
+from iadeep.tuner._strategy import DEFAULT_TRIALS, Outcome, Proposal, StopRule, Trial, predicted_warm_start, warm_queue
 from iadeep.tuner._study import StudyMismatch, TuningStudy
 
-__all__ = ["SearchSpace", "SpaceError", "TunedJob", "Outcome", "Proposal", "StopRule", "StudyMismatch",
+__all__ = ["DEFAULT_TRIALS", "SearchSpace", "SpaceError", "TunedJob", "Outcome", "Proposal", "StopRule", "StudyMismatch",
            "Trial", "TuningStudy", "predicted_warm_start", "warm_queue", "TunerService", "TunerClient", "TunerError", "TunerUnavailable", "TunerSettings",
            "create_app"]
 

@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from iadeep.tuner._service import TunerService
+from iadeep.tuner._settings import StopSettings
 from iadeep.tuner._space import SpaceError, TunedJob
 from iadeep.tuner._study import Outcome, StopRule, StudyMismatch
 
@@ -54,19 +55,13 @@ class JobSpec(BaseModel):
     tunable: bool = True
 
 
-class StopSpec(BaseModel):
-    budget: int = Field(10, ge=1)
-    patience: int = Field(4, ge=1)
-    min_improvement: float = Field(0.01, ge=0, lt=1)
-
-
 class SessionRequest(BaseModel):
     """Body of ``POST /sessions``."""
 
     name: str = Field(min_length=1, max_length=200)
     jobs: list[JobSpec] = Field(min_length=1)
     warm_start: list[dict[str, int]] = Field(default_factory=list)
-    stop: StopSpec | None = None
+    stop: StopSettings | None = None
 
 
 class TellRequest(BaseModel):

@@ -4,7 +4,7 @@
     IADEEP_TUNER_PORT=8890
     IADEEP_TUNER_STORAGE_URL=sqlite:////var/lib/iadeep/tuner.db
     IADEEP_TUNER_THROUGHPUTS_FILE=/etc/iadeep/simulation_throughputs.json
-    IADEEP_TUNER_STOP__BUDGET=10
+    IADEEP_TUNER_STOP__BUDGET=3
 """
 
 from __future__ import annotations
@@ -15,21 +15,24 @@ import platformdirs
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from iadeep.tuner._strategy import DEFAULT_TRIALS
+
 __all__ = ["TunerSettings", "StopSettings", "default_storage_url"]
 
 
 class StopSettings(BaseModel):
-    """The stop rule of every session (see :class:`iadeep.tuner.StopRule`).
+    """The stop rule of every session (see :class:`iadeep.tuner.StopRule`); also the body of a
+    session request's ``stop``.
 
     Attributes:
-        budget: most measured trials per session (each costs a measurement window of live jobs;
-            10 covers every two-job pair's whole space of at most 25 configurations in practice,
-            as ``make bench`` shows).
+        budget: most measured trials per session (each costs a measurement window of live jobs);
+            default :data:`iadeep.tuner.DEFAULT_TRIALS` (3), the simulator's too, so that both
+            backends run sessions of the same length.
         patience: measured trials in a row without a 1 % improvement that end a session.
         min_improvement: relative improvement that counts.
     """
 
-    budget: int = Field(10, ge=1)
+    budget: int = Field(DEFAULT_TRIALS, ge=1)
     patience: int = Field(4, ge=1)
     min_improvement: float = Field(0.01, ge=0, lt=1)
 

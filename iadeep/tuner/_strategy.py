@@ -29,7 +29,18 @@ import numpy as np
 
 from iadeep.tuner._space import SearchSpace
 
-__all__ = ["StopRule", "Proposal", "Outcome", "Trial", "predicted_warm_start", "warm_queue", "session_outcome"]
+__all__ = ["DEFAULT_TRIALS", "StopRule", "Proposal", "Outcome", "Trial", "predicted_warm_start", "warm_queue", "session_outcome"]
+
+
+DEFAULT_TRIALS = 3
+"""Trials of a tuning session by default, in both drivers: the predicted-best configurations
+handed to a session as its warm start (the node coordinator's ``ROUND__WARM_START``, the
+simulator policy's ``tuning_trials``) and the stop rule's budget (the tuner service's
+``STOP__BUDGET``). One default, so that the simulator's sessions and the live system's have the
+same length (a session of the live tuner measured up to 10 trials before, the simulator 3, which
+made the two backends differ). 3: the warm start measured, the running configuration among it
+(:func:`warm_queue`); ``make bench``'s tuner benchmark gives the median trials to within 5 % of
+the best as 1; a longer budget continues with optuna's sampler."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +53,7 @@ class StopRule:
         min_improvement: relative improvement that counts (0.01 = 1 %).
     """
 
-    budget: int = 10
+    budget: int = DEFAULT_TRIALS
     patience: int = 4
     min_improvement: float = 0.01
 
@@ -118,9 +129,9 @@ def warm_queue(space: SearchSpace, warm_start: Sequence[Mapping[str, int]], budg
 
     The running configuration (so a session never ends worse than what runs) goes after the
     others when the budget still measures it there, else it takes the last place the budget
-    measures (budget ``b``: position ``b - 1``), ahead of the rest. With the live tuner's budget
-    (10) and 3 predicted, it is the 4th trial; with the simulator's (budget = 3 predicted), the
-    3rd, in place of the third-best prediction.
+    measures (budget ``b``: position ``b - 1``), ahead of the rest. With a budget of 10 and 3
+    predicted, it is the 4th trial; with the default (budget = 3 predicted,
+    :data:`DEFAULT_TRIALS`), the 3rd, in place of the third-best prediction.
     """
     keys = set(space.options)
     queued: list[dict[str, int]] = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from iadeep.experiment._compare import parity, parity_table
+from iadeep.experiment._compare import harness_overheads, parity, parity_table
 from iadeep.experiment._live import job_manifest, job_name, live_result
 from iadeep.sim import ClusterSpec
 
@@ -54,6 +54,11 @@ def test_job_manifest_asks_for_whole_gib_on_each_gpu():
     assert ann["iadeep.io/emulated"] == "true" and ann["iadeep.io/job-id"] == "Philly_7/x"
     assert m["metadata"]["name"] == job_name(7, "Philly_7/x") == "j-00007-philly-7-x"
     assert m["spec"]["backoffLimit"] == 0
+    assert "schedulingGates" not in pod["spec"] and m["metadata"]["annotations"]["iadeep.io/submit-time"] == "12.500000"
+    # the live replay's Job: created ahead of its arrival, its pod gated until then (arrival on the pod)
+    g = job_manifest(row, 7, namespace="ns", run="r1", mem_gib=5.2, speedup=500, gated=True)
+    assert g["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "iadeep.io/arrival"}]
+    assert "iadeep.io/submit-time" not in g["metadata"]["annotations"]
 
 
 def test_live_result_converts_wall_times_and_finds_partners(model):
@@ -61,16 +66,19 @@ def test_live_result_converts_wall_times_and_finds_partners(model):
                          "num_gpus": [1, 1], "model": ["ResNet-50", "ResNet-50"], "batch_size": [64, 64]})
     t0, speedup = 1000.0, 100.0
 
-    def pod(jid, node, gpu, bind, start, end):
+    def pod(jid, node, gpu, bind, start, end, **extra):
         return {"metadata": {"annotations": {"iadeep.io/job-id": jid, "iadeep.io/gpu-index": gpu,
                                              "iadeep.io/assume-time": str(int(bind * 1e9)),
-                                             "iadeep.io/emulated-start": str(start), "iadeep.io/emulated-end": str(end)},
+                                             "iadeep.io/emulated-start": str(start), "iadeep.io/emulated-end": str(end),
+                                             **extra},
                              "ownerReferences": [{"kind": "Job", "name": f"job-{jid}"}]},
                 "spec": {"nodeName": f"r1-{node}"}}
 
+    # a's arrival on its Job (created at its arrival), b's on its pod (gate removed at its arrival)
     jobs_doc = [{"metadata": {"annotations": {"iadeep.io/job-id": "a", "iadeep.io/submit-time": "1000.0"}}},
-                {"metadata": {"annotations": {"iadeep.io/job-id": "b", "iadeep.io/submit-time": "1001.0"}}}]
-    pods = [pod("a", "node-00", "0", 1000.01, 1000.02, 1012.0), pod("b", "node-00", "0", 1001.01, 1001.02, 1007.0)]
+                {"metadata": {"annotations": {"iadeep.io/job-id": "b"}}}]
+    pods = [pod("a", "node-00", "0", 1000.01, 1000.02, 1012.0),
+            pod("b", "node-00", "0", 1001.01, 1001.02, 1007.0, **{"iadeep.io/submit-time": "1001.0"})]
     done = {"job-a": ("Complete", 1012.5), "job-b": ("Complete", 1007.5)}
     result, breakdown = live_result(jobs, jobs_doc, pods, done, cluster=ClusterSpec(1, 2, 24.0), policy="p", run="r1",
                                     t0=t0, submit0=100.0, speedup=speedup, model=model)
@@ -80,4 +88,15 @@ def test_live_result_converts_wall_times_and_finds_partners(model):
     assert j.loc["a", "placement"] == "node-00/0" and j.loc["a", "partners"] == "b"
     assert j.loc["a", "colocations"] == 1 and j.loc["b", "colocations"] == 1
     assert breakdown["completion_lag_s_median"] == pytest.approx(0.5)
+    assert breakdown["bind_latency_s_median"] == pytest.approx(0.01) and breakdown["start_lag_s_p90"] == pytest.approx(0.01)
     assert result.busy_gpu_seconds == pytest.approx((12.0 - 0.02) * speedup)
+
+
+def test_harness_overheads_are_given_in_wall_and_emulated_seconds():
+    metrics = {"speedup": 200.0, "submit_lag_s_median": 0.01, "submit_lag_s_p90": 0.5,
+               "breakdown_s": {"bind_latency_s_median": 0.3, "start_lag_s_median": 0.1, "completion_lag_s_median": 1.5}}
+    h = harness_overheads(metrics)
+    assert h["submit_lag"] == pytest.approx({"wall_s_median": 0.01, "emulated_s_median": 2.0, "wall_s_p90": 0.5,
+                                             "emulated_s_p90": 100.0})
+    assert h["bind_latency"] == pytest.approx({"wall_s_median": 0.3, "emulated_s_median": 60.0})
+    assert set(h) == {"submit_lag", "bind_latency", "start_lag", "completion_lag"}

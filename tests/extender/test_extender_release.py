@@ -109,6 +109,11 @@ def test_pending_pods_give_the_policy_the_gpus_queued_ahead(k8s_client, k8s_name
 
     svc, node = service
     core = client.CoreV1Api(k8s_client)
+    # a gated pod (spec.schedulingGates: the live replay's Jobs before their arrival) is not in
+    # kube-scheduler's queue: it counts for nobody until its gate is removed
+    gated = gpu_pod("q0", mem=4, gpus=2, namespace=k8s_namespace, scheduler=NOBODY, annotations=R18)
+    gated.spec.scheduling_gates = [client.V1PodSchedulingGate(name="iadeep.io/arrival")]
+    core.create_namespaced_pod(k8s_namespace, gated)
     made = {}
     for name, gpus in (("qa", 2), ("qb", 1), ("qc", 1)):  # created in this order (names break 1-s timestamp ties)
         made[name] = core.create_namespaced_pod(k8s_namespace, gpu_pod(name, mem=2 * gpus, gpus=gpus, namespace=k8s_namespace,
@@ -122,6 +127,11 @@ def test_pending_pods_give_the_policy_the_gpus_queued_ahead(k8s_client, k8s_name
         return svc.pending.gpus_ahead(d.uid, d.priority, d.created_s, d.namespace, d.name)
 
     assert (ahead("qa"), ahead("qb"), ahead("qc")) == (0, 2, 3)
+    core.patch_namespaced_pod("q0", k8s_namespace, [{"op": "remove", "path": "/spec/schedulingGates"}])
+    wait_for(lambda: len(svc.pending), lambda n: n == 4, timeout=15, what="the ungated pod joined the queue")
+    assert (ahead("qa"), ahead("qc")) == (2, 5)  # created first: ahead of all once in the queue
+    core.delete_namespaced_pod("q0", k8s_namespace, grace_period_seconds=0)
+    wait_for(lambda: len(svc.pending), lambda n: n == 3, timeout=15, what="the deleted pod left the queue")
     # the policy is asked with that figure, by filter and by bind
     seen = []
     assess = svc.policy.assess
