@@ -104,6 +104,10 @@ class ExtenderService:
         # waiting for memory on the same pod event the follower acts on)
         self._releasing = 0
         self._released = threading.Condition(threading.Lock())
+        # pods passed by filter whose bind has not come yet (uid -> monotonic time): the next
+        # filter waits for them (kube-scheduler binds in the background)
+        self._binding: dict[str, float] = {}
+        self._bound = threading.Condition(threading.Lock())
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self.pod_follower: PodFollower | None = None
@@ -278,11 +282,15 @@ class ExtenderService:
             self.metrics.filter_nodes.labels("unresolvable").inc(len(names))
             return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {too_wide}" for n in names})
         self.await_releases()
+        self.await_binds(demand.uid)
         try:
             _, base = self.cache.current()
         except StoreUnavailable as exc:
             return ExtenderFilterResult.failure(f"iadeep: {exc}")
         result, _ = self._assess(demand, type_id, base, names)
+        if result.feasible and self.settings.cache.bind_wait_s > 0:
+            with self._bound:  # a node passed: kube-scheduler binds the pod next
+                self._binding[demand.uid] = time.monotonic()
         passed, failed, unresolvable = [], {}, {}
         for n in names:
             if n in result.feasible:
@@ -341,6 +349,32 @@ class ExtenderService:
             return self._bind(args)
 
     def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        try:
+            return self._bind_pod(args)
+        finally:
+            if self._binding:
+                with self._bound:
+                    if self._binding.pop(args.pod_uid, None) is not None:
+                        self._bound.notify_all()
+
+    def await_binds(self, uid: str) -> None:
+        """Wait until the pods passed by earlier filters (other than ``uid``) are bound, or failed
+        their bind, at most ``bind_wait_s`` after each was passed (a pod kube-scheduler did not
+        bind after all is forgotten then)."""
+        if not self._binding:
+            return
+        wait_s = self.settings.cache.bind_wait_s
+        with self._bound:
+            while True:
+                now = time.monotonic()
+                for k in [k for k, t in self._binding.items() if now - t >= wait_s]:
+                    del self._binding[k]
+                others = [t for k, t in self._binding.items() if k != uid]
+                if not others:
+                    return
+                self._bound.wait(min(others) + wait_s - now)
+
+    def _bind_pod(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         assert self.pod_api is not None
         ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
         with self._memo_lock:

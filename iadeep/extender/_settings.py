@@ -66,6 +66,10 @@ class CacheSettings(BaseModel):
             soon as the pod succeeds, fails or is deleted (``iadeep.extender._podwatch``).
         pod_watch_timeout_s: how long one pod watch request stays open before it is reopened (s).
         release_wait_s: the longest ``filter`` waits for releases of ended pods in flight (s).
+        bind_wait_s: the longest ``filter`` waits for the binds of the pods an earlier ``filter``
+            passed (s; 0: never waits). kube-scheduler binds in the background and starts the next
+            pod's cycle at once, so without waiting the next pod is judged without the GPUs the
+            previous one is about to take, and is sent to a node whose free GPU is gone by its bind.
         sweep_interval_s: how often the safety-net sweep releases reservations of pods that are
             gone, finished or stranded (0: never); the pod watch releases ended pods at once.
         sweep_grace_s: a reservation whose pod is still unbound is released only after this long
@@ -77,6 +81,7 @@ class CacheSettings(BaseModel):
     pod_watch: bool = True
     pod_watch_timeout_s: float = Field(60.0, gt=0)
     release_wait_s: float = Field(0.5, ge=0)
+    bind_wait_s: float = Field(1.0, ge=0)
     sweep_interval_s: float = Field(30.0, ge=0)
     sweep_grace_s: float = Field(120.0, ge=0)
 

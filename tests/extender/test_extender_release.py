@@ -143,3 +143,35 @@ def test_pending_pods_give_the_policy_the_gpus_queued_ahead(k8s_client, k8s_name
     wait_for(lambda: ahead("qc"), lambda n: n == 1, timeout=15, what="the bound pod left the queue")
     core.delete_namespaced_pod("qb", k8s_namespace, grace_period_seconds=0)
     wait_for(lambda: ahead("qc"), lambda n: n == 0, timeout=15, what="the deleted pod left the queue")
+
+
+def test_filter_waits_for_the_bind_of_the_pod_it_passed_before(k8s_client, k8s_namespace, store, service):
+    """kube-scheduler binds a pod in the background and filters the next pod at once; the
+    extender's filter waits for the bind of the pod it passed before, so the next pod is judged
+    with that pod's GPU taken (without the wait it was judged on the state before, and sent to a
+    node whose free GPU was gone by its bind)."""
+    import threading
+
+    from iadeep.extender._wire import ExtenderArgs, ExtenderBindingArgs
+
+    svc, node = service
+    core = client.CoreV1Api(k8s_client)
+    made = {n: core.create_namespaced_pod(k8s_namespace, gpu_pod(n, mem=6, gpus=1, namespace=k8s_namespace,
+                                                                 scheduler=NOBODY, annotations=R18))
+            for n in ("wa", "wb")}
+
+    def args(name):
+        return ExtenderArgs.model_validate({"Pod": wire(core.read_namespaced_pod(name, k8s_namespace)), "NodeNames": [node]})
+
+    assert svc.filter(args("wa")).node_names == [node]
+    reserved_when_judged = []
+    assess = svc._assess
+    svc._assess = lambda *a: (reserved_when_judged.append(len(store.assignments())), assess(*a))[1]
+    second = threading.Thread(target=lambda: svc.filter(args("wb")), daemon=True)
+    second.start()
+    second.join(0.3)
+    assert second.is_alive() and reserved_when_judged == []  # waits for wa's bind
+    body = {"PodName": "wa", "PodNamespace": k8s_namespace, "PodUID": made["wa"].metadata.uid, "Node": node}
+    assert svc.bind(ExtenderBindingArgs.model_validate(body)).error == ""
+    second.join(10)
+    assert not second.is_alive() and reserved_when_judged == [1]  # judged with wa's reservation
