@@ -124,7 +124,13 @@ class Policy(ABC):
 
     def score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, int]) -> dict[str, int]:
         """Node priorities 0..10 (kube-scheduler extender scale): best GPU utility on the node x 10
-        (rounded half to even); 0 for nodes with no feasible GPU."""
+        (rounded half to even), one point less for a node whose best GPU is below the best node's
+        but rounds to the same score; 0 for nodes with no feasible GPU.
+
+        The point less: kube-scheduler picks at random among the nodes of the highest score, and
+        the extender's bind then takes the best GPU of the node picked; without it a pod went to a
+        GPU the policy ranks lower (e.g. a partner predicted 0.84 instead of 0.86: both score 9),
+        where :meth:`place` (the simulator) takes the best GPU of the cluster."""
         mask, _ = self.eligible(job, view)
         return self._score(job, view, feasible, mask)
 
@@ -178,9 +184,15 @@ class Policy(ABC):
         util = np.clip(self.utility(job, view, mask), 0.0, 1.0)
         best = np.zeros(len(view.node_names))
         np.maximum.at(best, view.gpu_node[mask], util[mask])
-        points = np.rint(10 * best).astype(np.int64).tolist()
+        points = np.rint(10 * best).astype(np.int64)
         index = view.node_positions()
-        return {name: points[index[name]] if count and name in index else 0 for name, count in feasible.items()}
+        ks = [index[name] for name, count in feasible.items() if count and name in index]
+        if ks:
+            top = best[ks].max()
+            second = (points == points[ks].max()) & (best < top - 1e-9)
+            points[ks] = np.maximum(points[ks] - second[ks], 0)
+        pts = points.tolist()
+        return {name: pts[index[name]] if count and name in index else 0 for name, count in feasible.items()}
 
     # -- simulator/extender placement --------------------------------------------------------
     def place(self, job: JobRequest, view: ClusterView) -> Placement | Wait:

@@ -64,6 +64,37 @@ def test_filter_and_score_follow_extender_rules(model, workload, name):
         assert sim.policy.assess(job, view) == (res, sim.policy.score(job, view, res.feasible))
 
 
+def test_the_top_scored_node_holds_the_gpu_place_chooses(model, workload):
+    """kube-scheduler picks at random among the nodes of the highest extender score and the bind
+    takes the best GPU of that node: the highest score is the node of the GPU :meth:`place` (the
+    simulator) chooses, alone unless another node holds a GPU of exactly that utility. Checked on
+    a cluster with every GPU busy (placements are co-locations of different predicted value)."""
+    sim = Simulator(workload.head(40), make_policy("iadeep", model), model, ClusterSpec(2, 4, 24.0), SimSettings())
+    for h in range(16):
+        sim.status[h] = 1
+        sim.queue.add(h, float(sim.submit[h]), 0.0)
+    sim._schedule()
+    view = sim.view()
+    checked = 0
+    for h in range(16, 40):
+        job = sim._request(h, 0, 0)
+        if job.num_gpus != 1:
+            continue
+        placed = sim.policy.place(job, view)
+        res, scores = sim.policy.assess(job, view)
+        if not isinstance(placed, Placement) or not scores:
+            continue
+        mask, _ = sim.policy.eligible(job, view)
+        util = np.where(mask, sim.policy.utility(job, view, mask), -np.inf)
+        node_best = {n: util[view.gpu_node == k].max() for k, n in enumerate(view.node_names)}
+        chosen = view.node_names[view.gpu_node[placed.gpus[0]]]
+        top = max(scores.values())
+        assert scores[chosen] == top, (h, scores, node_best)
+        assert all(s < top or node_best[n] == node_best[chosen] for n, s in scores.items()), (h, scores, node_best)
+        checked += 1
+    assert checked >= 5
+
+
 def test_memory_and_oom_pairs_are_refused(model):
     """A GPU holding ResNet-50 (batch 128) refuses partners measured to run out of memory."""
     from iadeep.policy import ClusterView
