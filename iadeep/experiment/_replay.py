@@ -11,8 +11,9 @@ clock). :class:`GatedSubmitter` takes all of that off the arrival path:
    1.30, GA: kube-scheduler does not try a gated pod, the extender does not count it as pending);
    the Job controller creates the pod meanwhile;
 2. at the arrival time the submitting thread removes the gate and writes the arrival's wall
-   time (:data:`SUBMIT_ANNOTATION`) in one JSON patch of the pod (a burst of simultaneous arrivals
-   is patched by a few threads at once): the pod enters kube-scheduler's active queue then.
+   time (:data:`SUBMIT_ANNOTATION`) in one merge patch of the pod (a burst of simultaneous
+   arrivals is patched by a few threads at once; a patch that fails in transit or with a 5xx is
+   sent again): the pod enters kube-scheduler's active queue then.
 
 The pods' names (the Job controller generates them) come from a pod watch. :func:`follow` is the
 list-then-watch loop both watches use (reopened on a server timeout, re-listed on ``410 Gone``
@@ -39,6 +40,7 @@ ARRIVAL_GATE = "iadeep.io/arrival"
 SUBMIT_ANNOTATION = "iadeep.io/submit-time"
 """Pod annotation: the wall time (Unix s, microseconds) the pod arrived (its gate was removed)."""
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+OPEN_ATTEMPTS = 3
 
 
 def api_json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -191,9 +193,20 @@ class GatedSubmitter:
                 self._seen.wait(0.5)
             pod = self._pods[job]
         now = time.time()
-        patch = [{"op": "remove", "path": "/spec/schedulingGates"},
-                 {"op": "add", "path": "/metadata/annotations/" + SUBMIT_ANNOTATION.replace("/", "~1"), "value": f"{now:.6f}"}]
-        self.core.patch_namespaced_pod(pod, self.namespace, patch, _preload_content=False).release_conn()
+        # a merge patch (null deletes the gates): the same answer when sent twice, so a request
+        # that failed in transit is simply sent again
+        patch = {"metadata": {"annotations": {SUBMIT_ANNOTATION: f"{now:.6f}"}}, "spec": {"schedulingGates": None}}
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            try:
+                api_json(self.core.patch_namespaced_pod, pod, self.namespace, patch,
+                         _content_type="application/merge-patch+json")
+                break
+            except Exception as exc:  # noqa: BLE001 - connection errors and 5xx: again, a few times
+                status = getattr(exc, "status", None)
+                if attempt == OPEN_ATTEMPTS or (status is not None and status < 500 and status != 429):
+                    raise
+                log.warning("opening the pod of Job %s: %s (attempt %d)", job, exc, attempt)
+                time.sleep(0.1 * attempt)
         return now - target
 
     def run(self, bodies: Sequence[tuple[float, dict[str, Any]]], deadline: float) -> list[float]:

@@ -157,6 +157,8 @@ def create_app(settings: ExtenderSettings | None = None, *, service: ExtenderSer
             return args
         if svc.releases_in_flight:  # the pod event that retried this pod freed memory: wait off the loop
             await run_in_threadpool(svc.await_releases)
+        if svc.binds_in_flight(args.pod.uid):  # the previous pod's bind (answered on this loop): wait off it
+            await run_in_threadpool(svc.await_binds, args.pod.uid)
         return await run("filter", svc.filter, args, lambda m: _json(ExtenderFilterResult.failure(m)), inline=True)
 
     async def prioritize(request: Request) -> Response:

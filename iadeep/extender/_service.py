@@ -357,6 +357,10 @@ class ExtenderService:
                     if self._binding.pop(args.pod_uid, None) is not None:
                         self._bound.notify_all()
 
+    def binds_in_flight(self, uid: str) -> bool:
+        """Whether pods other than ``uid`` passed a filter and wait for their bind."""
+        return bool(self._binding) and (len(self._binding) > 1 or uid not in self._binding)
+
     def await_binds(self, uid: str) -> None:
         """Wait until the pods passed by earlier filters (other than ``uid``) are bound, or failed
         their bind, at most ``bind_wait_s`` after each was passed (a pod kube-scheduler did not

@@ -145,33 +145,38 @@ def test_pending_pods_give_the_policy_the_gpus_queued_ahead(k8s_client, k8s_name
     wait_for(lambda: ahead("qc"), lambda n: n == 0, timeout=15, what="the deleted pod left the queue")
 
 
-def test_filter_waits_for_the_bind_of_the_pod_it_passed_before(k8s_client, k8s_namespace, store, service):
+def test_filter_waits_for_the_bind_of_the_pod_it_passed_before(control_plane, k8s_client, k8s_namespace, store,
+                                                              make_service, api):
     """kube-scheduler binds a pod in the background and filters the next pod at once; the
     extender's filter waits for the bind of the pod it passed before, so the next pod is judged
     with that pod's GPU taken (without the wait it was judged on the state before, and sent to a
-    node whose free GPU was gone by its bind)."""
+    node whose free GPU was gone by its bind). Through the served app: the wait must not hold the
+    event loop that answers the bind."""
     import threading
 
-    from iadeep.extender._wire import ExtenderArgs, ExtenderBindingArgs
+    import httpx
+    from extender_support import ThreadServer, extender_args
 
-    svc, node = service
+    from iadeep.extender import create_app
+
+    nodes = control_plane.add_nodes(1, gpus=4, gpu_mem_gib=16, prefix=f"b{uuid.uuid4().hex[:6]}-")
+    publish(store, nodes, gpus=4)
+    svc = make_service(pod_api=api, cache={"sweep_interval_s": 0, "pod_watch": False})
     core = client.CoreV1Api(k8s_client)
     made = {n: core.create_namespaced_pod(k8s_namespace, gpu_pod(n, mem=6, gpus=1, namespace=k8s_namespace,
                                                                  scheduler=NOBODY, annotations=R18))
             for n in ("wa", "wb")}
-
-    def args(name):
-        return ExtenderArgs.model_validate({"Pod": wire(core.read_namespaced_pod(name, k8s_namespace)), "NodeNames": [node]})
-
-    assert svc.filter(args("wa")).node_names == [node]
-    reserved_when_judged = []
-    assess = svc._assess
-    svc._assess = lambda *a: (reserved_when_judged.append(len(store.assignments())), assess(*a))[1]
-    second = threading.Thread(target=lambda: svc.filter(args("wb")), daemon=True)
-    second.start()
-    second.join(0.3)
-    assert second.is_alive() and reserved_when_judged == []  # waits for wa's bind
-    body = {"PodName": "wa", "PodNamespace": k8s_namespace, "PodUID": made["wa"].metadata.uid, "Node": node}
-    assert svc.bind(ExtenderBindingArgs.model_validate(body)).error == ""
-    second.join(10)
-    assert not second.is_alive() and reserved_when_judged == [1]  # judged with wa's reservation
+    with ThreadServer(create_app(service=svc)) as srv:
+        assert httpx.post(f"{srv.url}/iadeep/filter", json=extender_args(made["wa"], nodes)).json()["NodeNames"] == nodes
+        reserved_when_judged = []
+        assess = svc._assess
+        svc._assess = lambda *a: (reserved_when_judged.append(len(store.assignments())), assess(*a))[1]
+        second = threading.Thread(target=lambda: httpx.post(f"{srv.url}/iadeep/filter", timeout=10,
+                                                            json=extender_args(made["wb"], nodes)), daemon=True)
+        second.start()
+        second.join(0.3)
+        assert second.is_alive() and reserved_when_judged == []  # waits for wa's bind
+        body = {"PodName": "wa", "PodNamespace": k8s_namespace, "PodUID": made["wa"].metadata.uid, "Node": nodes[0]}
+        assert httpx.post(f"{srv.url}/iadeep/bind", json=body, timeout=10).json() == {"Error": ""}
+        second.join(10)
+        assert not second.is_alive() and reserved_when_judged == [1]  # judged with wa's reservation
