@@ -20,9 +20,11 @@ To keep that apart from what the policy does, the report also gives
   starting the work (``start_lag``), and work done to the Job's ``Complete`` seen
   (``completion_lag``, which delays nothing: the GPUs are freed at the work's end);
 - ``on_live_arrivals``: the simulator re-run on the arrival times the live run achieved
-  (``sim-live-arrivals/``), compared with the live run: the difference left once the
-  submitter's lag is given to the simulator too (what the policy, the queue, the tuning and the
-  other latencies make of it);
+  (``sim-live-arrivals/``), with tuning trials as long as the live coordinator's rounds were
+  (``trial_s`` = its mean round, wall s x speedup: a round's measurement window lasts as long as
+  the machine takes, ``trial_s / speedup`` only on an idle one), compared with the live run: the
+  difference left once the simulator is given the harness's arrival lag and trial length (what
+  the policy, the queue and the other latencies make of it);
 - ``arrivals_effect``: the simulator on the live arrivals relative to the simulator on the
   trace's: what the submission lag alone changes.
 """
@@ -159,8 +161,16 @@ def write_parity(out: Path, figures: dict[str, dict[str, Any]], config: dict[str
         lines.append(_row(name, f))
         if "on_live_arrivals" in f:
             lines.append(_row(f"{name}, sim on live arrivals", f["on_live_arrivals"]))
-    lines += ["", "Second row per policy: the simulator re-run on the arrival times the live run achieved "
-              "(`sim-live-arrivals/`), i.e. without the submitter's lag in the difference.", ""]
+    lines += ["", "Second row per policy: the simulator re-run on the arrival times the live run achieved, with "
+              "tuning trials as long as the live coordinator's rounds (`sim-live-arrivals/`), i.e. without the "
+              "submitter's lag and the rounds' wall time in the difference.", ""]
+    for name, f in figures.items():
+        r = f.get("tuning_rounds") or {}
+        if r.get("rounds"):
+            lines += [f"Live tuning of {name}: {r['rounds']} rounds of {r['round_s_mean']:.2f} s wall on average "
+                      f"(trial_s {f['on_live_arrivals'].get('trial_s', 0):.0f} emulated s in the re-run; "
+                      f"{config.get('trial_s', 0):g} s in the first simulator run); sessions by outcome: "
+                      f"{r.get('sessions')}.", ""]
     for name, f in figures.items():
         h = f.get("harness") or {}
         if not h:
@@ -217,10 +227,15 @@ def run_compare(cfg: ExperimentConfig, on_policy=None) -> dict[str, dict[str, An
         # the simulator on the arrivals the live run achieved: the submitter's lag is then in both
         arrived = dict(zip(live["job_id"].astype(str), live["submit_s"]))
         la_cfg = replace(sim_cfg, out=str(out / "sim-live-arrivals"), tuning=sim_cfg.tuning and name in TUNED_POLICIES)
+        round_s = (metrics.get("tuning_rounds") or {}).get("round_s_mean")
+        if la_cfg.tuning and round_s:  # and the trials as long as the live coordinator's rounds were
+            la_cfg = replace(la_cfg, trial_s=float(round_s) * cfg.speedup)
         la_workload = workload.copy()
         la_workload["submit_time"] = [arrived[str(j)] for j in workload["job_id"]]
         la = run_policy(la_cfg, name, la_workload, paths["throughputs"]).jobs
-        figures[name]["on_live_arrivals"] = {k: v for k, v in parity(la, live).items() if k in KEYS}
+        figures[name]["on_live_arrivals"] = {**{k: v for k, v in parity(la, live).items() if k in KEYS},
+                                             "trial_s": la_cfg.trial_s}
+        figures[name]["tuning_rounds"] = metrics.get("tuning_rounds") or {}
         figures[name]["arrivals_effect"] = {k: v for k, v in parity(sim, la).items() if k in KEYS}
     write_parity(out, figures, cfg.to_dict())
     return figures

@@ -359,6 +359,29 @@ class LocalCluster:
         finally:
             store.close()
 
+    def tuning_rounds(self) -> dict[str, Any]:
+        """What the coordinator of the current run measured (its ``/metrics``): ``rounds``,
+        ``round_s_mean`` (wall s per round: one trial's measurement window, as long as the
+        machine makes it), ``sessions`` by outcome; ``{}`` without a coordinator."""
+        import httpx
+        from prometheus_client.parser import text_string_to_metric_families
+
+        coord = [p for p in getattr(self, "_procs", []) if "coordinator" in p.log_path.stem]
+        if not coord:
+            return {}
+        try:
+            text = httpx.get(coord[0].url + "/metrics", timeout=10).text
+        except httpx.HTTPError as exc:
+            log.warning("coordinator metrics: %s", exc)
+            return {}
+        samples = {(m.name, tuple(sorted(m.labels.items()))): m.value
+                   for fam in text_string_to_metric_families(text) for m in fam.samples}
+        n = samples.get(("iadeep_coordinator_round_seconds_count", ()), 0.0)
+        total = samples.get(("iadeep_coordinator_round_seconds_sum", ()), 0.0)
+        sessions = {dict(k).get("outcome", ""): int(v) for (name, k), v in samples.items()
+                    if name == "iadeep_coordinator_sessions_total"}
+        return {"rounds": int(n), "round_s_mean": total / n if n else None, "sessions": sessions}
+
     def stop_services(self) -> None:
         for p in getattr(self, "_procs", []):
             p.stop()

@@ -267,7 +267,8 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
                                                        settings=live, store=store, progress=cb)
             finally:
                 store.close()
-            all_metrics[name] = _write_live(out, name, result, live_metrics, cluster_timings_s=dict(lc.timings))
+            all_metrics[name] = _write_live(out, name, result, live_metrics, cluster_timings_s=dict(lc.timings),
+                                            tuning_rounds=lc.tuning_rounds())
     return all_metrics
 
 

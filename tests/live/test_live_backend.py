@@ -62,4 +62,15 @@ def test_parity_report_is_written_with_its_figures(compared):
     assert len(table) == 30 and table["jct_live_s"].notna().all() and table["jct_sim_s"].notna().all()
     assert {"avg_jct_diff_rel", "p99_jct_diff_rel", "makespan_diff_rel", "pairs_identical", "partners_match"} <= set(figures)
     assert "iadeep" in (out / "parity.md").read_text()
+    # the harness apart from the policy: overheads in wall and emulated seconds, the live
+    # coordinator's rounds, and the simulator re-run on the live arrivals with trials that long
+    h = figures["harness"]
+    assert h["submit_lag"]["emulated_s_median"] == pytest.approx(h["submit_lag"]["wall_s_median"] * SPEEDUP)
+    assert h["bind_latency"]["wall_s_median"] > 0 and h["start_lag"]["wall_s_median"] > 0
+    rounds = figures["tuning_rounds"]
+    assert rounds["rounds"] > 0 and rounds["round_s_mean"] > 0
+    assert figures["on_live_arrivals"]["trial_s"] == pytest.approx(rounds["round_s_mean"] * SPEEDUP)
+    la = pd.read_csv(out / "sim-live-arrivals" / "jobs-iadeep.csv", dtype={"job_id": str}).set_index("job_id")
+    live = pd.read_csv(out / "live" / "jobs-iadeep.csv", dtype={"job_id": str}).set_index("job_id")
+    assert la["submit_s"].to_dict() == pytest.approx(live["submit_s"].to_dict())  # the arrivals the live run achieved
     print(json.dumps(figures, indent=2))  # the measured figures, for the README
