@@ -5,7 +5,7 @@ A Philly slice (default 1,000 jobs from job 40,000, arrivals rescaled to a mean 
 run`` on ``--nodes`` kwok nodes (default 1,000 x 8 GPUs): real kube-apiserver, kube-scheduler with
 the ``iadeep-scheduler`` profile, kube-controller-manager (Jobs), kwok, our extender and the GPU
 emulator, all on this machine. Prints jobs per wall-second and the per-job overhead breakdown
-(medians, wall seconds): submission lag (behind the arrival clock), bind latency (Job created to
+(medians, wall seconds): submission lag (behind the arrival clock), bind latency (arrival, the pod's gate removed, to
 the extender's bind), start lag (bind to the emulator starting the work) and completion lag (work
 done to the Job's Complete condition seen). Target (issue 14): 1,000 jobs at 1000x in under 10 min.
 Not a test: figures go to the README.
