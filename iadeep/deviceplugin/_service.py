@@ -9,7 +9,7 @@
   pods it can admit), not the number of GPUs; kube-scheduler ignores the resource
   (``ignoredByScheduler``: the extender places by the :class:`~iadeep.state.NodeInventory`, one
   entry per GPU, and reads ``gpu-count`` only from pods, as GPUs per pod). The limit is the one
-  the extender places with: its :class:`~iadeep.state.Placement` record in etcd (its
+  the extender places with: its :class:`~iadeep.state.PlacementPolicy` record in etcd (its
   ``colocation_limit`` setting, else its policy's own), read at start and with every lease
   renewal; until an extender published one, 1 slot per GPU (every policy places one job per GPU).
   A slot's health is its GPU's, so a health change marks all its slots.

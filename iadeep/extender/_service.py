@@ -51,7 +51,7 @@ from iadeep.state import (
     Assignment,
     InterferenceSampleRecord,
     NodeRecords,
-    Placement,
+    PlacementPolicy,
     RecordError,
     StateStore,
     StoreUnavailable,
@@ -154,13 +154,13 @@ class ExtenderService:
             self._sweeper = None
 
     def _publish_placement(self) -> bool:
-        """Publish the policy and its co-location limit (:class:`~iadeep.state.Placement`): the
+        """Publish the policy and its co-location limit (:class:`~iadeep.state.PlacementPolicy`): the
         device plugins advertise that many ``gpu-count`` slots per GPU, so the kubelet admits as
         many pods per GPU as this extender places there. False when the store did not answer."""
         if self._placement_published:
             return True
         try:
-            self.store.put_placement(Placement(self.policy.name, self.policy.limit, self.clock()))
+            self.store.put_placement(PlacementPolicy(self.policy.name, self.policy.limit, self.clock()))
         except StoreUnavailable as exc:
             log.warning("placement not published yet (state store unreachable): %s", exc)
             return False

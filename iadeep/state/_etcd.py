@@ -92,7 +92,7 @@ from iadeep.state._records import (
     JobRecord,
     Measurement,
     NodeInventory,
-    Placement,
+    PlacementPolicy,
     RecordError,
     TuningRequest,
     from_json,
@@ -842,14 +842,14 @@ class EtcdStateStore:
         kv = self._get(self.keys.workload(check_name("pod_uid", pod_uid)))
         return _parse(WorkloadStatus, kv) if kv else None
 
-    def put_placement(self, placement: Placement) -> None:
+    def put_placement(self, placement: PlacementPolicy) -> None:
         if placement.colocation_limit < 1:
-            raise RecordError(f"Placement: $.colocation_limit: must be >= 1, got {placement.colocation_limit}")
+            raise RecordError(f"PlacementPolicy: $.colocation_limit: must be >= 1, got {placement.colocation_limit}")
         self._post("/kv/put", _put_op(self.keys.placement(), to_json(placement))["request_put"])
 
-    def placement(self) -> Placement | None:
+    def placement(self) -> PlacementPolicy | None:
         kv = self._get(self.keys.placement())
-        return _parse(Placement, kv) if kv else None
+        return _parse(PlacementPolicy, kv) if kv else None
 
     # -- following the state ---------------------------------------------------------------
 

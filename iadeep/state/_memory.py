@@ -48,7 +48,7 @@ from iadeep.state._records import (
     JobRecord,
     Measurement,
     NodeInventory,
-    Placement,
+    PlacementPolicy,
     RecordError,
     TuningRequest,
     from_json,
@@ -473,7 +473,7 @@ class MemoryStateStore:
         self._samples: list[InterferenceSampleRecord] = []
         self._batch_sizes: dict[str, BatchSizeAssignment] = {}
         self._workloads: dict[str, WorkloadStatus] = {}
-        self._placement: Placement | None = None
+        self._placement: PlacementPolicy | None = None
         self._watchers: weakref.WeakSet[_MemoryWatch] = weakref.WeakSet()
         self._closed = False
         self._revision = 0
@@ -718,14 +718,14 @@ class MemoryStateStore:
         with self._lock:
             return self._workloads.get(pod_uid)
 
-    def put_placement(self, placement: Placement) -> None:
+    def put_placement(self, placement: PlacementPolicy) -> None:
         if placement.colocation_limit < 1:
-            raise RecordError(f"Placement: $.colocation_limit: must be >= 1, got {placement.colocation_limit}")
+            raise RecordError(f"PlacementPolicy: $.colocation_limit: must be >= 1, got {placement.colocation_limit}")
         with self._lock:
             self._placement = placement
             self._emit("put", self.keys.placement(), to_json(placement))
 
-    def placement(self) -> Placement | None:
+    def placement(self) -> PlacementPolicy | None:
         with self._lock:
             return self._placement
 

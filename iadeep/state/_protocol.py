@@ -30,7 +30,7 @@ from iadeep.state._records import (
     JobRecord,
     Measurement,
     NodeInventory,
-    Placement,
+    PlacementPolicy,
     TuningRequest,
 )
 
@@ -150,10 +150,10 @@ class StateStore(Protocol):
         """All published nodes, by name."""
 
     # placement (extender -> device plugins)
-    def put_placement(self, placement: Placement) -> None:
+    def put_placement(self, placement: PlacementPolicy) -> None:
         """Publish the extender's policy and co-location limit (replaces the previous record)."""
 
-    def placement(self) -> Placement | None:
+    def placement(self) -> PlacementPolicy | None:
         """The placement the extender published, ``None`` before any extender did."""
 
     # jobs and allocation (extender)

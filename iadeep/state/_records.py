@@ -31,9 +31,10 @@ changed; the coordinator's cue)             coordinator's cue)                  
 :class:`BatchSizeAssignment`                size; watched by the job's SDK)        (``release`` / ``delete_job``)
 ``<p>/workloads/<pod_uid>``:                the job's SDK (``iadeep.workload``,    deleted with the job record
 :class:`WorkloadStatus`                     at start and end)                      (``release`` / ``delete_job``)
-``<p>/placement``: :class:`Placement`       extender (``put_placement``, at each   kept (overwritten by the next
-(its policy and co-location limit; the      start)                                 start); the device plugins read it
-device plugins' gpu-count slots per GPU)
+``<p>/placement``:                          extender (``put_placement``, at each   kept (overwritten by the next
+:class:`PlacementPolicy` (its policy and    start)                                 start); the device plugins read it
+co-location limit: the device plugins'
+gpu-count slots per GPU)
 ``<p>/locks/<name>``: etcd lock keys        (none written today)                   attached to the holder's lease
 ==========================================  =====================================  ===================================
 
@@ -64,7 +65,7 @@ __all__ = [
     "BatchSizeAssignment",
     "WorkloadStatus",
     "WORKLOAD_STATES",
-    "Placement",
+    "PlacementPolicy",
     "RecordError",
     "to_json",
     "from_json",
@@ -238,7 +239,7 @@ class WorkloadStatus:
 
 
 @dataclass(frozen=True)
-class Placement:
+class PlacementPolicy:
     """How the extender places jobs, as the node side needs to know it (one record per cluster).
 
     Attributes:
@@ -364,7 +365,7 @@ def _workload_rules(w: WorkloadStatus) -> str | None:
     return None
 
 
-def _placement_rules(p: Placement) -> str | None:
+def _placement_rules(p: PlacementPolicy) -> str | None:
     return None if p.colocation_limit >= 1 else f"$.colocation_limit: must be >= 1, got {p.colocation_limit}"
 
 
@@ -376,5 +377,5 @@ _RULES: dict[type, tuple[Callable[[Any], str | None], ...]] = {
     BatchSizeAssignment: (_batch_rules,),
     Measurement: (_measurement_rules,),
     WorkloadStatus: (_workload_rules,),
-    Placement: (_placement_rules,),
+    PlacementPolicy: (_placement_rules,),
 }

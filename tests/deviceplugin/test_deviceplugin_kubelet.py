@@ -13,7 +13,7 @@ import pytest
 
 from iadeep.deviceplugin import device_gpu
 from iadeep.deviceplugin._proto import PACKAGE_ROOT, generate, header
-from iadeep.state import Placement
+from iadeep.state import PlacementPolicy
 from iadeep.testing import wait_for
 from iadeep.testing.kubelet import pb2
 
@@ -54,7 +54,7 @@ def registered(kubelet) -> dict[str, str]:
 def test_registers_both_resources_and_lists_devices(kubelet, make_plugin, etcd_store) -> None:
     """gpu-mem: one ID per GiB; gpu-count: one ID per co-location slot of each GPU, as many as
     the extender's published limit (the kubelet gives a device to one container only)."""
-    etcd_store.put_placement(Placement("iadeep", 3, 1.0))
+    etcd_store.put_placement(PlacementPolicy("iadeep", 3, 1.0))
     svc = make_plugin(count=2, mem_gib=16)
     regs = registered(kubelet)
     assert set(regs) == {"iadeep.io/gpu-mem", "iadeep.io/gpu-count"}
@@ -89,7 +89,7 @@ def follow(stub) -> tuple[queue.Queue, grpc.Future]:
 
 def test_health_change_is_streamed(kubelet, make_plugin, state_file, etcd_store) -> None:
     """GPU 1 turns unhealthy: all its GiB units and all its co-location slots are marked."""
-    etcd_store.put_placement(Placement("iadeep", 2, 1.0))
+    etcd_store.put_placement(PlacementPolicy("iadeep", 2, 1.0))
     svc = make_plugin()
     regs = registered(kubelet)
     (mem, mem_stream), (count, count_stream) = (follow(kubelet.plugin(regs[r]))
@@ -106,7 +106,7 @@ def test_health_change_is_streamed(kubelet, make_plugin, state_file, etcd_store)
     assert sorted(d.ID for d in slots if d.health == "Unhealthy") == [f"{svc.gpus[1].uuid}-slot-{k}" for k in range(2)]
     assert sorted(d.ID for d in slots if d.health == "Healthy") == [f"{svc.gpus[0].uuid}-slot-{k}" for k in range(2)]
     # the extender restarts with another limit: the slots follow (streamed at the next lease renewal)
-    etcd_store.put_placement(Placement("antman", 3, 2.0))
+    etcd_store.put_placement(PlacementPolicy("antman", 3, 2.0))
     third = count.get(timeout=15).devices
     assert len(third) == 6 and {device_gpu(d.ID) for d in third if d.health == "Unhealthy"} == {svc.gpus[1].uuid}
     mem_stream.cancel()

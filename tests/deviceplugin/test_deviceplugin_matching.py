@@ -13,7 +13,7 @@ from kubernetes import client
 
 from iadeep.deviceplugin import device_gpu, mem_device_ids, slot_device_ids
 from iadeep.deviceplugin._allocate import ALLOCATED, BIND_PHASE, parse_pod
-from iadeep.state import Placement
+from iadeep.state import PlacementPolicy
 from iadeep.testing.kubelet import pb2
 
 SERIALISE = client.ApiClient().sanitize_for_serialization
@@ -146,7 +146,7 @@ def test_pods_co_located_on_one_gpu_get_their_own_slots_of_it(kubelet, make_plug
     their environment. The kubelet admits one pod at a time and allocates a container's
     resources in no fixed order (a Go map): here the first pod gets gpu-mem first, the second
     gpu-count first."""
-    etcd_store.put_placement(Placement("iadeep", 2, 1.0))  # the extender's co-location limit
+    etcd_store.put_placement(PlacementPolicy("iadeep", 2, 1.0))  # the extender's co-location limit
     pods = PodsInMemory()
     svc, mem, count = start(kubelet, make_plugin, pods)
     g0, g1 = svc.gpus
