@@ -153,12 +153,16 @@ def stack(control_plane: ControlPlane, real_node: Node, images: list[str], k8s_c
 
 
 def _full_capacity(stack: Stack) -> dict[str, str]:
-    """gpu-mem: GiB of all GPUs; gpu-count: co-location slots, GPUs x the extender's limit."""
-    return {GPU_MEM: str(GPUS * GPU_GIB), GPU_COUNT: str(GPUS * stack.store.placement().colocation_limit)}
+    """gpu-mem: GiB of all GPUs; gpu-count: co-location slots, GPUs x the limit the extender
+    publishes (its pod has no readiness probe here: it may not have published yet)."""
+    placement = wait_for(stack.store.placement, lambda p: p is not None, timeout=120,
+                         what="the extender's placement policy in etcd")
+    return {GPU_MEM: str(GPUS * GPU_GIB), GPU_COUNT: str(GPUS * placement.colocation_limit)}
 
 
 def test_the_device_plugin_pod_registers_with_the_real_kubelet(stack: Stack, real_node: Node) -> None:
-    wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c == _full_capacity(stack),
+    full = _full_capacity(stack)
+    wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c == full,
              timeout=60, what="GPU resources (GiB units, co-location slots) in the node's capacity")
     # The plugin's sockets are in the kubelet's folder, next to kubelet.sock.
     sockets = sorted(p.name for p in real_node.device_plugin_dir.iterdir() if p.is_socket())
@@ -205,8 +209,8 @@ def test_after_a_kubelet_restart_the_device_plugin_registers_again(stack: Stack,
     wait_for(registrations, lambda n: n > registered, timeout=60, what="the plugin registered again")
     now = sockets()
     assert now.keys() == before.keys() and all(now[k] > before[k] for k in now), (before, now)
-    wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c == _full_capacity(stack),
-             timeout=60, what="the capacity back")
+    full = _full_capacity(stack)
+    wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c == full, timeout=60, what="the capacity back")
     # Only a registered plugin can serve Allocate: a new pod starts with its GPU.
     ((pod, env),) = stack.run_gpu_pods(["after-restart"], mem_gib=4).values()
     assert env["NVIDIA_VISIBLE_DEVICES"] == pod.metadata.annotations[ANN_UUID]
@@ -220,6 +224,8 @@ def test_two_pods_co_located_on_one_gpu_are_both_admitted(stack: Stack, real_nod
     both run with that GPU's UUID in their environment."""
     def pod(name: str, mem_gib: int) -> dict:
         body = _gpu_pod(name, stack.busybox, mem_gib)
+        if name == "co-b":  # a short job: sharing for a minute beats waiting an hour for a free GPU
+            body["metadata"]["annotations"] = {"iadeep.io/duration-s": "60"}
         c = body["spec"]["containers"][0]
         c["command"] = ["sh", "-c", "env; exec sleep 600"]
         for part in ("limits", "requests"):
