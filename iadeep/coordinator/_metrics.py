@@ -17,6 +17,8 @@ class CoordinatorMetrics:
         rounds: rounds (trials measured).
         round_seconds / session_seconds: durations.
         measurement_timeouts: rounds ended by their deadline.
+        measurement_events: watch events the rounds received (only the session's jobs' reports:
+            a round watches ``measurements/<pod>/`` of its jobs, not the whole folder).
         active_sessions: sessions running now.
         best_progress: summed progress rate of the last applied configuration, by ``gpu``.
     """
@@ -32,6 +34,8 @@ class CoordinatorMetrics:
                                          buckets=(1, 5, 10, 20, 30, 60, 120, 300, 600))
         self.measurement_timeouts = Counter("iadeep_coordinator_measurement_timeouts",
                                             "Rounds ended by their deadline", registry=r)
+        self.measurement_events = Counter("iadeep_coordinator_measurement_events",
+                                          "Measurement watch events received by rounds", registry=r)
         self.active_sessions = Gauge("iadeep_coordinator_active_sessions", "Sessions running now", registry=r)
         self.best_progress = Gauge("iadeep_coordinator_applied_progress",
                                    "Summed progress rate of the configuration applied last", ["gpu"], registry=r)

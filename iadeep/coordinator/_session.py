@@ -8,7 +8,8 @@ A session follows a :class:`~iadeep.state.TuningRequest` (a GPU whose co-locatio
    name after a coordinator restart, so the tuner's stored study resumes) and a warm start, the
    configurations the learned interference model predicts best
    (:func:`iadeep.tuner.predicted_warm_start`, which the simulator's sessions use too);
-3. rounds: ask the tuner; write every job's batch size (``batchsizes/<pod>``); wait until every
+3. rounds: ask the tuner; write every job's batch size (``batchsizes/<pod>``); watching only
+   the session's jobs' reports (``measurements/<pod>/`` of each, one stream), wait until every
    job reported at its new size once (they all switched), then for ``reports`` more reports of
    each, at most ``deadline_s``; tell the tuner the normalised throughputs (steps/s over the
    type's isolated steps/s); repeat until the tuner is done;
@@ -147,7 +148,7 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
             if proposal is None:
                 break
             r0 = time.monotonic()
-            normalised = _measure(name, proposal, jobs, store, model, rounds, clock)
+            normalised = _measure(name, proposal, jobs, store, model, rounds, clock, metrics)
             if normalised is None:
                 if metrics:
                     metrics.measurement_timeouts.inc()
@@ -216,14 +217,17 @@ def _warm_start(space: SearchSpace, store: StateStore, model: InterferenceModel,
 
 
 def _measure(name: str, proposal: Proposal, jobs: Sequence[TunedJob], store: StateStore, model: InterferenceModel,
-             rounds: RoundSettings, clock: Callable[[], float]) -> dict[str, float] | None:
+             rounds: RoundSettings, clock: Callable[[], float],
+             metrics: CoordinatorMetrics | None = None) -> dict[str, float] | None:
     """Write the trial's batch sizes and wait for the jobs' normalised throughputs at them.
 
     Returns:
         job key -> normalised throughput, or ``None`` when the deadline passed first.
     """
     deadline = time.monotonic() + rounds.deadline_s
-    events = store.watch("measurements/", timeout_s=rounds.deadline_s)  # opened before the writes
+    # only the session's jobs (``measurements/<pod>/``, one etcd watch each on one stream): other
+    # jobs' reports never reach this round; opened before the writes, so no report is missed
+    events = store.watch([f"measurements/{j.key}/" for j in jobs], timeout_s=rounds.deadline_s)
     t_set = clock()
     for j in jobs:
         store.set_batch_size(BatchSizeAssignment(j.key, proposal.config[j.key], name, proposal.trial, t_set))
@@ -231,6 +235,8 @@ def _measure(name: str, proposal: Proposal, jobs: Sequence[TunedJob], store: Sta
     collected: dict[str, list[float]] = {j.key: [] for j in jobs}
     keys = {j.key for j in jobs}
     for ev in events:
+        if metrics:
+            metrics.measurement_events.inc()
         if time.monotonic() > deadline:
             break
         if ev.get("type") != "put":

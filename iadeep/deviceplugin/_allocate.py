@@ -15,6 +15,14 @@ lock in the plugin). The answer is built from the pod's annotations, never from 
 Each container of a multi-container pod gets its own share (its own units); the pod is marked
 ``allocated`` when its last GPU container is served.
 
+``iadeep.io/gpu-count`` is advertised as co-location **slots** (``<GPU UUID>-slot-<k>``, as many
+per GPU as the extender places jobs on one GPU), because the kubelet gives a device to one
+container only. The kubelet allocates a container's resources one after the other in no fixed
+order (a Go map), so the slots' preferred allocation follows the container being admitted:
+the pod whose ``gpu-mem`` was just served and whose slots were not (the kubelet admits one pod
+at a time), else the oldest pod allocating whose next container asks for that many slots. The
+slots' ``Allocate`` answers no environment (the ``gpu-mem`` answer carries the GPU).
+
 Environment of a served container:
 
 ===================================  ===================================================
@@ -30,12 +38,13 @@ Environment of a served container:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = ["BoundPod", "PodApi", "KubernetesPodApi", "NoMatchingPod", "Allocator", "device_gpu",
-           "BIND_PHASE", "ALLOCATING", "ALLOCATED"]
+           "BIND_PHASE", "ALLOCATING", "ALLOCATED", "COUNT_RESOURCE"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +53,9 @@ ALLOCATING = "allocating"
 ALLOCATED = "allocated"
 _GPU_INDEX, _GPU_UUID, _GPU_MEM = "iadeep.io/gpu-index", "iadeep.io/gpu-uuid", "iadeep.io/gpu-mem-gib"
 _ASSUME, _NODE = "iadeep.io/assume-time", "iadeep.io/node"
+COUNT_RESOURCE = "iadeep.io/gpu-count"
+_DEVICE_SUFFIX = re.compile(r"-(?:mem|slot)-\d+$")
+_OWED_MAX = 256  # containers whose gpu-mem was served and slots not yet (the kubelet admits one pod at a time)
 
 
 class NoMatchingPod(LookupError):
@@ -51,8 +63,9 @@ class NoMatchingPod(LookupError):
 
 
 def device_gpu(device_id: str) -> str:
-    """The GPU UUID a ``iadeep.io/gpu-mem`` device ID (``<uuid>-mem-<k>``) or ``gpu-count`` ID (the UUID) names."""
-    return device_id.rsplit("-mem-", 1)[0]
+    """The GPU UUID a ``iadeep.io/gpu-mem`` device ID (``<uuid>-mem-<k>``) or ``gpu-count`` slot
+    (``<uuid>-slot-<k>``) names."""
+    return _DEVICE_SUFFIX.sub("", device_id)
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class BoundPod:
         gpu_indexes / gpu_uuids: the GPUs reserved for it, gang order.
         assume_ns: the reservation's time (Unix ns).
         containers: ``(container name, iadeep.io/gpu-mem units)`` of each container asking for GPU memory.
+        slots: ``iadeep.io/gpu-count`` units of those containers, same order (0: none asked).
     """
 
     namespace: str
@@ -73,6 +87,7 @@ class BoundPod:
     gpu_uuids: tuple[str, ...]
     assume_ns: int
     containers: tuple[tuple[str, int], ...]
+    slots: tuple[int, ...] = ()
 
     @property
     def units(self) -> int:
@@ -89,7 +104,7 @@ class PodApi(Protocol):
         """Set the pod's bind phase to ``allocated``."""
 
 
-def parse_pod(pod: dict[str, Any], node: str, resource: str) -> BoundPod | None:
+def parse_pod(pod: dict[str, Any], node: str, resource: str, count_resource: str = COUNT_RESOURCE) -> BoundPod | None:
     """A :class:`BoundPod` from a pod object (as a dict), ``None`` when it is not one of ours on
     ``node`` in phase ``allocating`` or its annotations are malformed (logged)."""
     meta = pod.get("metadata") or {}
@@ -103,14 +118,16 @@ def parse_pod(pod: dict[str, Any], node: str, resource: str) -> BoundPod | None:
     except (KeyError, ValueError) as exc:
         log.warning("pod %s/%s: malformed iadeep annotations (%s), not matched", meta.get("namespace"), meta.get("name"), exc)
         return None
-    containers = []
+    containers, slots = [], []
     for c in (pod.get("spec") or {}).get("containers") or []:
-        limits = ((c.get("resources") or {}).get("limits") or {})
-        units = limits.get(resource) or ((c.get("resources") or {}).get("requests") or {}).get(resource)
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        units = limits.get(resource) or requests.get(resource)
         if units:
             containers.append((c["name"], int(str(units))))
+            slots.append(int(str(limits.get(count_resource) or requests.get(count_resource) or 0)))
     return BoundPod(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), indexes, uuids, assume,
-                    tuple(containers))
+                    tuple(containers), tuple(slots))
 
 
 class KubernetesPodApi:
@@ -119,20 +136,22 @@ class KubernetesPodApi:
     Args:
         api_client: a ``kubernetes.client.ApiClient``.
         resource: the memory resource name (``iadeep.io/gpu-mem``).
+        count_resource: the slot resource name (``iadeep.io/gpu-count``).
     """
 
-    def __init__(self, api_client: Any, resource: str = "iadeep.io/gpu-mem") -> None:
+    def __init__(self, api_client: Any, resource: str = "iadeep.io/gpu-mem", count_resource: str = COUNT_RESOURCE) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
         self.api_client = api_client
         self.resource = resource
+        self.count_resource = count_resource
 
     def allocating_pods(self, node: str) -> list[BoundPod]:
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
         out = []
         for p in pods.items:
-            bp = parse_pod(self.api_client.sanitize_for_serialization(p), node, self.resource)
+            bp = parse_pod(self.api_client.sanitize_for_serialization(p), node, self.resource, self.count_resource)
             if bp is not None:
                 out.append(bp)
         return out
@@ -153,6 +172,9 @@ class Allocator:
     node: str
     pods: PodApi
     served: dict[str, set[str]] = field(default_factory=dict)  # pod uid -> containers served
+    # (pod uid, container) -> pod: gpu-mem served, slots not yet; and slots served before gpu-mem
+    owed: dict[tuple[str, str], BoundPod] = field(default_factory=dict)
+    prepaid: set[tuple[str, str]] = field(default_factory=set)
 
     def candidates(self) -> list[BoundPod]:
         """Pods bound here in phase allocating, oldest assume time first."""
@@ -161,6 +183,7 @@ class Allocator:
         for uid in list(self.served):
             if uid not in live:
                 del self.served[uid]
+        self.prepaid = {k for k in self.prepaid if k[0] in live}
         return found
 
     def _next_container(self, pod: BoundPod, units: int) -> str | None:
@@ -199,6 +222,13 @@ class Allocator:
         pod, container = self.match(device_ids)
         done = self.served.setdefault(pod.uid, set())
         done.add(container)
+        wants_slots = dict(zip((c for c, _ in pod.containers), pod.slots)).get(container, 0) > 0
+        if (pod.uid, container) in self.prepaid:
+            self.prepaid.discard((pod.uid, container))
+        elif wants_slots:
+            self.owed[(pod.uid, container)] = pod
+            while len(self.owed) > _OWED_MAX:
+                del self.owed[next(iter(self.owed))]
         if len(done) == len(pod.containers):
             self.pods.mark_allocated(pod)
             del self.served[pod.uid]
@@ -237,3 +267,59 @@ class Allocator:
             if d not in chosen:
                 chosen.append(d)
         return chosen[:size]
+
+    # -- gpu-count slots ----------------------------------------------------------------------
+
+    def slot_pod(self, size: int, gpus: set[str] | None = None) -> tuple[BoundPod, str, bool] | None:
+        """The container ``size`` slots are being allocated to (module docstring): ``(pod,
+        container, owed)``, owed when its ``gpu-mem`` was served already; ``None`` when no pod
+        waits for that many slots (``gpus``: only a pod whose GPUs hold them)."""
+        for (uid, container), pod in reversed(self.owed.items()):  # the newest: the pod being admitted
+            if len(pod.gpu_uuids) == size and (gpus is None or gpus <= set(pod.gpu_uuids)):
+                return pod, container, True
+        for pod in self.candidates():
+            done = self.served.get(pod.uid, set())
+            for (name, _), n in zip(pod.containers, pod.slots):
+                if name in done or (pod.uid, name) in self.prepaid:
+                    continue
+                if n == size and (gpus is None or gpus <= set(pod.gpu_uuids)):
+                    return pod, name, False
+                break  # containers are served in spec order
+        return None
+
+    def preferred_slots(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
+        """Slot IDs for a container asking for ``size`` GPUs: a free slot on each GPU the
+        extender chose for its pod; else the first available ones (the kubelet needs ``size``)."""
+        chosen = list(must)[:size]
+        found = self.slot_pod(size)
+        if found is not None:
+            for g in found[0].gpu_uuids:
+                if len(chosen) >= size or any(device_gpu(d) == g for d in chosen):
+                    continue
+                free = next((d for d in available if device_gpu(d) == g and d not in chosen), None)
+                if free is not None:
+                    chosen.append(free)
+        for d in available:
+            if len(chosen) >= size:
+                break
+            if d not in chosen:
+                chosen.append(d)
+        return chosen[:size]
+
+    def allocate_slots(self, device_ids: Sequence[str]) -> dict[str, str]:
+        """Record the slots' container (no environment: the ``gpu-mem`` answer carries the GPU).
+
+        Slots on GPUs no waiting container was given are still granted (the kubelet has counted
+        them already): logged, since it means a slot of another GPU was taken."""
+        gpus = {device_gpu(d) for d in device_ids}
+        found = self.slot_pod(len(device_ids), gpus)
+        if found is None:
+            log.warning("gpu-count slots %s match no pod allocating here (slots of another GPU taken)", list(device_ids))
+            return {}
+        pod, container, owed = found
+        if owed:
+            self.owed.pop((pod.uid, container), None)
+        else:
+            self.prepaid.add((pod.uid, container))
+        log.info("slots %s to %s/%s container %s", ",".join(device_ids), pod.namespace, pod.name, container)
+        return {}

@@ -59,7 +59,7 @@ def run(settings: object) -> None:
             backend: object = EmulatedBackend(settings.node, e.count, e.mem_gib, e.model, e.state_file)
         else:
             backend = NvmlBackend()
-        pods = KubernetesPodApi(_kube_client(settings), settings.mem_resource)
+        pods = KubernetesPodApi(_kube_client(settings), settings.mem_resource, settings.count_resource)
         store = EtcdStateStore(settings.etcd)
         settings.socket_dir.mkdir(parents=True, exist_ok=True)
     except Exception as exc:  # noqa: BLE001 - one line, no traceback

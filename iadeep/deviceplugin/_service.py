@@ -2,7 +2,17 @@
 
 * Two resources, each served by its own ``DevicePlugin`` on a socket in the kubelet's folder:
   ``iadeep.io/gpu-mem``, one device ID per GiB of each GPU (``<GPU UUID>-mem-<k>``), and
-  ``iadeep.io/gpu-count``, one device ID per GPU (its UUID).
+  ``iadeep.io/gpu-count``, one device ID per GPU per **co-location slot** (``<GPU UUID>-slot-<k>``,
+  ``k`` below the co-location limit). The kubelet's device manager gives a device to one
+  container only, so one ID per GPU would let it admit one pod per GPU, whatever the extender
+  co-located there. The node's kubelet capacity of ``gpu-count`` is therefore GPUs x slots (the
+  pods it can admit), not the number of GPUs; kube-scheduler ignores the resource
+  (``ignoredByScheduler``: the extender places by the :class:`~iadeep.state.NodeInventory`, one
+  entry per GPU, and reads ``gpu-count`` only from pods, as GPUs per pod). The limit is the one
+  the extender places with: its :class:`~iadeep.state.PlacementPolicy` record in etcd (its
+  ``colocation_limit`` setting, else its policy's own), read at start and with every lease
+  renewal; until an extender published one, 1 slot per GPU (every policy places one job per GPU).
+  A slot's health is its GPU's, so a health change marks all its slots.
 * The node's :class:`~iadeep.state.NodeInventory` (index, GiB, UUID of each GPU) is published in
   etcd on a lease and kept alive; republished when the GPUs change (a GPU whose UUID changed
   after a reboot replaces the stale record) or when the lease was lost.
@@ -29,9 +39,9 @@ from iadeep.deviceplugin._allocate import Allocator, PodApi
 from iadeep.deviceplugin._gpus import Gpu, GpuBackend
 from iadeep.deviceplugin._grpc import ResourceServer, register
 from iadeep.deviceplugin._settings import DevicePluginSettings
-from iadeep.state import GpuInfo, NodeInventory, StateStore, StoreUnavailable
+from iadeep.state import GpuInfo, NodeInventory, RecordError, StateStore, StoreUnavailable
 
-__all__ = ["DevicePluginService", "mem_device_ids"]
+__all__ = ["DevicePluginService", "mem_device_ids", "slot_device_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +49,12 @@ log = logging.getLogger(__name__)
 def mem_device_ids(gpu: Gpu) -> list[str]:
     """The ``iadeep.io/gpu-mem`` device IDs of a GPU, one per GiB."""
     return [f"{gpu.uuid}-mem-{k}" for k in range(gpu.mem_gib)]
+
+
+def slot_device_ids(gpu: Gpu, slots: int) -> list[str]:
+    """The ``iadeep.io/gpu-count`` device IDs of a GPU: one per co-location slot (``slots`` =
+    the extender's co-location limit, jobs per GPU)."""
+    return [f"{gpu.uuid}-slot-{k}" for k in range(slots)]
 
 
 class DevicePluginService:
@@ -64,13 +80,15 @@ class DevicePluginService:
         self.mem = ResourceServer(settings.mem_resource, d / "iadeep-gpu-mem.sock", self._mem_devices,
                                   self.allocator.allocate, self.allocator.preferred, self._lock)
         self.count = ResourceServer(settings.count_resource, d / "iadeep-gpu-count.sock", self._count_devices,
-                                    self._allocate_count, self._prefer_count, self._lock)
+                                    self.allocator.allocate_slots, self.allocator.preferred_slots, self._lock)
+        self.slots = 1  # gpu-count slots per GPU: the extender's co-location limit once read
         self._kubelet_id: tuple[int, int] | None = None
         self._published: NodeInventory | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._backoff_until = 0.0
         self._backoff_s = 0.5
+        self._placement_missing_logged = False
 
     # -- devices ----------------------------------------------------------------------------
 
@@ -78,17 +96,26 @@ class DevicePluginService:
         return [(d, g.healthy) for g in self.gpus for d in mem_device_ids(g)]
 
     def _count_devices(self) -> list[tuple[str, bool]]:
-        return [(g.uuid, g.healthy) for g in self.gpus]
+        return [(d, g.healthy) for g in self.gpus for d in slot_device_ids(g, self.slots)]
 
-    def _allocate_count(self, ids: list[str]) -> dict[str, str]:
-        return {}  # the gpu-mem answer carries the GPU; gpu-count only counts GPUs for the scheduler
-
-    def _prefer_count(self, available: list[str], must: list[str], size: int) -> list[str]:
-        """The GPUs of the oldest allocating pod with ``size`` GPUs, else the first available."""
-        for p in self.allocator.candidates():
-            if len(p.gpu_uuids) == size and set(p.gpu_uuids) <= set(available) and set(must) <= set(p.gpu_uuids):
-                return list(p.gpu_uuids)
-        return (list(must) + [a for a in available if a not in must])[:size]
+    def _read_placement(self) -> None:
+        """Take the extender's co-location limit as slots per GPU (module docstring)."""
+        try:
+            placement = self.store.placement()
+        except RecordError as exc:
+            log.warning("the extender's placement record is malformed, keeping %d slot(s) per GPU: %s", self.slots, exc)
+            return
+        if placement is None:
+            if self._placement_missing_logged is False:
+                log.warning("no extender has published its placement yet: %d gpu-count slot(s) per GPU until one "
+                            "does", self.slots)
+                self._placement_missing_logged = True
+            return
+        if placement.colocation_limit != self.slots:
+            log.info("gpu-count: %d slot(s) per GPU (the extender's %s policy places up to %d jobs per GPU)",
+                     placement.colocation_limit, placement.policy, placement.colocation_limit)
+            self.slots = placement.colocation_limit
+            self.count.devices_changed()
 
     def inventory(self) -> NodeInventory:
         """The node's GPUs as the extender reads them."""
@@ -144,6 +171,7 @@ class DevicePluginService:
     def _publish(self) -> None:
         inv = self.inventory()
         try:
+            self._read_placement()
             if inv != self._published or not self.store.keepalive(self.settings.node):
                 self.store.put_inventory(inv, lease_ttl_s=self.settings.lease_ttl_s)
                 if self._published is not None and inv != self._published:

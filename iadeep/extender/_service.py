@@ -51,6 +51,7 @@ from iadeep.state import (
     Assignment,
     InterferenceSampleRecord,
     NodeRecords,
+    PlacementPolicy,
     RecordError,
     StateStore,
     StoreUnavailable,
@@ -114,6 +115,7 @@ class ExtenderService:
         # kube-scheduler's queue as far as the pods show it (the policy's gpus_ahead); filled by
         # the pod follower, empty without one
         self.pending = PendingPods(self._gpus_of)
+        self._placement_published = False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -125,6 +127,7 @@ class ExtenderService:
         machine, which every request in flight waits for. Objects made later are collected as usual.
         """
         load_quantity_parser()
+        self._publish_placement()
         try:
             self.cache.refresh()
         except StoreUnavailable as exc:
@@ -154,14 +157,32 @@ class ExtenderService:
             self._sweeper.join(timeout=10)
             self._sweeper = None
 
+    def _publish_placement(self) -> bool:
+        """Publish the policy and its co-location limit (:class:`~iadeep.state.PlacementPolicy`): the
+        device plugins advertise that many ``gpu-count`` slots per GPU, so the kubelet admits as
+        many pods per GPU as this extender places there. False when the store did not answer."""
+        if self._placement_published:
+            return True
+        try:
+            self.store.put_placement(PlacementPolicy(self.policy.name, self.policy.limit, self.clock()))
+        except StoreUnavailable as exc:
+            log.warning("placement not published yet (state store unreachable): %s", exc)
+            return False
+        self._placement_published = True
+        log.info("published placement: policy %s, %d job(s) per GPU", self.policy.name, self.policy.limit)
+        return True
+
     def ready(self) -> tuple[bool, str]:
-        """``(ok, message)``: the store answers and the snapshot is fresh."""
+        """``(ok, message)``: the store answers, the placement is published (retried here when
+        the store did not answer at start) and the snapshot is fresh."""
         try:
             healthy = self.store.healthy()
         except Exception as exc:  # noqa: BLE001 - any failure of the probe means not ready
             return False, f"state store probe failed: {exc}"
         if not healthy:
             return False, "state store unreachable"
+        if not self._publish_placement():
+            return False, "placement not published (state store unreachable)"
         try:
             self.cache.current()
         except StoreUnavailable as exc:

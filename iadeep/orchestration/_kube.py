@@ -61,7 +61,10 @@ def label_gpu_nodes(api: Any, label: str = GPU_NODE_LABEL) -> dict[str, int]:
     """Label every node whose allocatable has GPUs with ``label=true``; remove it from nodes without.
 
     Returns:
-        ``{node name: GPUs}`` of the labelled nodes.
+        ``{node name: allocatable GPU devices}`` of the labelled nodes: ``nvidia.com/gpu`` counts
+        GPUs; ``iadeep.io/gpu-count`` counts GPUs on kwok nodes but co-location slots (GPUs x
+        jobs per GPU) on a node served by the iadeep device plugin (see
+        :mod:`iadeep.deviceplugin._service`); the larger of the two is given.
     """
     from kubernetes import client
 

@@ -92,6 +92,7 @@ from iadeep.state._records import (
     JobRecord,
     Measurement,
     NodeInventory,
+    PlacementPolicy,
     RecordError,
     TuningRequest,
     from_json,
@@ -841,6 +842,15 @@ class EtcdStateStore:
         kv = self._get(self.keys.workload(check_name("pod_uid", pod_uid)))
         return _parse(WorkloadStatus, kv) if kv else None
 
+    def put_placement(self, placement: PlacementPolicy) -> None:
+        if placement.colocation_limit < 1:
+            raise RecordError(f"PlacementPolicy: $.colocation_limit: must be >= 1, got {placement.colocation_limit}")
+        self._post("/kv/put", _put_op(self.keys.placement(), to_json(placement))["request_put"])
+
+    def placement(self) -> PlacementPolicy | None:
+        kv = self._get(self.keys.placement())
+        return _parse(PlacementPolicy, kv) if kv else None
+
     # -- following the state ---------------------------------------------------------------
 
     def list_state(self) -> StateListing:
@@ -867,7 +877,7 @@ class EtcdStateStore:
         reconnects from the last revision seen); each watch response is one batch."""
         if idle_s <= 0:
             raise ValueError(f"idle_s must be > 0, got {idle_s}")
-        for revision, events in self._watch_batches(self.keys.prefix + "/", start_revision, idle_s, strict=True):
+        for revision, events in self._watch_batches([self.keys.prefix + "/"], start_revision, idle_s, strict=True):
             out = []
             for deleted, kv in events:
                 change = self.keys.decode_or_absent(kv.key, None if deleted else kv.value, kv.mod_revision)
@@ -877,41 +887,57 @@ class EtcdStateStore:
 
     # -- watch ------------------------------------------------------------------------------
 
-    def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:
+    def watch(self, what: str | Sequence[str], *, timeout_s: float) -> Iterator[Mapping[str, str]]:
         """Events under ``<prefix>/<what>`` (a plain string prefix: end ``what`` with ``/`` to
         keep ``nodes/a`` from matching ``nodes/ab``), each ``{"type": "put"|"delete", "key"}``
         plus ``"value"`` (the record's JSON) for puts, until ``timeout_s`` passes without one.
 
+        Several prefixes (a sequence of ``what``) are watched on one stream: one etcd watch per
+        prefix, all from the same revision, created by one ``/v3/watch`` request whose body
+        holds one ``create_request`` per prefix (the gateway reads successive ``WatchRequest``
+        messages from the body of this bidirectional stream; etcd API v3, ``Watch`` RPC).
+        Nothing outside the prefixes is sent by etcd. Each prefix's events come in revision
+        order; events of different prefixes may interleave out of it (a watch that catches up
+        with history sends its own backlog).
+
         Events after this call are seen even if iteration starts later. A broken stream is
-        reopened from the last revision seen (within the retry policy).
+        reopened with each prefix's watch from the last revision it delivered (within the retry
+        policy).
 
         Raises:
             StoreUnavailable: etcd unreachable (at the call, or when reconnecting fails).
+            ValueError: ``timeout_s <= 0`` or no prefix given.
         """
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        whats = [what] if isinstance(what, str) else list(what)
+        if not whats:
+            raise ValueError("watch needs at least one prefix")
         start = self._revision() + 1
-        return self._watch(self.keys.folder(what), start, timeout_s)
+        return self._watch([self.keys.folder(w) for w in whats], start, timeout_s)
 
-    def _watch(self, prefix: str, start: int, timeout_s: float) -> Iterator[Mapping[str, str]]:
-        for _, events in self._watch_batches(prefix, start, timeout_s, strict=False):
+    def _watch(self, prefixes: Sequence[str], start: int, timeout_s: float) -> Iterator[Mapping[str, str]]:
+        for _, events in self._watch_batches(prefixes, start, timeout_s, strict=False):
             for deleted, kv in events:
                 event = {"type": "delete" if deleted else "put", "key": kv.key}
                 if not deleted:
                     event["value"] = kv.value.decode()
                 yield event
 
-    def _watch_batches(self, prefix: str, start: int, timeout_s: float, *,
+    def _watch_batches(self, prefixes: Sequence[str], start: int, timeout_s: float, *,
                        strict: bool) -> Iterator[tuple[int, list[tuple[bool, _KV]]]]:
-        """``(revision, [(deleted, kv), ...])`` per watch response with events, from ``start``,
-        until ``timeout_s`` without one. A compacted start revision raises
+        """``(revision, [(deleted, kv), ...])`` per watch response with events under any of
+        ``prefixes`` (one etcd watch each, on one stream), from ``start``, until ``timeout_s``
+        without one. A compacted start revision raises
         :class:`HistoryCompacted` when ``strict``, else the watch goes on from the oldest kept.
 
         When ``strict``, each (re)opened stream also checks etcd's answer header: a cluster ID
         other than the one this store saw first, or a current revision below what was delivered,
         means the store was replaced or restored from a backup (etcd would otherwise just wait
         for the "future" revision): :class:`HistoryCompacted` too, so the follower lists again."""
-        create = {"key": _b64(prefix), "range_end": _range_end(prefix)}
+        creates = [{"key": _b64(p), "range_end": _range_end(p)} for p in prefixes]
+        starts = [start] * len(creates)  # per prefix: the revision to (re)open its watch from
+        what = ", ".join(prefixes)
         connect_s = self.settings.timeouts.connect_s
         failures = 0
         deadline = time.monotonic() + timeout_s
@@ -929,7 +955,9 @@ class EtcdStateStore:
                     session.headers["Authorization"] = client.session.headers["Authorization"]
                 resp = session.post(
                     client.get_url("/watch"),
-                    json={"create_request": {**create, "start_revision": start}},
+                    data="\n".join(json.dumps({"create_request": {**c, "start_revision": s}})
+                                   for c, s in zip(creates, starts)),
+                    headers={"Content-Type": "application/json"},
                     stream=True,
                     timeout=(connect_s, left),
                 )
@@ -939,6 +967,7 @@ class EtcdStateStore:
                 if resp.status_code != 200:
                     raise StoreUnavailable(f"etcd at {endpoint} refused a watch: {self._message(resp.text)}")
                 buf = b""
+                ids: dict[int, int] = {}  # etcd's watch ID -> prefix index (created in request order)
                 for chunk in resp.iter_content(chunk_size=None):
                     buf += chunk
                     while b"\n" in buf:
@@ -949,6 +978,10 @@ class EtcdStateStore:
                         if "error" in msg:  # the gateway lost etcd (e.g. it is shutting down)
                             raise _Transient(endpoint, f"watch failed: {self._message(json.dumps(msg['error']))}")
                         result = msg.get("result", {})
+                        k = ids.get(int(result.get("watch_id", 0)), 0)  # proto3 JSON omits a zero ID
+                        if result.get("created"):
+                            k = ids[int(result.get("watch_id", 0))] = len(ids)
+                        start = starts[k]
                         if strict and result.get("created"):
                             header = result.get("header", {})
                             seen, self._cluster_id = self._cluster_id, header.get("cluster_id") or self._cluster_id
@@ -961,13 +994,13 @@ class EtcdStateStore:
                             if strict and compacted:
                                 raise HistoryCompacted(f"etcd at {endpoint}: revision {start} is compacted "
                                                        f"(oldest kept {compacted})")
-                            start = max(start, compacted)
+                            starts[k] = max(start, compacted)
                             raise _Transient(endpoint, f"watch canceled: {result.get('cancel_reason', '')}")
                         events = [(ev.get("type") == "DELETE", _kv(ev["kv"])) for ev in result.get("events", [])]
                         if events:
-                            start = events[-1][1].mod_revision + 1
+                            starts[k] = events[-1][1].mod_revision + 1
                             failures = 0
-                            yield start - 1, events
+                            yield starts[k] - 1, events
                             deadline = time.monotonic() + timeout_s
                 broken = "stream ended"
             except requests.ConnectionError as exc:
@@ -987,7 +1020,7 @@ class EtcdStateStore:
                 continue
             failures += 1
             if failures >= self.settings.retry.attempts:
-                raise StoreUnavailable(f"etcd at {self._where()}: watch of {prefix} broke: {broken}")
+                raise StoreUnavailable(f"etcd at {self._where()}: watch of {what} broke: {broken}")
             with self._lock:
                 self._preferred += 1
             time.sleep(min(self.settings.retry.max_backoff_s, self.settings.retry.initial_backoff_s * 2**failures))

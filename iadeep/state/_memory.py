@@ -48,6 +48,7 @@ from iadeep.state._records import (
     JobRecord,
     Measurement,
     NodeInventory,
+    PlacementPolicy,
     RecordError,
     TuningRequest,
     from_json,
@@ -141,6 +142,9 @@ class Keys:
 
     def workload(self, pod_uid: str) -> str:
         return f"{self.prefix}/workloads/{pod_uid}"
+
+    def placement(self) -> str:
+        return f"{self.prefix}/placement"
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}/locks/{name}"
@@ -397,9 +401,10 @@ class _MemoryWatch(Iterator[Mapping[str, str]]):
     """Events of one :meth:`MemoryStateStore.watch`; registered at creation, so nothing that
     happens after the ``watch()`` call is missed."""
 
-    def __init__(self, store: MemoryStateStore, prefix: str, timeout_s: float, *, revisions: bool = False) -> None:
+    def __init__(self, store: MemoryStateStore, prefix: str | tuple[str, ...], timeout_s: float, *,
+                 revisions: bool = False) -> None:
         self._store = store
-        self._prefix = prefix
+        self._prefix = prefix  # one prefix or several (str.startswith takes both)
         self._timeout_s = timeout_s
         self._revisions = revisions
         self._events: deque[dict[str, Any]] = deque()
@@ -468,6 +473,7 @@ class MemoryStateStore:
         self._samples: list[InterferenceSampleRecord] = []
         self._batch_sizes: dict[str, BatchSizeAssignment] = {}
         self._workloads: dict[str, WorkloadStatus] = {}
+        self._placement: PlacementPolicy | None = None
         self._watchers: weakref.WeakSet[_MemoryWatch] = weakref.WeakSet()
         self._closed = False
         self._revision = 0
@@ -712,6 +718,17 @@ class MemoryStateStore:
         with self._lock:
             return self._workloads.get(pod_uid)
 
+    def put_placement(self, placement: PlacementPolicy) -> None:
+        if placement.colocation_limit < 1:
+            raise RecordError(f"PlacementPolicy: $.colocation_limit: must be >= 1, got {placement.colocation_limit}")
+        with self._lock:
+            self._placement = placement
+            self._emit("put", self.keys.placement(), to_json(placement))
+
+    def placement(self) -> PlacementPolicy | None:
+        with self._lock:
+            return self._placement
+
     def revision(self) -> int:
         with self._lock:
             self._expire()
@@ -743,12 +760,19 @@ class MemoryStateStore:
             change = self.keys.decode_or_absent(event["key"], event.get("value") if event["type"] == "put" else None, rev)
             yield ChangeBatch(rev, (change,) if change is not None else ())
 
-    def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:
+    def watch(self, what: str | Sequence[str], *, timeout_s: float) -> Iterator[Mapping[str, str]]:
         """Events under ``<prefix>/<what>`` (a plain string prefix: end ``what`` with ``/`` to
-        keep ``nodes/a`` from matching ``nodes/ab``), each ``{"type", "key"}`` plus ``"value"``
-        (the record's JSON) for puts, until ``timeout_s`` passes without one. Events after this
-        call are seen even if iteration starts later."""
-        w = _MemoryWatch(self, self.keys.folder(what), timeout_s)
+        keep ``nodes/a`` from matching ``nodes/ab``; a sequence of them watches each), each
+        ``{"type", "key"}`` plus ``"value"`` (the record's JSON) for puts, until ``timeout_s``
+        passes without one. Events after this call are seen even if iteration starts later.
+
+        Raises:
+            ValueError: no prefix given.
+        """
+        whats = [what] if isinstance(what, str) else list(what)
+        if not whats:
+            raise ValueError("watch needs at least one prefix")
+        w = _MemoryWatch(self, tuple(self.keys.folder(x) for x in whats), timeout_s)
         with self._lock:
             self._watchers.add(w)
         return w

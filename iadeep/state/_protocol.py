@@ -30,6 +30,7 @@ from iadeep.state._records import (
     JobRecord,
     Measurement,
     NodeInventory,
+    PlacementPolicy,
     TuningRequest,
 )
 
@@ -148,6 +149,13 @@ class StateStore(Protocol):
     def inventories(self) -> dict[str, NodeInventory]:
         """All published nodes, by name."""
 
+    # placement (extender -> device plugins)
+    def put_placement(self, placement: PlacementPolicy) -> None:
+        """Publish the extender's policy and co-location limit (replaces the previous record)."""
+
+    def placement(self) -> PlacementPolicy | None:
+        """The placement the extender published, ``None`` before any extender did."""
+
     # jobs and allocation (extender)
     def put_job(self, job: JobRecord) -> None:
         """Create or replace a job record."""
@@ -243,6 +251,6 @@ class StateStore(Protocol):
             StoreUnavailable: the store cannot be reached (at the call or while following).
         """
 
-    def watch(self, what: str, *, timeout_s: float) -> Iterator[Mapping[str, str]]:
+    def watch(self, what: str | Sequence[str], *, timeout_s: float) -> Iterator[Mapping[str, str]]:
         """Yield change events (``{"type": "put"|"delete", "key": ...}``) under ``<prefix>/<what>``
-        until ``timeout_s`` passes without one."""
+        (or under any of several such prefixes, on one stream) until ``timeout_s`` passes without one."""

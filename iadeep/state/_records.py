@@ -31,6 +31,10 @@ changed; the coordinator's cue)             coordinator's cue)                  
 :class:`BatchSizeAssignment`                size; watched by the job's SDK)        (``release`` / ``delete_job``)
 ``<p>/workloads/<pod_uid>``:                the job's SDK (``iadeep.workload``,    deleted with the job record
 :class:`WorkloadStatus`                     at start and end)                      (``release`` / ``delete_job``)
+``<p>/placement``:                          extender (``put_placement``, at each   kept (overwritten by the next
+:class:`PlacementPolicy` (its policy and    start)                                 start); the device plugins read it
+co-location limit: the device plugins'
+gpu-count slots per GPU)
 ``<p>/locks/<name>``: etcd lock keys        (none written today)                   attached to the holder's lease
 ==========================================  =====================================  ===================================
 
@@ -61,6 +65,7 @@ __all__ = [
     "BatchSizeAssignment",
     "WorkloadStatus",
     "WORKLOAD_STATES",
+    "PlacementPolicy",
     "RecordError",
     "to_json",
     "from_json",
@@ -233,6 +238,22 @@ class WorkloadStatus:
     updated_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class PlacementPolicy:
+    """How the extender places jobs, as the node side needs to know it (one record per cluster).
+
+    Attributes:
+        policy: the registered policy's name (:func:`iadeep.policy.make_policy`).
+        colocation_limit: jobs per GPU the extender allows (its setting, else the policy's own
+            limit): the device plugins advertise this many ``iadeep.io/gpu-count`` slots per GPU.
+        at: when the extender published it (Unix seconds).
+    """
+
+    policy: str
+    colocation_limit: int
+    at: float = 0.0
+
+
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -344,6 +365,10 @@ def _workload_rules(w: WorkloadStatus) -> str | None:
     return None
 
 
+def _placement_rules(p: PlacementPolicy) -> str | None:
+    return None if p.colocation_limit >= 1 else f"$.colocation_limit: must be >= 1, got {p.colocation_limit}"
+
+
 #: Rules a parsed record must keep beyond its field types (each returns what is wrong, or None).
 _RULES: dict[type, tuple[Callable[[Any], str | None], ...]] = {
     NodeInventory: (_inventory_rules,),
@@ -352,4 +377,5 @@ _RULES: dict[type, tuple[Callable[[Any], str | None], ...]] = {
     BatchSizeAssignment: (_batch_rules,),
     Measurement: (_measurement_rules,),
     WorkloadStatus: (_workload_rules,),
+    PlacementPolicy: (_placement_rules,),
 }

@@ -1,10 +1,12 @@
 """The coordinator with the real tuner, a real etcd and emulated jobs (processes using the SDK,
 whose steps/s come from Gavel's measured interference plus noise): a session converges and the
-final batch sizes run in every co-located job; a job ends mid-session; the coordinator is
+final batch sizes run in every co-located job, and another job's reports never reach its
+rounds; a job ends mid-session; the coordinator is
 SIGKILLed mid-session and restarted."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import httpx
@@ -12,7 +14,7 @@ from prometheus_client import generate_latest
 
 from iadeep.jobtypes import JobType
 from iadeep.coordinator import CoordinatorService, CoordinatorSettings, RoundSettings
-from iadeep.state import EtcdStateStore, GpuInfo, JobRecord, NodeInventory
+from iadeep.state import EtcdStateStore, GpuInfo, JobRecord, Measurement, NodeInventory
 from iadeep.testing import wait_for
 from iadeep.testing.services import CoordinatorProcess
 from iadeep.tuner import TunerClient
@@ -58,10 +60,21 @@ def test_session_converges_and_every_job_runs_the_final_sizes(etcd_store, etcd_s
     for pod, model, batch, _ in (A, B):
         jobs.start(pod, model, batch)
     reporting(store, "pod-a", "pod-b")
+    stop_outsider = threading.Event()
+
+    def outsider() -> None:  # a job of another GPU, reporting 20 times a second at a size trials use
+        while not stop_outsider.wait(0.05):
+            store.add_measurement(Measurement("pod-z", 9.9, 64, time.time()))
+
+    noise = threading.Thread(target=outsider, daemon=True)
+    noise.start()
+    t_start = time.time()
     svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
                              tuner=TunerClient(tuner.url), model=interference_model).start()
     try:
         wait_for(lambda: svc.results, bool, timeout=120, what="a finished session")
+        stop_outsider.set()
+        noise.join()
         req, result = svc.results[0]
         assert set(req.pods) == {"pod-a", "pod-b"}
         assert result.outcome == "converged" and 1 <= result.rounds <= 4
@@ -82,7 +95,15 @@ def test_session_converges_and_every_job_runs_the_final_sizes(etcd_store, etcd_s
         metrics = generate_latest(svc.metrics.registry).decode()
         assert f"iadeep_coordinator_rounds_total {float(result.rounds)}" in metrics
         assert 'iadeep_coordinator_sessions_total{outcome="converged"} 1.0' in metrics
+        # the rounds were woken only by the session's jobs: no more events than A and B reported
+        # since the coordinator started (the outsider's reports, far more, never reached them)
+        ours = sum(1 for p in ("pod-a", "pod-b") for m in store.measurements(p) if m.at >= t_start)
+        theirs = sum(1 for m in store.measurements("pod-z") if m.at >= t_start)
+        assert theirs > 2 * ours
+        events = svc.metrics.measurement_events._value.get()
+        assert 0 < events <= ours
     finally:
+        stop_outsider.set()
         svc.stop(timeout_s=30)
 
 

@@ -1,6 +1,6 @@
 """The device plugin against a kubelet peer (a real gRPC Registration server on a unix socket,
 and DevicePlugin clients as the kubelet's device manager): registration, device lists, health
-changes streamed, re-registration after a kubelet restart, inventory on a lease, a replaced GPU."""
+changes streamed (to every GiB unit and co-location slot of the GPU), re-registration after a kubelet restart, inventory on a lease, a replaced GPU."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import threading
 import grpc
 import pytest
 
+from iadeep.deviceplugin import device_gpu
 from iadeep.deviceplugin._proto import PACKAGE_ROOT, generate, header
+from iadeep.state import PlacementPolicy
 from iadeep.testing import wait_for
 from iadeep.testing.kubelet import pb2
 
@@ -50,6 +52,9 @@ def registered(kubelet) -> dict[str, str]:
 
 
 def test_registers_both_resources_and_lists_devices(kubelet, make_plugin, etcd_store) -> None:
+    """gpu-mem: one ID per GiB; gpu-count: one ID per co-location slot of each GPU, as many as
+    the extender's published limit (the kubelet gives a device to one container only)."""
+    etcd_store.put_placement(PlacementPolicy("iadeep", 3, 1.0))
     svc = make_plugin(count=2, mem_gib=16)
     regs = registered(kubelet)
     assert set(regs) == {"iadeep.io/gpu-mem", "iadeep.io/gpu-count"}
@@ -61,16 +66,16 @@ def test_registers_both_resources_and_lists_devices(kubelet, make_plugin, etcd_s
     assert {i.rsplit("-mem-", 1)[0] for i in ids} == set(uuids)  # each ID tied to its GPU's UUID
     assert all(d.health == "Healthy" for d in mem.devices)
     count = next(iter(kubelet.plugin(regs["iadeep.io/gpu-count"]).ListAndWatch(pb2.Empty(), timeout=10)))
-    assert [d.ID for d in count.devices] == uuids
+    assert [d.ID for d in count.devices] == [f"{u}-slot-{k}" for u in uuids for k in range(3)]
     inv = etcd_store.inventories()["n1"]
     assert [(g.index, g.mem_gib, g.uuid) for g in inv.gpus] == [(0, 16.0, uuids[0]), (1, 16.0, uuids[1])]
 
 
-def test_health_change_is_streamed(kubelet, make_plugin, state_file) -> None:
-    make_plugin()
-    regs = registered(kubelet)
-    stream = kubelet.plugin(regs["iadeep.io/gpu-mem"]).ListAndWatch(pb2.Empty(), timeout=30)
+def follow(stub) -> tuple[queue.Queue, grpc.Future]:
+    """The ListAndWatch responses of one resource, as they come."""
+    stream = stub.ListAndWatch(pb2.Empty(), timeout=30)
     updates: queue.Queue = queue.Queue()
+
     def pump() -> None:
         try:
             for r in stream:
@@ -79,15 +84,33 @@ def test_health_change_is_streamed(kubelet, make_plugin, state_file) -> None:
             pass  # cancelled at the end of the test
 
     threading.Thread(target=pump, daemon=True).start()
-    first = updates.get(timeout=10)
-    assert all(d.health == "Healthy" for d in first.devices)
+    return updates, stream
+
+
+def test_health_change_is_streamed(kubelet, make_plugin, state_file, etcd_store) -> None:
+    """GPU 1 turns unhealthy: all its GiB units and all its co-location slots are marked."""
+    etcd_store.put_placement(PlacementPolicy("iadeep", 2, 1.0))
+    svc = make_plugin()
+    regs = registered(kubelet)
+    (mem, mem_stream), (count, count_stream) = (follow(kubelet.plugin(regs[r]))
+                                                for r in ("iadeep.io/gpu-mem", "iadeep.io/gpu-count"))
+    for updates in (mem, count):
+        assert all(d.health == "Healthy" for d in updates.get(timeout=10).devices)
     state_file.write_text(json.dumps({"unhealthy": [1]}))
-    second = updates.get(timeout=10)
-    sick = {d.ID.rsplit("-mem-", 1)[0] for d in second.devices if d.health == "Unhealthy"}
-    well = {d.ID.rsplit("-mem-", 1)[0] for d in second.devices if d.health == "Healthy"}
-    assert len(sick) == 1 and len(well) == 1 and sick != well
+    second = mem.get(timeout=10)
+    sick = {device_gpu(d.ID) for d in second.devices if d.health == "Unhealthy"}
+    well = {device_gpu(d.ID) for d in second.devices if d.health == "Healthy"}
+    assert sick == {svc.gpus[1].uuid} and well == {svc.gpus[0].uuid}
     assert sum(d.health == "Unhealthy" for d in second.devices) == 16
-    stream.cancel()
+    slots = count.get(timeout=10).devices
+    assert sorted(d.ID for d in slots if d.health == "Unhealthy") == [f"{svc.gpus[1].uuid}-slot-{k}" for k in range(2)]
+    assert sorted(d.ID for d in slots if d.health == "Healthy") == [f"{svc.gpus[0].uuid}-slot-{k}" for k in range(2)]
+    # the extender restarts with another limit: the slots follow (streamed at the next lease renewal)
+    etcd_store.put_placement(PlacementPolicy("antman", 3, 2.0))
+    third = count.get(timeout=15).devices
+    assert len(third) == 6 and {device_gpu(d.ID) for d in third if d.health == "Unhealthy"} == {svc.gpus[1].uuid}
+    mem_stream.cancel()
+    count_stream.cancel()
 
 
 def test_kubelet_restart_makes_it_register_again(kubelet, make_plugin) -> None:

@@ -11,8 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
 
-from iadeep.deviceplugin import mem_device_ids
+from iadeep.deviceplugin import device_gpu, mem_device_ids, slot_device_ids
 from iadeep.deviceplugin._allocate import ALLOCATED, BIND_PHASE, parse_pod
+from iadeep.state import PlacementPolicy
 from iadeep.testing.kubelet import pb2
 
 SERIALISE = client.ApiClient().sanitize_for_serialization
@@ -25,7 +26,10 @@ class PodsInMemory:
         self.pods: dict[str, dict] = {}
         self.lock = threading.Lock()
 
-    def add(self, name: str, node: str, gpu, containers: dict[str, int], assume_ns: int, **extra_ann) -> None:
+    def add(self, name: str, node: str, gpu, containers: dict[str, int], assume_ns: int, slots: int = 0,
+            **extra_ann) -> None:
+        """A pod as the extender's bind leaves it; ``slots``: each container's ``iadeep.io/gpu-count``."""
+        count = {"iadeep.io/gpu-count": str(slots)} if slots else {}
         pod = client.V1Pod(
             metadata=client.V1ObjectMeta(name=name, namespace="ns", uid=f"uid-{name}", annotations={
                 "iadeep.io/gpu-index": str(gpu.index), "iadeep.io/gpu-uuid": gpu.uuid,
@@ -33,7 +37,7 @@ class PodsInMemory:
                 BIND_PHASE: "allocating", "iadeep.io/node": node, **extra_ann}),
             spec=client.V1PodSpec(node_name=node, containers=[
                 client.V1Container(name=c, image="x", resources=client.V1ResourceRequirements(
-                    limits={"iadeep.io/gpu-mem": str(u)})) for c, u in containers.items()]))
+                    limits={"iadeep.io/gpu-mem": str(u), **count})) for c, u in containers.items()]))
         with self.lock:
             self.pods[name] = SERIALISE(pod)
 
@@ -90,8 +94,8 @@ def test_oldest_assume_time_first_and_preferred_ids_on_its_gpu(kubelet, make_plu
     pods = PodsInMemory()
     svc, stub, count = start(kubelet, make_plugin, pods)
     g0, g1 = svc.gpus
-    pods.add("young", "n1", g0, {"main": 3}, 2_000)
-    pods.add("old", "n1", g1, {"main": 3}, 1_000)
+    pods.add("young", "n1", g0, {"main": 3}, 2_000, slots=1)
+    pods.add("old", "n1", g1, {"main": 3}, 1_000, slots=1)
     pods.add("elsewhere", "n2", g1, {"main": 3}, 10)  # bound to another node: never matched here
     available = mem_device_ids(g0) + mem_device_ids(g1)
     pref = stub.GetPreferredAllocation(pb2.PreferredAllocationRequest(container_requests=[
@@ -100,8 +104,9 @@ def test_oldest_assume_time_first_and_preferred_ids_on_its_gpu(kubelet, make_plu
     chosen = list(pref.container_responses[0].deviceIDs)
     assert len(chosen) == 3 and all(i.startswith(g1.uuid) for i in chosen)
     gpus = count.GetPreferredAllocation(pb2.PreferredAllocationRequest(container_requests=[
-        pb2.ContainerPreferredAllocationRequest(available_deviceIDs=[g0.uuid, g1.uuid], allocation_size=1)]), timeout=10)
-    assert list(gpus.container_responses[0].deviceIDs) == [g1.uuid]
+        pb2.ContainerPreferredAllocationRequest(available_deviceIDs=slot_device_ids(g0, 1) + slot_device_ids(g1, 1),
+                                                allocation_size=1)]), timeout=10)
+    assert list(gpus.container_responses[0].deviceIDs) == slot_device_ids(g1, 1)
     # IDs on no pod's GPU in particular (the kubelet ignored the preference): oldest first
     (env,) = allocate(stub, [mem_device_ids(g0)[0], mem_device_ids(g1)[0], mem_device_ids(g1)[1]])
     assert env["IADEEP_POD"] == "ns/old" and env["NVIDIA_VISIBLE_DEVICES"] == g1.uuid
@@ -133,3 +138,45 @@ def test_malformed_annotations_are_never_matched(kubelet, make_plugin) -> None:
     with pytest.raises(grpc.RpcError) as err:
         allocate(stub, mem_device_ids(svc.gpus[0])[:2])
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "pods allocating here: none" in err.value.details()
+
+
+def test_pods_co_located_on_one_gpu_get_their_own_slots_of_it(kubelet, make_plugin, etcd_store) -> None:
+    """The core of the product on a real kubelet: two pods the extender put on one GPU each get
+    a gpu-count device (a co-location slot) of that GPU, different ones, and the same GPU in
+    their environment. The kubelet admits one pod at a time and allocates a container's
+    resources in no fixed order (a Go map): here the first pod gets gpu-mem first, the second
+    gpu-count first."""
+    etcd_store.put_placement(PlacementPolicy("iadeep", 2, 1.0))  # the extender's co-location limit
+    pods = PodsInMemory()
+    svc, mem, count = start(kubelet, make_plugin, pods)
+    g0, g1 = svc.gpus
+    pods.add("a", "n1", g1, {"main": 6}, 1_000, slots=1)
+    pods.add("b", "n1", g1, {"main": 8}, 2_000, slots=1)
+    free_slots = [d.ID for d in next(iter(count.ListAndWatch(pb2.Empty(), timeout=10))).devices]  # as advertised
+    assert free_slots == slot_device_ids(g0, 2) + slot_device_ids(g1, 2)
+    free_mem = mem_device_ids(g0) + mem_device_ids(g1)
+
+    def preferred(stub, free, size):
+        r = stub.GetPreferredAllocation(pb2.PreferredAllocationRequest(container_requests=[
+            pb2.ContainerPreferredAllocationRequest(available_deviceIDs=free, allocation_size=size)]), timeout=10)
+        ids = list(r.container_responses[0].deviceIDs)
+        for i in ids:
+            free.remove(i)
+        return ids
+
+    def admit_slot():
+        ids = preferred(count, free_slots, 1)
+        assert allocate(count, ids) == [{}]  # the gpu-mem answer carries the GPU
+        return ids
+
+    def admit_mem(units):
+        (env,) = allocate(mem, preferred(mem, free_mem, units))
+        return env
+
+    env_a, slot_a = admit_mem(6), admit_slot()
+    slot_b, env_b = admit_slot(), admit_mem(8)
+    assert slot_a != slot_b and {device_gpu(i) for i in slot_a + slot_b} == {g1.uuid}
+    assert env_a["NVIDIA_VISIBLE_DEVICES"] == env_b["NVIDIA_VISIBLE_DEVICES"] == g1.uuid
+    assert (env_a["IADEEP_POD"], env_b["IADEEP_POD"]) == ("ns/a", "ns/b")
+    assert pods.phase("a") == pods.phase("b") == "allocated"
+    assert free_slots == slot_device_ids(g0, 2)  # GPU 0's slots (listed first) untouched

@@ -152,10 +152,18 @@ def stack(control_plane: ControlPlane, real_node: Node, images: list[str], k8s_c
                 rbac.delete_cluster_role(d["metadata"]["name"])
 
 
+def _full_capacity(stack: Stack) -> dict[str, str]:
+    """gpu-mem: GiB of all GPUs; gpu-count: co-location slots, GPUs x the limit the extender
+    publishes (its pod has no readiness probe here: it may not have published yet)."""
+    placement = wait_for(stack.store.placement, lambda p: p is not None, timeout=120,
+                         what="the extender's placement policy in etcd")
+    return {GPU_MEM: str(GPUS * GPU_GIB), GPU_COUNT: str(GPUS * placement.colocation_limit)}
+
+
 def test_the_device_plugin_pod_registers_with_the_real_kubelet(stack: Stack, real_node: Node) -> None:
-    cap = wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c[GPU_MEM] is not None,
-                   timeout=60, what="GPU resources in the node's capacity")
-    assert cap == {GPU_MEM: str(GPUS * GPU_GIB), GPU_COUNT: str(GPUS)}
+    full = _full_capacity(stack)
+    wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c == full,
+             timeout=60, what="GPU resources (GiB units, co-location slots) in the node's capacity")
     # The plugin's sockets are in the kubelet's folder, next to kubelet.sock.
     sockets = sorted(p.name for p in real_node.device_plugin_dir.iterdir() if p.is_socket())
     assert "kubelet.sock" in sockets and len(sockets) >= 3, sockets
@@ -201,8 +209,49 @@ def test_after_a_kubelet_restart_the_device_plugin_registers_again(stack: Stack,
     wait_for(registrations, lambda n: n > registered, timeout=60, what="the plugin registered again")
     now = sockets()
     assert now.keys() == before.keys() and all(now[k] > before[k] for k in now), (before, now)
-    assert wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c[GPU_MEM] == str(GPUS * GPU_GIB),
-                    timeout=60, what="the capacity back") == {GPU_MEM: str(GPUS * GPU_GIB), GPU_COUNT: str(GPUS)}
+    full = _full_capacity(stack)
+    wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c == full, timeout=60, what="the capacity back")
     # Only a registered plugin can serve Allocate: a new pod starts with its GPU.
     ((pod, env),) = stack.run_gpu_pods(["after-restart"], mem_gib=4).values()
     assert env["NVIDIA_VISIBLE_DEVICES"] == pod.metadata.annotations[ANN_UUID]
+
+
+def test_two_pods_co_located_on_one_gpu_are_both_admitted(stack: Stack, real_node: Node) -> None:
+    """The product's core on a real kubelet: a blocker takes 10 GiB of one GPU, so two pods of 7
+    and 8 GiB (each also asking for a ``gpu-count``, as training jobs do) fit only together on
+    the other GPU. The extender co-locates them there; the kubelet admits both (one
+    co-location slot each: with one gpu-count device per GPU it rejects the third pod) and
+    both run with that GPU's UUID in their environment."""
+    def pod(name: str, mem_gib: int) -> dict:
+        body = _gpu_pod(name, stack.busybox, mem_gib)
+        if name == "co-b":  # a short job: sharing for a minute beats waiting an hour for a free GPU
+            body["metadata"]["annotations"] = {"iadeep.io/duration-s": "60"}
+        c = body["spec"]["containers"][0]
+        c["command"] = ["sh", "-c", "env; exec sleep 600"]
+        for part in ("limits", "requests"):
+            c["resources"][part][GPU_COUNT] = "1"
+        return body
+
+    names = {"blocker": 10, "co-a": 7, "co-b": 8}
+    try:
+        stack.core.create_namespaced_pod(stack.namespace, pod("blocker", names["blocker"]))
+        wait_phase(stack.core, stack.namespace, "blocker", {"Running", "Failed"}, timeout=120)
+        for n in ("co-a", "co-b"):
+            stack.core.create_namespaced_pod(stack.namespace, pod(n, names[n]))
+        runs = {}
+        for n in names:
+            p = wait_phase(stack.core, stack.namespace, n, {"Running", "Failed", "Succeeded"}, timeout=120)
+            assert p.status.phase == "Running", f"{n} not admitted: {p.status.reason}: {p.status.message}"
+            env = wait_for(lambda n=n: _env_of(pod_log(stack.core, stack.namespace, n)),
+                           lambda e: "IADEEP_GPU_UUID" in e, timeout=30, what=f"{n}'s environment")
+            runs[n] = (p.metadata.annotations[ANN_UUID], env)
+        shared = runs["co-a"][0]
+        assert runs["co-b"][0] == shared != runs["blocker"][0]  # the extender co-located them
+        for n, (ann_uuid, env) in runs.items():
+            assert env["NVIDIA_VISIBLE_DEVICES"] == env["IADEEP_GPU_UUID"] == ann_uuid, n
+            assert env["IADEEP_GPU_MEM_LIMIT_MIB"] == str(names[n] * 1024), n
+    finally:
+        for n in names:
+            stack.core.delete_namespaced_pod(n, stack.namespace, grace_period_seconds=0)
+        wait_for(lambda: {p.metadata.name for p in stack.core.list_namespaced_pod(stack.namespace).items} & set(names),
+                 lambda left: not left, timeout=60, what="the co-location pods gone")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -119,3 +120,19 @@ def test_watch_idle_timeout_resets_on_each_event(store):
     got = list(events)
     t.join()
     assert [e["key"].rsplit("/", 1)[1] for e in got] == ["j0", "j1", "j2", "j3"]
+
+
+def test_watch_of_several_prefixes_sees_only_them(store):
+    """One watch of two jobs' measurement folders (the coordinator's round): their reports come,
+    each job's in order (etcd may interleave the two watches' backlogs); a job outside them
+    (``z``, and ``ab`` that shares a prefix with ``a``) is never sent."""
+    from iadeep.state import Measurement
+
+    events = store.watch(["measurements/a/", "measurements/b/"], timeout_s=0.5)
+    for i, pod in enumerate(["a", "z", "b", "ab", "a", "z"]):
+        store.add_measurement(Measurement(pod, 1.0 + i, 64, float(i)))
+    got = [(e["key"].split("/")[-2], json.loads(e["value"])["steps_per_s"]) for e in events]
+    assert sorted(pod for pod, _ in got) == ["a", "a", "b"]
+    assert [v for pod, v in got if pod == "a"] == [1.0, 5.0] and [v for pod, v in got if pod == "b"] == [3.0]
+    with pytest.raises(ValueError, match="at least one prefix"):
+        store.watch([], timeout_s=0.5)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from state_support import job
 
-from iadeep.state import BatchSizeAssignment, Measurement, RecordError, WorkloadStatus, from_json, to_json
+from iadeep.state import BatchSizeAssignment, Measurement, PlacementPolicy, RecordError, WorkloadStatus, from_json, to_json
 
 
 def test_batch_size_and_workload_round_trip_and_die_with_the_job(store) -> None:
@@ -32,6 +32,7 @@ def test_batch_size_and_workload_round_trip_and_die_with_the_job(store) -> None:
     (WorkloadStatus, '{"pod_uid": "p", "state": "paused", "batch_size": 8}', "state"),
     (Measurement, '{"pod_uid": "p", "steps_per_s": -1.0, "batch_size": 8, "at": 1.0}', "steps_per_s"),
     (BatchSizeAssignment, '{"pod_uid": "p", "batch_size": "big"}', "batch_size"),
+    (PlacementPolicy, '{"policy": "iadeep", "colocation_limit": 0}', "colocation_limit"),
 ])
 def test_malformed_records_name_the_field(cls, text, field) -> None:
     with pytest.raises(RecordError, match=field):
@@ -41,3 +42,15 @@ def test_malformed_records_name_the_field(cls, text, field) -> None:
 def test_old_measurements_without_samples_still_parse() -> None:
     m = from_json(Measurement, '{"pod_uid": "p", "steps_per_s": 2.0, "batch_size": 8, "at": 1.0}')
     assert m.samples == 0 and from_json(Measurement, to_json(m)) == m
+
+
+def test_placement_round_trip_replace_and_refusal(store) -> None:
+    """The extender's placement (the device plugins' gpu-count slots per GPU): absent until
+    published, replaced by the next publication; a limit below 1 is refused, nothing stored."""
+    assert store.placement() is None
+    store.put_placement(PlacementPolicy("iadeep", 2, 1700000000.0))
+    store.put_placement(PlacementPolicy("antman", 3, 1700000001.0))
+    assert store.placement() == PlacementPolicy("antman", 3, 1700000001.0)
+    with pytest.raises(RecordError, match="colocation_limit"):
+        store.put_placement(PlacementPolicy("iadeep", 0))
+    assert store.placement().colocation_limit == 3
