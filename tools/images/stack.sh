@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the images of the local Airflow stack (docker-compose.yaml) without a registry or a daemon:
 #
-#   airflow   images/airflow/Dockerfile on the base image of tools/images/build.sh (the package);
+#   airflow   images/airflow/Dockerfile on the base image (images/base, as tools/images/build.sh
+#             builds it: the package);
 #   postgres  images/postgres/Dockerfile, Debian's PostgreSQL (stand-in for docker.io/library/postgres);
 #   etcd      images/etcd/Dockerfile, Debian's etcd (stand-in for quay.io/coreos/etcd);
 #
@@ -52,30 +53,20 @@ if [[ $(id -u) != 0 ]]; then
   [[ -z "${CI:-}" ]] || exit 1
   exit 0
 fi
-bash "$HERE/build.sh"   # the base image and the Debian root filesystem image (skipped when up to date)
 nice_n="${IADEEP_BUILD_NICE:-19}"
 BUILDAH=(nice -n "$nice_n" buildah --root "$STORE" --runroot "$CACHE/runroot-$driver" --storage-driver "$driver")
 export BUILDAH_ISOLATION=chroot
-# Checkouts share the storage and the tag base:$TAG: build on this tree's base (the image ID is
-# its config digest in the archive), rebuilding it when another checkout's holds the tag.
-archived_base="$(python3 - "$base_archive" "$PREFIX/base:$TAG" <<'PY'
-import json, sys, tarfile
-with tarfile.open(sys.argv[1]) as tar:
-    blob = lambda d: json.load(tar.extractfile("./blobs/" + d.replace(":", "/")))
-    for m in json.load(tar.extractfile("./index.json"))["manifests"]:
-        if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == sys.argv[2]:
-            print(blob(m["digest"])["config"]["digest"].split(":")[1])
-PY
-)"
-if [[ "$("${BUILDAH[@]}" inspect --type image --format '{{.FromImageID}}' "$PREFIX/base:$TAG" 2>/dev/null)" != "$archived_base" ]]; then
-  echo "stack images: $PREFIX/base:$TAG in the storage is not this tree's; rebuilding it"
-  bash "$HERE/build.sh" --force
-fi
-# The newest Debian root filesystem image of build.sh (localhost/iadeep/debian-python:<suite>-<key>).
-os_image="$("${BUILDAH[@]}" images --json "$PREFIX/debian-python" | python3 -c '
+# The newest Debian root filesystem image of build.sh (localhost/iadeep/debian-python:<suite>-<key>);
+# build.sh makes it when there is none (`make images` runs build.sh first anyway).
+os_image() {
+  "${BUILDAH[@]}" images --json | python3 -c '
 import json, sys
-imgs = [i for i in json.load(sys.stdin) if i.get("names")]
-print(max(imgs, key=lambda i: i["createdatraw"])["names"][0] if imgs else "")')"
+want = sys.argv[1] + "/debian-python:"
+imgs = [(i["createdatraw"], n) for i in json.load(sys.stdin) for n in i.get("names") or [] if n.startswith(want)]
+print(max(imgs)[1] if imgs else "")' "$PREFIX"
+}
+[[ -n "$(os_image)" ]] || bash "$HERE/build.sh"
+os_image="$(os_image)"
 [[ -n "$os_image" ]] || { echo "stack images: no $PREFIX/debian-python image in $STORE (tools/images/build.sh)" >&2; exit 1; }
 
 cacert="${IADEEP_IMAGE_CA_BUNDLE:-$(python3 -m pip config get global.cert 2>/dev/null || true)}"
@@ -88,9 +79,12 @@ build() { # name dockerfile base context
     { tail -30 "$OUT/build-$1.log" >&2; exit 1; }
   printf 'stack images: built %-34s in %8ss\n' "$PREFIX/$1:$HASH" "$(secs_since "$tb")"
 }
+# Checkouts share the storage and build.sh's tag base:$TAG: the Airflow image starts from this
+# tree's base, tagged with this hash (the same Dockerfile and context: build.sh's cached layers).
+build base images/base/Dockerfile "$os_image" .
 build postgres images/postgres/Dockerfile "$os_image" images/postgres
 build etcd images/etcd/Dockerfile "$os_image" images/etcd
-build airflow images/airflow/Dockerfile "$PREFIX/base:$TAG" .
+build airflow images/airflow/Dockerfile "$PREFIX/base:$HASH" .
 cat > "$ENVFILE" <<EOF
 AIRFLOW_IMAGE=$PREFIX/airflow:$HASH
 POSTGRES_IMAGE=$PREFIX/postgres:$HASH
@@ -102,7 +96,7 @@ touch "$OUT/DONE"
 ls -1dt "$CACHE"/stack/*/ 2>/dev/null | tail -n +5 | while read -r old; do
   old="${old%/}"; h="$(basename "$old")"
   [[ "$old" == "$OUT" ]] && continue
-  for n in airflow postgres etcd; do "${BUILDAH[@]}" rmi "$PREFIX/$n:$h" >/dev/null 2>&1 || true; done
+  for n in airflow postgres etcd base; do "${BUILDAH[@]}" rmi "$PREFIX/$n:$h" >/dev/null 2>&1 || true; done
   rm -rf "$old" && echo "stack images: removed old build $h"
 done
 printf 'stack images: %s in %ss\n' "$ENVFILE" "$(secs_since "$t0")"
