@@ -1,7 +1,7 @@
 """docker-compose.yaml: valid against the Compose specification and the stack the README describes.
 
 The file is checked here without running anything (schema, a real compose implementation's
-parser, the invariants below); ``test_compose_stack.py`` brings it up for real with podman.
+parser, the invariants below); ``stack_run.py`` brings it up for real with podman (not collected yet).
 The schema is the Compose specification's JSON schema as Debian's ``docker-compose`` package
 ships it (``compose/config/compose_spec.json``; installed by tools/node/deps.sh).
 """
