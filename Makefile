@@ -77,6 +77,8 @@ node:
 
 # The services' images (images/*/Dockerfile) built without registry or daemon (debootstrap +
 # buildah), as one OCI archive in ~/.cache/iadeep/images/builds/<content-hash>; skipped when the
-# source tree is unchanged. Needs root (chroot isolation); `make node` first for its packages.
+# source tree is unchanged; then the local Airflow stack's images (tools/images/stack.sh: Airflow,
+# Postgres, etcd for docker-compose.yaml). Needs root (chroot isolation); `make node` first for its packages.
 images: node
 	bash tools/images/build.sh
+	bash tools/images/stack.sh

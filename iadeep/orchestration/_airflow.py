@@ -3,8 +3,11 @@
 Names used by the DAGs in ``dags/`` (nothing there is hard-coded; see README "Airflow"):
 
 - Connection ``iadeep_cluster`` (type ``kubernetes``, as the cncf-kubernetes provider defines
-  it): extra ``kube_config_path`` (a kubeconfig file on the workers; empty: in-cluster config),
-  optional ``cluster_context`` and ``namespace`` (the Jobs' namespace, default ``iadeep-jobs``).
+  it; tasks connect through its ``KubernetesHook``, see :func:`api_for`): extra
+  ``kube_config_path`` (a kubeconfig file on the workers), optional ``cluster_context`` and
+  ``namespace`` (the Jobs' namespace, default ``iadeep-jobs``); the provider's other fields
+  (inline ``kube_config``, ``in_cluster``) work for the tasks; the deferrable wait's trigger and
+  ``kubectl`` (iadeep_rollout) read ``kube_config_path``.
 - Connection ``iadeep_etcd`` (type ``generic``): host and port of an etcd client URL (loopback
   in development), optional extra ``prefix`` (default ``/iadeep``).
 - Variables: ``iadeep_dataset_dir`` (the dataset cache, exported over NFS), ``iadeep_runs_dir``
@@ -42,7 +45,8 @@ _VARIABLE_ENV = {"iadeep_dataset_dir": "IADEEP_CACHE_DIR", "iadeep_runs_dir": "I
 
 
 class ClusterRef(dict):
-    """``{"kubeconfig": path or None, "context": str or None, "namespace": str}`` (JSON for XCom)."""
+    """``{"kubeconfig": path or None, "context": str or None, "namespace": str, "conn_id": str}``
+    (JSON for XCom and triggers)."""
 
 
 def cluster_ref(conn_id: str = CLUSTER_CONN_ID) -> ClusterRef:
@@ -57,7 +61,7 @@ def cluster_ref(conn_id: str = CLUSTER_CONN_ID) -> ClusterRef:
     extra = conn.extra_dejson or {}
     get = lambda k: extra.get(k) or extra.get(f"extra__kubernetes__{k}")  # noqa: E731 - old provider prefix
     return ClusterRef(kubeconfig=get("kube_config_path") or None, context=get("cluster_context") or None,
-                      namespace=get("namespace") or DEFAULT_JOB_NAMESPACE)
+                      namespace=get("namespace") or DEFAULT_JOB_NAMESPACE, conn_id=conn_id)
 
 
 def etcd_ref(conn_id: str = ETCD_CONN_ID) -> dict[str, str]:
@@ -80,7 +84,25 @@ def variable_path(name: str, default: str) -> str:
     return str(Path(value).expanduser().resolve())
 
 
-def api_for(ref: dict[str, Any]) -> Any:
+def api_for(ref: dict[str, Any], *, hook: bool = True) -> Any:
+    """A ``kubernetes.client.ApiClient`` for a :class:`ClusterRef`.
+
+    Tasks build it with the cncf-kubernetes provider's ``KubernetesHook`` on the ref's Connection,
+    so every field of that Connection type works (``kube_config_path``, an inline ``kube_config``,
+    ``in_cluster``, ``cluster_context``, ``disable_verify_ssl``); the hook gets a Configuration of
+    its own (it would otherwise load the kubeconfig into the process-wide default). Triggers
+    (``hook=False``) and refs without ``conn_id`` use the ref's kubeconfig file (``None``:
+    in-cluster config).
+
+    Raises:
+        airflow.exceptions.AirflowException: the Connection combines exclusive options.
+        kubernetes.config.ConfigException: the kubeconfig is missing or malformed.
+    """
+    if hook and ref.get("conn_id"):
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+        from kubernetes import client
+
+        return KubernetesHook(conn_id=ref["conn_id"], client_configuration=client.Configuration()).get_conn()
     from iadeep.orchestration._kube import api_client
 
     return api_client(ref.get("kubeconfig"), ref.get("context"))
@@ -146,7 +168,7 @@ class JobsFinishedTrigger(BaseTrigger):
     def _states(self) -> dict[str, str]:
         from iadeep.orchestration._submit import job_states
 
-        api = api_for(self.cluster)
+        api = api_for(self.cluster, hook=False)  # in the triggerer: no Connection lookups from its threads
         try:
             return job_states(api, self.cluster["namespace"], self.run_label)
         finally:

@@ -71,3 +71,35 @@ def test_rollout_renders_only_the_chosen_components_with_the_tag() -> None:
     assert any(d["kind"] == "ConfigMap" and d["metadata"]["name"] == "iadeep-scheduler-config" for d in ext)
     with pytest.raises(ValueError, match="unknown components"):
         render(["scheduler-of-doom"])
+
+
+def test_tasks_reach_the_cluster_through_the_providers_hook_with_every_connection_field(monkeypatch, tmp_path) -> None:
+    """``api_for`` builds the client with the cncf-kubernetes provider's ``KubernetesHook``: the
+    Connection's context and inline ``kube_config`` (which the kubeconfig-file path cannot read)
+    are honoured, and the process-wide default configuration is left alone."""
+    import json
+
+    import yaml
+    from kubernetes import client
+
+    from iadeep.orchestration._airflow import api_for, cluster_ref
+
+    def kubeconfig(current: str) -> dict:
+        return {"apiVersion": "v1", "kind": "Config", "current-context": current,
+                "clusters": [{"name": n, "cluster": {"server": f"https://127.0.0.{i}:64{i}3"}} for i, n in ((1, "a"), (2, "b"))],
+                "users": [{"name": "u", "user": {"token": "test-token"}}],
+                "contexts": [{"name": f"c{n}", "context": {"cluster": n, "user": "u"}} for n in ("a", "b")]}
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig("ca")))
+    before = client.Configuration.get_default_copy().host
+    monkeypatch.setenv("AIRFLOW_CONN_IADEEP_CLUSTER", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(path), "cluster_context": "cb", "namespace": "ns1"}}))
+    ref = cluster_ref()
+    assert ref == {"kubeconfig": str(path), "context": "cb", "namespace": "ns1", "conn_id": "iadeep_cluster"}
+    assert api_for(ref).configuration.host == "https://127.0.0.2:6423"  # the Connection's context, not current-context
+    assert api_for(ref, hook=False).configuration.host == "https://127.0.0.2:6423"  # the triggers' path agrees
+    monkeypatch.setenv("AIRFLOW_CONN_IADEEP_CLUSTER", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeconfig("ca"))}}))
+    assert api_for(cluster_ref()).configuration.host == "https://127.0.0.1:6413"
+    assert client.Configuration.get_default_copy().host == before
