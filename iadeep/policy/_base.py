@@ -25,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 
 from iadeep.interference import InterferenceModel
-from iadeep.policy._rows import row_any, row_count
+from iadeep.policy._rows import row_any
 from iadeep.policy._types import (
     ClusterView,
     FilterResult,
@@ -78,12 +78,11 @@ class Policy(ABC):
         Returns:
             ``(mask, reason)``: bool array ``(G,)`` and reason codes ``(G,)`` (see :data:`REASONS`).
         """
-        slots = view.slots
-        occupied = slots >= 0
-        njobs = row_count(occupied)
+        occupied = view.occupied
+        njobs = view.njobs
         if int((njobs < self.limit).sum()) < job.num_gpus:  # fast path: not enough open slots at all
             return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
-        occ_types = view.job_type[np.maximum(slots, 0)]  # (G, S); meaningful where occupied
+        occ_types = view.slot_types  # (G, S); meaningful where occupied
         t = job.type_id
         pair_bad = row_any(occupied & ~self.model.fits[t][occ_types])
         mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9

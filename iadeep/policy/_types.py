@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
-from iadeep.policy._rows import row_count
+from iadeep.policy._rows import row_count, row_max
 
 __all__ = [
     "ClusterView",
@@ -91,10 +92,10 @@ class ClusterView:
         slots = self.slots
         if slots.ndim != 2 or slots.shape[0] != self.gpu_node.shape[0]:
             raise ValueError(f"slots must have shape (G, S) with G = {self.gpu_node.shape[0]}, got {slots.shape}")
-        for s in range(1, slots.shape[1]):
-            gap = (slots[:, s] >= 0) & (slots[:, s - 1] < 0)
+        if slots.shape[1] > 1:
+            gap = (slots[:, 1:] >= 0) & (slots[:, :-1] < 0)  # (G, S-1): slot s occupied, s-1 empty
             if gap.any():
-                g = int(np.flatnonzero(gap)[0])
+                g, s = (int(x) + d for x, d in zip(np.argwhere(gap)[0], (0, 1)))
                 raise ValueError(f"slot contract broken on GPU {g}: slot {s} is occupied but slot {s - 1} is empty "
                                  f"(occupied slots must come first, in placement order)")
 
@@ -115,9 +116,37 @@ class ClusterView:
         """Number of GPUs ``G``."""
         return int(self.gpu_node.shape[0])
 
+    # Derived per-GPU arrays, computed once per view (a view is immutable: drivers build a new one
+    # when anything changes) because every policy call of a scheduling pass needs them.
+    @cached_property
+    def occupied(self) -> np.ndarray:
+        """``slots >= 0``, shape ``(G, S)``, read-only."""
+        return _frozen(self.slots >= 0)
+
+    @cached_property
+    def njobs(self) -> np.ndarray:
+        """Jobs on each GPU, shape ``(G,)``, read-only."""
+        return _frozen(row_count(self.occupied))
+
+    @cached_property
+    def slot_types(self) -> np.ndarray:
+        """Current job type in each slot, shape ``(G, S)``; meaningful only where :attr:`occupied`."""
+        return _frozen(self.job_type[np.maximum(self.slots, 0)])
+
+    @cached_property
+    def gpu_free_in_s(self) -> np.ndarray:
+        """Seconds until each GPU is free at current rates (its last occupant's remaining work
+        over its rate, the rate floored at 1e-6), 0 for an idle GPU, shape ``(G,)``."""
+        occupied = self.occupied
+        if self.slots.shape[1] == 0:
+            return _frozen(np.zeros(self.n_gpus))
+        handles = np.where(occupied, self.slots, 0)
+        rate = np.maximum(self.job_rate[handles], 1e-6)
+        return _frozen(row_max(np.where(occupied, self.remaining_s(handles) / rate, 0.0)))
+
     def gpu_njobs(self) -> np.ndarray:
         """Jobs on each GPU, shape ``(G,)``."""
-        return row_count(self.slots >= 0)
+        return self.njobs
 
     def remaining_s(self, handles: np.ndarray) -> np.ndarray:
         """Remaining work at dedicated speed (s) of ``handles`` at ``now_s``, same shape."""
@@ -260,3 +289,8 @@ def fits_when_empty(job: JobRequest, view: ClusterView) -> np.ndarray:
 #: simulator injects a noisy model; the live coordinator injects one that sets batch sizes and
 #: reads the throughput the jobs report.
 Measure = Callable[[Mapping[int, int]], Mapping[int, float]]
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a

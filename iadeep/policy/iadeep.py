@@ -59,7 +59,7 @@ import numpy as np
 from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
 from iadeep.policy._base import Policy, _wait_reason, choose_gpus
 from iadeep.policy._registry import register
-from iadeep.policy._rows import row_any, row_count, row_max, row_prod
+from iadeep.policy._rows import row_prod
 from iadeep.policy._tuning import BatchSizeTuner
 from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait, fits_when_empty
 
@@ -137,32 +137,26 @@ class IADeep(Policy):
     def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
         """1 for a free GPU; for a shared one half the predicted pair sum (in [0, 1])."""
         util = np.ones(view.n_gpus)
-        slots = view.slots
-        occupied = slots >= 0
-        occ_types = np.where(occupied, view.job_type[np.maximum(slots, 0)], 0)
+        occupied = view.occupied
+        occ_types = np.where(occupied, view.slot_types, 0)
         pred = self.predicted()
         a = row_prod(np.where(occupied, pred[job.type_id, occ_types], 1.0))
         b = row_prod(np.where(occupied, pred[occ_types, job.type_id], 1.0))
-        shared = row_any(occupied)
+        shared = view.njobs > 0
         util[shared] = 0.5 * (a[shared] + b[shared]) * 0.9  # a free GPU always ranks above sharing
         return util
 
     def expected_wait_s(self, job: JobRequest, view: ClusterView, n_free: int) -> float:
         """Expected time until ``job`` could start alone (s): GPUs free up in order of remaining time."""
-        occupied = view.slots >= 0
-        busy = np.flatnonzero(row_any(occupied))
-        if len(busy) == 0:
+        left = view.gpu_free_in_s[view.njobs > 0]
+        if len(left) == 0:
             return 0.0
-        handles = np.where(occupied[busy], view.slots[busy], 0)
-        rate = np.maximum(view.job_rate[handles], 1e-6)
-        left = row_max(np.where(occupied[busy], view.remaining_s(handles) / rate, 0.0))
         need = max(job.num_gpus - n_free, 1) + job.gpus_ahead
         return float(np.partition(left, min(need, len(left)) - 1)[min(need, len(left)) - 1])
 
     def _place(self, job: JobRequest, view: ClusterView, mask: np.ndarray, reason: np.ndarray) -> Placement | Wait:
         """Free GPUs first; otherwise co-locate only where it beats waiting (module docstring)."""
-        occupied = view.slots >= 0
-        njobs = row_count(occupied)
+        njobs = view.njobs
         free = mask & (njobs == 0)
         n_free = int(free.sum())
         k = job.num_gpus
@@ -170,7 +164,7 @@ class IADeep(Policy):
             return Placement(job.job_id, choose_gpus(k, free, np.ones(view.n_gpus), view), "free GPU")
         shared = np.flatnonzero(mask & (njobs > 0))
         if n_free + len(shared) < k:
-            return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)))
+            return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)), None)
         pred = self.predicted()
         first = view.slots[shared, 0]  # the occupant of each shareable GPU (slot contract of ClusterView)
         occ_t = view.job_type[first]
@@ -202,7 +196,7 @@ class IADeep(Policy):
             gain = -float(delta[order].sum())
             if gain <= 0:
                 return self._preempt_or_wait(job, view, free, Wait(
-                    job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU"))
+                    job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU"), wait)
             reason = f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s"
         best = shared[order]
         chosen = np.zeros(view.n_gpus, dtype=bool)
@@ -211,20 +205,21 @@ class IADeep(Policy):
         gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view)
         return Placement(job.job_id, gpus, reason)
 
-    def _preempt_or_wait(self, job: JobRequest, view: ClusterView, free: np.ndarray, wait: Wait) -> Placement | Wait:
-        """Head-of-line preemption (module docstring), else ``wait``."""
+    def _preempt_or_wait(self, job: JobRequest, view: ClusterView, free: np.ndarray, wait: Wait,
+                         wait_s: float | None) -> Placement | Wait:
+        """Head-of-line preemption (module docstring), else ``wait`` (``wait_s``: the expected wait
+        when the caller has it already)."""
         if not self.preempt or job.gpus_ahead or job.jobs_behind <= 0:
             return wait
         slots = view.slots
-        occupied = slots >= 0
-        njobs = row_count(occupied)
+        njobs = view.njobs
         alone = np.flatnonzero(njobs == 1)
         if len(alone) == 0:
             return wait
         n_free = int(free.sum())
         run_s = job.remaining_s  # the head at dedicated speed on free GPUs
         c = self.checkpoint_cost_s
-        w = self.expected_wait_s(job, view, n_free)
+        w = self.expected_wait_s(job, view, n_free) if wait_s is None else wait_s
         # the jobs behind that could start once the head is out of the way: as many as there are
         # GPUs with room for one more job (the same notion of "blocked" as the placement rule)
         b = min(job.jobs_behind, int(((njobs > 0) & (njobs < self.limit)).sum()))
