@@ -206,21 +206,24 @@ def prepare_local_rollout(out: Path, *, kubeconfig: str | Path, etcd_endpoints: 
 
 
 def label_real_nodes(api: Any) -> list[str]:
-    """Label the local cluster's real nodes as GPU nodes (``iadeep.io/gpu-node=true``): the device
-    plugin's DaemonSet runs only there, and it is what gives them (emulated) GPUs.
+    """Label the local cluster's Ready real nodes as GPU nodes (``iadeep.io/gpu-node=true``): the
+    device plugin's DaemonSet runs only there, and it is what gives them (emulated) GPUs. A real
+    node that is gone (its Node object left NotReady) is not labelled: the DaemonSets would wait
+    for a pod there forever.
 
     Returns:
         the labelled nodes' names.
 
     Raises:
-        RuntimeError: the cluster has no node labelled ``iadeep.io/real-node=true``.
+        RuntimeError: the cluster has no Ready node labelled ``iadeep.io/real-node=true``.
     """
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    names = [n.metadata.name for n in core.list_node(label_selector=f"{REAL_NODE_LABEL}=true").items]
+    names = [n.metadata.name for n in core.list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
+             if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
     if not names:
-        raise RuntimeError(f"no node labelled {REAL_NODE_LABEL}=true: start one (`iadeep dev node up` or "
+        raise RuntimeError(f"no Ready node labelled {REAL_NODE_LABEL}=true: start one (`iadeep dev node up` or "
                            "`iadeep dev cluster up --real-node`)")
     for name in names:
         core.patch_node(name, {"metadata": {"labels": {GPU_NODE_LABEL: "true"}}})
