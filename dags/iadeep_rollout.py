@@ -7,7 +7,12 @@
 - ``render``: ``k8s/extender`` and ``k8s/node`` through ``kubectl kustomize``, keeping the chosen
   ``components`` (extender = extender + the ``iadeep-scheduler`` profile; deviceplugin,
   coordinator, tuner) with image ``image:tag``; written to ``manifests.yaml`` in the runs folder.
-- ``apply``: ``kubectl apply --server-side`` (idempotent) with the ``iadeep_cluster`` Connection's kubeconfig.
+  With ``local``: ``k8s/local`` instead (the local cluster's real node: local images, emulated
+  GPUs, host network), with the ports and addresses the cluster gives at run time (the API server
+  from the ``iadeep_cluster`` kubeconfig, etcd from the ``iadeep_etcd`` Connection, a free loopback
+  port per service, Gavel's measurements from the dataset folder) written over it.
+- ``apply``: ``kubectl apply --server-side`` (idempotent) with the ``iadeep_cluster`` Connection's kubeconfig;
+  with ``local``, the real node is labelled a GPU node first (the device plugin's DaemonSet selects it).
 - ``wait_ready``: every Deployment/DaemonSet rolled out (all replicas updated and ready) or fail
   after ``timeout_s`` naming what is not ready.
 
@@ -31,6 +36,8 @@ from airflow.sdk import Param, dag, task
          "scheduler_image": Param(None, type=["null", "string"],
                                   description="kube-scheduler image of iadeep-scheduler; null = as committed."),
          "timeout_s": Param(300, type="number", exclusiveMinimum=0, description="Readiness deadline (s)."),
+         "local": Param(False, type="boolean",
+                        description="Onto the local cluster's real node (k8s/local with the cluster's own ports; image/tag unused)."),
      }, default_args={"retries": 1})
 def iadeep_rollout() -> None:
     """Render, apply and wait (see the module docstring)."""
@@ -45,22 +52,39 @@ def iadeep_rollout() -> None:
         from iadeep.orchestration import render as render_docs
         from iadeep.orchestration._airflow import variable_path
 
-        docs = render_docs(list(params["components"]), image=params["image"], tag=params["tag"],
-                           scheduler_image=params["scheduler_image"])
         out = Path(variable_path("iadeep_runs_dir", "runs")) / "rollout" / re.sub(r"[^A-Za-z0-9_.-]", "_", run_id or "manual")
         out.mkdir(parents=True, exist_ok=True)
+        kustomization = None
+        if params["local"]:
+            from iadeep.datasets import fetch
+            from iadeep.orchestration import prepare_local_rollout
+            from iadeep.orchestration._airflow import cluster_ref, etcd_ref
+
+            gavel = fetch("gavel-throughputs", progress=False, cache_dir=variable_path("iadeep_dataset_dir", "cache"))
+            etcd = etcd_ref()
+            _, kustomization = prepare_local_rollout(out, kubeconfig=cluster_ref()["kubeconfig"], etcd_endpoints=etcd["endpoint"],
+                                                     etcd_prefix=etcd["prefix"], throughputs_file=gavel / "simulation_throughputs.json")
+        docs = render_docs(list(params["components"]), image=params["image"], tag=params["tag"],
+                           scheduler_image=params["scheduler_image"], kustomization=kustomization)
         (out / "manifests.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
         return str(out / "manifests.yaml")
 
     @task
-    def apply(manifests: str) -> list[str]:
+    def apply(manifests: str, params: dict[str, Any] | None = None) -> list[str]:
         from pathlib import Path
 
         import yaml
 
         from iadeep.orchestration import apply as kubectl_apply
-        from iadeep.orchestration._airflow import cluster_ref
+        from iadeep.orchestration import label_real_nodes
+        from iadeep.orchestration._airflow import api_for, cluster_ref
 
+        if params["local"]:
+            api = api_for(cluster_ref())
+            try:
+                label_real_nodes(api)
+            finally:
+                api.close()
         return kubectl_apply(list(yaml.safe_load_all(Path(manifests).read_text())), kubeconfig=cluster_ref()["kubeconfig"])
 
     @task

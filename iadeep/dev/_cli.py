@@ -314,11 +314,11 @@ def node_down_command(name: NameOpt = "default") -> None:
 
 @app.command("deploy")
 def deploy_command(name: NameOpt = "default") -> None:
-    """Deploy k8s/local (extender + iadeep-scheduler, local images) onto cluster NAME's real node."""
+    """Deploy every component (k8s/local: extender + iadeep-scheduler, device plugin, coordinator,
+    tuner; local images, emulated GPUs) onto cluster NAME's real node and wait until it is ready."""
     from iadeep.datasets import fetch
     from iadeep.dev._binaries import find_binaries
-    from iadeep._host._net import free_port
-    from iadeep.dev._deploy import LocalDeployment, deploy_local, find_kubectl, prepare_throughputs
+    from iadeep.dev._deploy import deploy_local, find_kubectl, local_scheduler_tag
     from iadeep.dev._images import kube_scheduler_image
     from iadeep.dev._node import Node
 
@@ -334,21 +334,18 @@ def deploy_command(name: NameOpt = "default") -> None:
     try:
         find_kubectl()
         archive = node.paths.images / "kube-scheduler.tar"
-        version = os.environ.get("IADEEP_KUBE_SCHEDULER_VERSION", "v1.36.3")
-        kube_scheduler_image(find_binaries().kube_scheduler, version, archive)
+        kube_scheduler_image(find_binaries().kube_scheduler, local_scheduler_tag(), archive)
         _import_images(node)
         node.import_images([archive])
         gavel = fetch("gavel-throughputs", progress=False) / "simulation_throughputs.json"
-        d = LocalDeployment(
-            apiserver_port=int(state["ports"]["kube-apiserver"]),
-            etcd_endpoints=f"http://127.0.0.1:{state['ports']['etcd']}",
-            extender_port=free_port(),
-            scheduler_port=free_port(),
-            throughputs_dir=prepare_throughputs(gavel, node.paths.root),
-        )
-        result = deploy_local(d, kubectl=find_kubectl(), kubeconfig=Path(state["kubeconfig"]), workdir=node.paths.root)
+        result = deploy_local(kubeconfig=Path(state["kubeconfig"]), etcd_endpoints=f"http://127.0.0.1:{state['ports']['etcd']}",
+                              throughputs_file=gavel, workdir=node.paths.root)
     except ControlPlaneError as exc:
         raise _fail(str(exc)) from None
     for line in result["applied"]:
         _out.print(line)
-    _out.print(f"extender: {d.extender_url} (readyz: http://127.0.0.1:{d.extender_port}/readyz); rendered in {result['dir']}")
+    for workload, status in result["ready"].items():
+        _out.print(f"{workload}: {status}")
+    cluster = result["cluster"]
+    _out.print(f"extender: {cluster.url('extender', '/iadeep')} (readyz: {cluster.url('extender', '/readyz')}); "
+               f"rendered in {result['dir']}")

@@ -1,7 +1,9 @@
 """Orchestration steps behind the Airflow DAGs in ``dags/`` (each DAG task is a thin call into these).
 
 - cluster setup (:func:`ensure_namespace`, :func:`label_gpu_nodes`, :func:`apply_scheduler_profile`);
-- rollout of the components from ``k8s/`` (:func:`render`, :func:`apply`, :func:`wait_ready`);
+- rollout of the components from ``k8s/`` (:func:`render`, :func:`apply`, :func:`wait_ready`), onto a
+  local cluster's real node through ``k8s/local`` and the cluster's own values
+  (:func:`prepare_local_rollout`, :class:`LocalCluster`, :func:`label_real_nodes`);
 - the dataset folder over NFS (:class:`NfsExport`, :func:`ganesha_config`, :func:`apply_volume`,
   :func:`check_export`);
 - trace submission as Jobs (:func:`plan_submissions`, :func:`submit_due`, :func:`job_states`,
@@ -13,12 +15,14 @@ imported by the DAGs only.
 """
 
 from iadeep.orchestration._kube import GPU_NODE_LABEL, SCHEDULER_CONFIGMAP, api_client, apply_scheduler_profile, ensure_namespace, label_gpu_nodes
+from iadeep.orchestration._local import (LocalCluster, label_real_nodes, prepare_local_rollout, stage_throughputs,
+                                        write_local_overlay)
 from iadeep.orchestration._nfs import NfsExport, apply_volume, check_export, ganesha_config, volume_manifests
 from iadeep.orchestration._regression import RegressionSpec, compare, load_baseline, record
 from iadeep.orchestration._rollout import COMPONENTS, apply, render, wait_ready
 from iadeep.orchestration._submit import collect_jobs, job_name, job_states, plan_submissions, plan_trace, submit_due
 
-__all__ = ["COMPONENTS", "GPU_NODE_LABEL", "SCHEDULER_CONFIGMAP", "NfsExport", "RegressionSpec", "api_client", "apply",
+__all__ = ["COMPONENTS", "GPU_NODE_LABEL", "SCHEDULER_CONFIGMAP", "LocalCluster", "NfsExport", "RegressionSpec", "api_client", "apply",
            "apply_scheduler_profile", "apply_volume", "check_export", "collect_jobs", "compare", "ensure_namespace",
-           "ganesha_config", "job_name", "job_states", "label_gpu_nodes", "load_baseline", "plan_submissions", "plan_trace", "record",
-           "render", "submit_due", "volume_manifests", "wait_ready"]
+           "ganesha_config", "job_name", "job_states", "label_gpu_nodes", "label_real_nodes", "load_baseline", "plan_submissions", "plan_trace", "prepare_local_rollout", "record",
+           "render", "stage_throughputs", "submit_due", "volume_manifests", "wait_ready", "write_local_overlay"]

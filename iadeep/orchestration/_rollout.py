@@ -32,11 +32,16 @@ WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet")
 
 
 def render(components: list[str], *, image: str = IMAGE, tag: str = "0.1.0", scheduler_image: str | None = None,
-           kubectl: str = "kubectl", k8s_dir: Path | None = None) -> list[dict[str, Any]]:
+           kubectl: str = "kubectl", k8s_dir: Path | None = None,
+           kustomization: str | Path | None = None) -> list[dict[str, Any]]:
     """The objects of ``components`` with the middleware image ``image:tag``.
 
     Args:
         scheduler_image: the ``iadeep-scheduler`` pod's kube-scheduler image (``None``: as committed).
+        kustomization: one kustomization holding every component (an overlay such as the one
+            :func:`iadeep.orchestration.write_local_overlay` writes); ``None``: ``k8s/extender``
+            and ``k8s/node``. Containers whose image is not ``ghcr.io/iadeep/iadeep`` (an
+            overlay's own images) keep it.
 
     Raises:
         ValueError: an unknown component (the message lists the known ones).
@@ -47,11 +52,13 @@ def render(components: list[str], *, image: str = IMAGE, tag: str = "0.1.0", sch
         raise ValueError(f"unknown components {bad or '(none given)'}; known: {', '.join(COMPONENTS)}")
     base = k8s_dir or REPO / "k8s"
     docs: list[dict[str, Any]] = []
-    for kust in dict.fromkeys(COMPONENTS[c][0] for c in components):
-        res = subprocess.run([kubectl, "kustomize", str(base / kust)], capture_output=True, text=True, timeout=60, check=False)
+    dirs = {Path(kustomization): components} if kustomization else {
+        base / k: [c for c in components if COMPONENTS[c][0] == k] for k in dict.fromkeys(COMPONENTS[c][0] for c in components)}
+    for path, chosen in dirs.items():
+        res = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60, check=False)
         if res.returncode != 0:
-            raise RuntimeError(f"kubectl kustomize {base / kust}: {res.stderr.strip()}")
-        wanted = {n for c in components if COMPONENTS[c][0] == kust for n in COMPONENTS[c][1]}
+            raise RuntimeError(f"kubectl kustomize {path}: {res.stderr.strip()}")
+        wanted = {n for c in chosen for n in COMPONENTS[c][1]}
         for doc in yaml.safe_load_all(res.stdout):
             if not doc:
                 continue
@@ -87,6 +94,11 @@ def apply(docs: list[dict[str, Any]], *, kubeconfig: str | None, kubectl: str = 
 def wait_ready(api: Any, docs: list[dict[str, Any]], timeout_s: float = 300.0) -> dict[str, str]:
     """Until every workload in ``docs`` has all replicas updated and ready.
 
+    A workload counts only once its controller has seen its current spec (``status.observedGeneration``
+    at ``metadata.generation``): right after an apply the status is still empty or the old one's,
+    and would read as "0 of 0 ready". Deployments and StatefulSets want ``spec.replicas``; a
+    DaemonSet wants one pod per node it selects (none selected counts as ready).
+
     Returns:
         ``{"Kind/namespace/name": "ready"}``.
 
@@ -104,16 +116,21 @@ def wait_ready(api: Any, docs: list[dict[str, Any]], timeout_s: float = 300.0) -
     deadline = time.monotonic() + timeout_s
     while pending:
         for kind, ns, name in sorted(pending):
-            s = read[kind](name, ns).status
+            obj = read[kind](name, ns)
+            s, key = obj.status, f"{kind}/{ns}/{name}"
+            if (s.observed_generation or 0) < (obj.metadata.generation or 1):
+                status[key] = "not observed by its controller yet"
+                continue
             if kind == "DaemonSet":
                 want, ready, updated = s.desired_number_scheduled or 0, s.number_ready or 0, s.updated_number_scheduled or 0
+                total = s.current_number_scheduled or 0
             else:
-                want = s.replicas or 0
-                ready, updated = s.ready_replicas or 0, s.updated_replicas or 0
-            status[f"{kind}/{ns}/{name}"] = f"{ready}/{want} ready"
-            if ready >= want and updated >= want:
+                want = 1 if obj.spec.replicas is None else obj.spec.replicas
+                ready, updated, total = s.ready_replicas or 0, s.updated_replicas or 0, s.replicas or 0
+            status[key] = f"{ready}/{want} ready, {updated}/{want} updated"
+            if ready >= want and updated >= want and total <= want:
                 pending.discard((kind, ns, name))
-                status[f"{kind}/{ns}/{name}"] = "ready"
+                status[key] = "ready"
         if pending and time.monotonic() > deadline:
             raise TimeoutError(f"not ready after {timeout_s:.0f}s: " + ", ".join(f"{k}: {v}" for k, v in status.items() if v != "ready"))
         if pending:

@@ -151,6 +151,10 @@ def test_teardown_leaves_no_process_mount_or_cgroup(
     assert not cgroup_pids(cgroup) and not mounts_under(workdir)
     assert str(KUBELET_DEVICE_PLUGINS) not in _host_mount_points()  # bound only in the node's namespace
     assert not processes_mentioning(f"-id {cgroup}")
+    # Its Node object goes too (stop() deletes it; after a SIGKILL nobody did): the session's later
+    # modules roll DaemonSets out onto the real nodes.
+    if how == "sigkill":
+        core.delete_node(name)
 
 
 def _host_mount_points() -> set[str]:

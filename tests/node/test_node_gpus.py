@@ -1,56 +1,42 @@
-"""GPUs on the real node: the device plugin runs as a pod from its image (emulated GPUs, chosen
-explicitly: this machine has none) and registers with the real kubelet; kube-scheduler's
-``iadeep-scheduler`` profile sends GPU pods through our extender (also a pod from its image) onto
-the real node; the kubelet calls the plugin's GetPreferredAllocation/Allocate and starts the
-containers with the GPU the extender chose in their environment. Every component here is the
-real one (kubelet, containerd, runc, kube-scheduler, apiserver, etcd, our images); only the GPUs
-are emulated, so nothing checks that CUDA sees the UUID.
-
-The services use the least-privilege RBAC of ``k8s/extender/rbac.yaml`` and
-``k8s/node/rbac.yaml`` (copied to this module's namespace)."""
+"""GPUs on the real node, with the middleware rolled out as a user rolls it out: the k8s/
+kustomizations through ``k8s/local`` (the values only the cluster knows written over it at rollout
+time) rendered, applied and waited for by the code of the ``iadeep_rollout`` DAG
+(:mod:`iadeep.orchestration`). The extender and ``iadeep-scheduler`` (a second kube-scheduler with
+the shipped profile), the device plugin and coordinator DaemonSets and the tuner then run as pods
+of their images on the real node; the device plugin (emulated GPUs, chosen by ``k8s/local``: this
+machine has none) registers with the real kubelet; ``iadeep-scheduler`` sends GPU pods through the
+extender onto the real node; the kubelet calls the plugin's GetPreferredAllocation/Allocate and
+starts the containers with the GPU the extender chose in their environment. Every component here is
+the real one (kubelet, containerd, runc, kube-scheduler, apiserver, etcd, our images); only the
+GPUs are emulated, so nothing checks that CUDA sees the UUID."""
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
-from kubernetes import client, utils
-from node_support import host_pod, pod_log, rbac_for, wait_phase
+from kubernetes import client
+from node_support import host_pod, pod_log, wait_phase
 
-from iadeep.dev import ControlPlane, Node, service_image
-from iadeep.dev._deploy import prepare_throughputs
-from iadeep.dev._node import KUBELET_DEVICE_PLUGINS
+from iadeep.dev import ControlPlane, Node
+from iadeep.dev._binaries import Binaries
+from iadeep.dev._images import kube_scheduler_image
+from iadeep.orchestration import COMPONENTS, LocalCluster, apply, label_real_nodes, prepare_local_rollout, render, wait_ready
 from iadeep.state import EtcdStateStore, StateSettings
-from iadeep.testing import free_port, wait_for
+from iadeep.testing import wait_for
 
 pytestmark = pytest.mark.slow
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
+SYSTEM = "iadeep-system"
 GPU_MEM, GPU_COUNT = "iadeep.io/gpu-mem", "iadeep.io/gpu-count"
-GPUS, GPU_GIB = 2, 16
 ANN_INDEX, ANN_UUID, ANN_PHASE = "iadeep.io/gpu-index", "iadeep.io/gpu-uuid", "iadeep.io/bind-phase"
-
-
-def _service_pod(name: str, service: str, account: str, env: dict[str, str], mounts: list[tuple[str, Path, str]]) -> dict:
-    """A hostNetwork pod of a service's image (its own entry point), reaching the API server on
-    127.0.0.1 with its service account; ``mounts``: (name, host path, container path)."""
-    pod = host_pod(name, service_image(service), [])
-    pod["spec"]["restartPolicy"] = "Always"
-    pod["spec"]["serviceAccountName"] = account
-    c = pod["spec"]["containers"][0]
-    del c["command"]
-    c["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    if service == "deviceplugin":  # as the DaemonSet: the node's name from the downward API
-        c["env"].append({"name": "IADEEP_DEVICEPLUGIN_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    c["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}] + [{"name": n, "mountPath": p} for n, _, p in mounts]
-    pod["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}] + [
-        {"name": n, "hostPath": {"path": str(h), "type": "Directory"}} for n, h, _ in mounts
-    ]
-    return pod
 
 
 def _gpu_pod(name: str, image: str, mem_gib: int) -> dict:
@@ -77,11 +63,41 @@ def _tail_log(core: Any, namespace: str, name: str) -> str:
         return f"<no log: {exc.reason}>"
 
 
-class Stack:
-    """What the module's fixture started: namespace, the store the services share, the pods."""
+def _get(url: str) -> tuple[int, str]:
+    try:
+        resp = httpx.get(url, timeout=10, trust_env=False)  # a loopback URL: never through a proxy
+        return resp.status_code, resp.text
+    except httpx.HTTPError as exc:
+        return -1, repr(exc)
 
-    def __init__(self, namespace: str, store: EtcdStateStore, core: Any, busybox: str) -> None:
+
+def _kubectl_delete(docs: list[dict], kubeconfig: Path) -> None:
+    subprocess.run(["kubectl", f"--kubeconfig={kubeconfig}", "delete", "--ignore-not-found", "--wait=false", "-f", "-"],
+                   input=yaml.safe_dump_all(docs), capture_output=True, text=True, timeout=120, check=False)
+
+
+class Stack:
+    """What the module's rollout started: the rendered objects, the cluster's values, the store the
+    services share, a namespace for the GPU pods."""
+
+    def __init__(self, namespace: str, store: EtcdStateStore, core: Any, busybox: str, cluster: LocalCluster,
+                 docs: list[dict], ready: dict[str, str]) -> None:
         self.namespace, self.store, self.core, self.busybox = namespace, store, core, busybox
+        self.cluster, self.docs, self.ready = cluster, docs, ready
+
+    @property
+    def node_env(self) -> dict[str, str]:
+        """The ``iadeep-node`` ConfigMap as rendered (the services' configuration)."""
+        return next(d["data"] for d in self.docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "iadeep-node")
+
+    @property
+    def gpus(self) -> tuple[int, int]:
+        """(emulated GPUs, GiB each) the device plugin was configured with."""
+        env = self.node_env
+        return int(env["IADEEP_DEVICEPLUGIN_EMULATED__COUNT"]), int(env["IADEEP_DEVICEPLUGIN_EMULATED__MEM_GIB"])
+
+    def pods(self, app: str) -> list[Any]:
+        return self.core.list_namespaced_pod(SYSTEM, label_selector=f"app.kubernetes.io/name={app}").items
 
     def run_gpu_pods(self, names: list[str], mem_gib: int) -> dict[str, tuple[Any, dict[str, str]]]:
         """Create the pods at once; wait until each Succeeded; (pod, its printed environment) by name."""
@@ -96,71 +112,71 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(control_plane: ControlPlane, real_node: Node, images: list[str], k8s_client,
-          throughputs_path: Path) -> Iterator[Stack]:
-    """Extender + device plugin as pods on the real node, kube-scheduler with the shipped
-    two-profile configuration pointed at the extender; all removed afterwards."""
+def stack(control_plane: ControlPlane, real_node: Node, images: list[str], k8s_client, throughputs_path: Path,
+          controlplane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One rollout of every component (``k8s/local`` over k8s/extender and k8s/node) onto the real
+    node, as the ``iadeep_rollout`` DAG does it with ``local``; everything it created is removed after."""
     core = client.CoreV1Api(k8s_client)
-    rbac = client.RbacAuthorizationV1Api(k8s_client)
+    tmp = tmp_path_factory.mktemp("rollout")
+    # iadeep-scheduler's image (no registry here): the cluster's own kube-scheduler, at the tag k8s/local names.
+    (sched,) = [i for i in yaml.safe_load((K8S / "local" / "kustomization.yaml").read_text())["images"]
+                if i["name"].endswith("/kube-scheduler")]
+    kube_scheduler_image(controlplane_binaries.kube_scheduler, sched["newTag"], tmp / "kube-scheduler.tar")
+    real_node.import_images([tmp / "kube-scheduler.tar"])
     ns = f"gpu-{uuid.uuid4().hex[:8]}"
     control_plane.create_namespace(ns)
-    objects: list[dict] = []
-    for manifest in (K8S / "extender" / "rbac.yaml", K8S / "node" / "rbac.yaml"):
-        docs, _ = rbac_for(manifest, ns, f"-{ns}")
-        objects += docs
-    utils.create_from_yaml(k8s_client, yaml_objects=objects)
     etcd = StateSettings(endpoints=[f"http://127.0.0.1:{control_plane.ports['etcd']}"], prefix=f"/t-{ns}")
-    api = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(control_plane.ports["kube-apiserver"]),
-           "IADEEP_ETCD_ENDPOINTS": etcd.endpoints[0], "IADEEP_ETCD_PREFIX": etcd.prefix}
-    ext_port = free_port()
-    data = prepare_throughputs(throughputs_path, real_node.paths.root)
-    core.create_namespaced_pod(ns, _service_pod("extender", "extender", "iadeep-extender", {
-        **api, "IADEEP_EXTENDER_HOST": "127.0.0.1", "IADEEP_EXTENDER_PORT": str(ext_port),
-        "IADEEP_EXTENDER_KUBE__IN_CLUSTER": "true", "IADEEP_EXTENDER_THROUGHPUTS_FILE": "/data/simulation_throughputs.json",
-    }, [("data", data, "/data")]))
-    core.create_namespaced_pod(ns, _service_pod("deviceplugin", "deviceplugin", "iadeep-deviceplugin", {
-        **api, "IADEEP_DEVICEPLUGIN_BACKEND": "emulated", "IADEEP_DEVICEPLUGIN_EMULATED__COUNT": str(GPUS),
-        "IADEEP_DEVICEPLUGIN_EMULATED__MEM_GIB": str(GPU_GIB), "IADEEP_DEVICEPLUGIN_KUBE__IN_CLUSTER": "true",
-        "IADEEP_DEVICEPLUGIN_HOST": "127.0.0.1", "IADEEP_DEVICEPLUGIN_PORT": str(free_port()),
-        "IADEEP_DEVICEPLUGIN_SOCKET_DIR": "/var/lib/kubelet/device-plugins", "IADEEP_DEVICEPLUGIN_POLL_S": "0.5",
-    }, [("device-plugins", KUBELET_DEVICE_PLUGINS, "/var/lib/kubelet/device-plugins")]))
-    config = yaml.safe_load((K8S / "extender" / "kube-scheduler-config.control-plane.yaml").read_text())
-    for ext in config["extenders"]:
-        ext["urlPrefix"] = f"http://127.0.0.1:{ext_port}/iadeep"
-    control_plane.restart_scheduler(config)
+    # The DAG's steps with local=true: render (+ the local overlay), apply (+ the real node labelled a
+    # GPU node), wait_ready.
+    cluster, overlay = prepare_local_rollout(tmp, kubeconfig=control_plane.kubeconfig, etcd_endpoints=etcd.endpoints[0],
+                                             etcd_prefix=etcd.prefix, throughputs_file=throughputs_path)
+    docs = render(list(COMPONENTS), kustomization=overlay)
     store = EtcdStateStore(etcd)
     try:
-        for name in ("extender", "deviceplugin"):
-            try:
-                wait_for(lambda n=name: core.read_namespaced_pod(n, ns),
-                         lambda p: any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []),
-                         timeout=120, what=f"pod {name} Ready")
-            except AssertionError:
-                statuses = [(c.state, c.last_state) for c in core.read_namespaced_pod(name, ns).status.container_statuses or []]
-                raise AssertionError(f"pod {name} not Ready: {statuses}\nlog:\n{_tail_log(core, ns, name)}") from None
-        yield Stack(ns, store, core, real_node.busybox_image())
+        assert label_real_nodes(k8s_client) == [real_node.name]
+        apply(docs, kubeconfig=str(control_plane.kubeconfig))
+        try:
+            ready = wait_ready(k8s_client, docs, timeout_s=300)
+        except TimeoutError as exc:
+            pods = core.list_namespaced_pod(SYSTEM).items
+            detail = "\n".join(f"{p.metadata.name} {p.status.phase} {[(c.state, c.last_state) for c in p.status.container_statuses or []]}"
+                               f"\nlog:\n{_tail_log(core, SYSTEM, p.metadata.name)}" for p in pods)
+            raise AssertionError(f"{exc}\n{detail}") from None
+        yield Stack(ns, store, core, real_node.busybox_image(), cluster, docs, ready)
     finally:
         store.close()
-        control_plane.restart_scheduler()  # its own configuration: the extender goes away
         core.delete_namespace(ns, grace_period_seconds=0)
-        wait_for(lambda: [p.metadata.name for p in core.list_namespaced_pod(ns).items], lambda left: not left,
-                 timeout=120, what=f"the pods of {ns} gone")
-        for d in objects:
-            if d["kind"] == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(d["metadata"]["name"])
-            elif d["kind"] == "ClusterRole":
-                rbac.delete_cluster_role(d["metadata"]["name"])
+        _kubectl_delete(docs, control_plane.kubeconfig)
+        wait_for(lambda: [p.metadata.name for n in (ns, SYSTEM) for p in core.list_namespaced_pod(n).items],
+                 lambda left: not left, timeout=120, what=f"the pods of {ns} and {SYSTEM} gone")
+
+
+def test_the_rollout_brings_every_component_up_on_the_real_node(stack: Stack, real_node: Node) -> None:
+    workloads = {f"{d['kind']}/{SYSTEM}/{d['metadata']['name']}" for d in stack.docs if d["kind"] in ("Deployment", "DaemonSet")}
+    assert workloads == {f"{k}/{SYSTEM}/iadeep-{n}" for k, n in (("Deployment", "extender"), ("Deployment", "scheduler"),
+                         ("DaemonSet", "deviceplugin"), ("DaemonSet", "coordinator"), ("Deployment", "tuner"))}
+    assert stack.ready == dict.fromkeys(workloads, "ready")
+    for app in ("extender", "scheduler", "deviceplugin", "coordinator", "tuner"):
+        (pod,) = stack.pods(f"iadeep-{app}")
+        assert pod.spec.node_name == real_node.name and pod.spec.host_network, app
+        assert pod.spec.containers[0].image_pull_policy == "Never", app
+    # Each service answers on its own loopback port, the one the rollout chose from the cluster's.
+    for service in ("extender", "deviceplugin", "coordinator", "tuner"):
+        status, body = _get(stack.cluster.url(service, "/readyz"))
+        assert status == 200, (service, stack.cluster.url(service, "/readyz"), body)
 
 
 def _full_capacity(stack: Stack) -> dict[str, str]:
     """gpu-mem: GiB of all GPUs; gpu-count: co-location slots, GPUs x the limit the extender
-    publishes (its pod has no readiness probe here: it may not have published yet)."""
+    publishes (waited for: the plugin follows it within a lease renewal)."""
     placement = wait_for(stack.store.placement, lambda p: p is not None, timeout=120,
                          what="the extender's placement policy in etcd")
+    GPUS, GPU_GIB = stack.gpus
     return {GPU_MEM: str(GPUS * GPU_GIB), GPU_COUNT: str(GPUS * placement.colocation_limit)}
 
 
 def test_the_device_plugin_pod_registers_with_the_real_kubelet(stack: Stack, real_node: Node) -> None:
+    GPUS, GPU_GIB = stack.gpus
     full = _full_capacity(stack)
     wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c == full,
              timeout=60, what="GPU resources (GiB units, co-location slots) in the node's capacity")
@@ -189,6 +205,8 @@ def test_two_gpu_pods_created_at_once_each_get_the_gpu_the_extender_chose(stack:
 
 
 def test_after_a_kubelet_restart_the_device_plugin_registers_again(stack: Stack, real_node: Node) -> None:
+    GPUS, GPU_GIB = stack.gpus
+    (plugin,) = stack.pods("iadeep-deviceplugin")
     wait_for(lambda: _capacity(stack.core, real_node.name)[GPU_MEM], lambda c: c is not None, timeout=60,
              what="GPU resources in the node's capacity")
     def sockets() -> dict[str, int]:
@@ -198,7 +216,7 @@ def test_after_a_kubelet_restart_the_device_plugin_registers_again(stack: Stack,
 
     def registrations() -> int:  # the plugin's log lines (read through the restarted kubelet: 404 while it starts)
         try:
-            return pod_log(stack.core, stack.namespace, "deviceplugin").count("registered iadeep.io/gpu-mem and")
+            return pod_log(stack.core, SYSTEM, plugin.metadata.name).count("registered iadeep.io/gpu-mem and")
         except client.ApiException:
             return -1
 
@@ -206,7 +224,12 @@ def test_after_a_kubelet_restart_the_device_plugin_registers_again(stack: Stack,
     assert before and registered >= 1
     real_node.restart_kubelet()
     # The kubelet removed the plugin's sockets on start; the plugin serves on new ones and registers anew.
-    wait_for(registrations, lambda n: n > registered, timeout=60, what="the plugin registered again")
+    try:
+        wait_for(registrations, lambda n: n > registered, timeout=60, what="the plugin registered again")
+    except AssertionError as exc:
+        st = stack.core.read_namespaced_pod(plugin.metadata.name, SYSTEM).status
+        raise AssertionError(f"{exc}\n{[(c.restart_count, c.state, c.last_state) for c in st.container_statuses or []]}\n"
+                             f"{_tail_log(stack.core, SYSTEM, plugin.metadata.name)}") from None
     now = sockets()
     assert now.keys() == before.keys() and all(now[k] > before[k] for k in now), (before, now)
     full = _full_capacity(stack)

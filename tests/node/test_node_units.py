@@ -7,15 +7,18 @@ import hashlib
 import ipaddress
 import json
 import re
+import shutil
 import tarfile
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
-from iadeep.dev._deploy import LocalDeployment, render_local_overlay
 from iadeep.dev._nodeconfig import NodePaths, cni_conflist, containerd_config, kubelet_config
 from iadeep.dev._oci import ImageFile, write_image_archive
+from iadeep.orchestration import COMPONENTS, GPU_NODE_LABEL, prepare_local_rollout, render
+from iadeep.orchestration._local import LOCAL_SERVICES, REAL_NODE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,29 +93,56 @@ def test_image_archive_is_a_deterministic_oci_layout(tmp_path: Path) -> None:
         assert members["bin/tool"].mode == 0o755
 
 
-def test_local_overlay_renders_the_cluster_values_on_loopback(tmp_path: Path) -> None:
-    d = LocalDeployment(apiserver_port=6443, etcd_endpoints="http://127.0.0.1:2379", extender_port=18888,
-                        scheduler_port=18259, throughputs_dir=tmp_path / "gavel")  # fmt: skip
-    out = render_local_overlay(d, tmp_path / "k", REPO / "k8s" / "local")
-    kust = yaml.safe_load((out / "kustomization.yaml").read_text())
-    assert (out / kust["resources"][0]).resolve() == (REPO / "k8s" / "local").resolve()
-    sched = yaml.safe_load((out / "kube-scheduler-config.yaml").read_text())
-    assert sched["extenders"][0]["urlPrefix"] == "http://127.0.0.1:18888/iadeep"
-    assert sched["profiles"][0]["schedulerName"] == "iadeep-scheduler"
-    patches = list(yaml.safe_load_all((out / "cluster.yaml").read_text()))
-    ext = patches[0]["spec"]["template"]["spec"]["containers"][0]
-    assert ext["ports"][0]["containerPort"] == 18888
-    assert {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"} in ext["env"]
-    sch = patches[1]["spec"]["template"]["spec"]["containers"][0]
-    assert "--secure-port=18259" in sch["command"] and sch["readinessProbe"]["httpGet"]["port"] == 18259
-    text = "".join(p.read_text() for p in out.iterdir()) + (REPO / "k8s" / "local" / "local-node.yaml").read_text()
-    assert all(ipaddress.ip_address(a).is_loopback for a in _addresses(text))
-    local = yaml.safe_load((REPO / "k8s" / "local" / "kustomization.yaml").read_text())
-    assert {i["newName"] for i in local["images"]} == {"localhost/iadeep/extender", "localhost/iadeep/kube-scheduler"}
-    for doc in yaml.safe_load_all((REPO / "k8s" / "local" / "local-node.yaml").read_text()):
-        spec = doc["spec"]["template"]["spec"]
-        assert spec["hostNetwork"] is True
-        assert all(c["imagePullPolicy"] == "Never" for c in spec["containers"])
+def test_local_overlay_renders_every_component_with_the_cluster_values_on_loopback(tmp_path: Path) -> None:
+    if shutil.which("kubectl") is None:
+        pytest.fail("kubectl not found (kustomize is built into it)")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k"}}],
+                                          "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}]}))
+    gavel = tmp_path / "simulation_throughputs.json"
+    gavel.write_text("{}")
+    cluster, overlay = prepare_local_rollout(tmp_path / "r", kubeconfig=kubeconfig, etcd_endpoints="http://127.0.0.1:2379",
+                                             etcd_prefix="/t", throughputs_file=gavel)
+    assert cluster.apiserver_port == 6443 and (cluster.throughputs_dir / "simulation_throughputs.json").stat().st_mode & 0o004
+    docs = render(list(COMPONENTS), kustomization=overlay)
+    objs = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert not [k for k in objs if k[0] == "PersistentVolumeClaim"]  # no provisioner: the tuner keeps an emptyDir
+    # Every workload: host network, the real node only, its own local image, never pulled.
+    for kind, name, container in LOCAL_SERVICES.values():
+        spec = objs[(kind, name)]["spec"]["template"]["spec"]
+        assert spec["hostNetwork"] is True and spec["nodeSelector"][REAL_NODE_LABEL] == "true", name
+        (c,) = spec["containers"]
+        assert c["name"] == container and c["imagePullPolicy"] == "Never", name
+        assert c["image"].startswith("localhost/iadeep/") and ("kube-scheduler" in c["image"] or container in c["image"]), c["image"]
+        if "ports" in c:  # the port the rollout picked, which the probes follow by name
+            assert [p["containerPort"] for p in c["ports"]] == [cluster.ports[next(s for s, v in LOCAL_SERVICES.items() if v[1] == name)]]
+    assert objs[("DaemonSet", "iadeep-deviceplugin")]["spec"]["template"]["spec"]["nodeSelector"][GPU_NODE_LABEL] == "true"
+    sched = objs[("Deployment", "iadeep-scheduler")]["spec"]["template"]["spec"]["containers"][0]
+    assert f"--secure-port={cluster.ports['scheduler']}" in sched["command"]
+    assert sched["readinessProbe"]["httpGet"]["port"] == cluster.ports["scheduler"]
+    assert {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"} in sched["env"]
+    node = objs[("ConfigMap", "iadeep-node")]["data"]
+    ext = objs[("ConfigMap", "iadeep-extender")]["data"]
+    assert node["IADEEP_ETCD_ENDPOINTS"] == ext["IADEEP_ETCD_ENDPOINTS"] == "http://127.0.0.1:2379"
+    assert node["IADEEP_ETCD_PREFIX"] == ext["IADEEP_ETCD_PREFIX"] == "/t"
+    assert node["IADEEP_COORDINATOR_TUNER_URL"] == cluster.url("tuner") and node["IADEEP_DEVICEPLUGIN_BACKEND"] == "emulated"
+    config = yaml.safe_load(objs[("ConfigMap", "iadeep-scheduler-config")]["data"]["kube-scheduler-config.yaml"])
+    assert config["extenders"][0]["urlPrefix"] == cluster.url("extender", "/iadeep")
+    assert config["profiles"][0]["schedulerName"] == "iadeep-scheduler"
+    gavel_volumes = [v for d in docs if d["kind"] in ("Deployment", "DaemonSet")
+                     for v in d["spec"]["template"]["spec"].get("volumes", []) if v["name"] == "gavel"]
+    assert len(gavel_volumes) == 3 and all(v["hostPath"]["path"] == str(cluster.throughputs_dir) for v in gavel_volumes)
+    # Nothing is reached outside loopback (the Services' cluster IPs are assigned, never used).
+    assert all(ipaddress.ip_address(a).is_loopback for a in _addresses(yaml.safe_dump_all(docs)))
+    # Nothing machine-specific is committed: the committed overlay names no port of this cluster.
+    committed = "".join(f.read_text() for f in (REPO / "k8s" / "local").iterdir())
+    assert not any(str(port) in committed for port in cluster.ports.values())
+
+
+def test_the_real_node_label_is_the_one_the_node_sets() -> None:
+    from iadeep.dev import REAL_NODE_LABEL as NODE_SETS
+
+    assert REAL_NODE_LABEL == NODE_SETS
 
 
 def test_every_service_has_a_dockerfile_with_its_serve_entry_point() -> None:

@@ -7,7 +7,8 @@
 #      machine's Debian mirror) becomes the image localhost/iadeep/debian-python:bookworm;
 #   2. buildah (Debian's package; chroot isolation, overlay or vfs storage, no daemon) builds
 #      images/base/Dockerfile on it (BASE_IMAGE build argument), then one image per service;
-#   3. the images are pushed into one OCI layout (layers shared, uncompressed) and tarred.
+#   3. the base image is pushed into one OCI layout (gzip level 1), the services' images are added
+#      to it as configurations over the same layers, and the layout is tarred.
 #
 # Cached by content hash: <hash> covers this script, images/, .dockerignore, pyproject.toml,
 # constraints.txt, README.md and every file under iadeep/ (as the build context sees it); an
@@ -109,21 +110,59 @@ fi
 # proxy's CA, say): passed as the build secret `cacert`, never stored in an image.
 cacert="${IADEEP_IMAGE_CA_BUNDLE:-$(python3 -m pip config get global.cert 2>/dev/null || true)}"
 [[ -s "$cacert" ]] || cacert=/etc/ssl/certs/ca-certificates.crt
+# Each build also tags its images with its own content hash and pushes those tags: worktrees of one
+# repository share this storage and build at the same time, and `$PREFIX/<image>:$TAG` may name
+# another checkout's image by the time this one pushes.
+BUILD_TAG="build-$HASH"
 build() { # name dockerfile base
   local tb; tb=$(now_ms)
   "${BUILDAH[@]}" build --pull=false --isolation chroot --layers -q -f "$2" --build-arg "BASE_IMAGE=$3" \
     --secret "id=cacert,src=$cacert" \
-    -t "$PREFIX/$1:$TAG" . > "$CACHE/build-$1.log" 2>&1 || { tail -30 "$CACHE/build-$1.log" >&2; exit 1; }
+    -t "$PREFIX/$1:$TAG" -t "$PREFIX/$1:$BUILD_TAG" . > "$CACHE/build-$1.$HASH.log" 2>&1 ||
+    { tail -30 "$CACHE/build-$1.$HASH.log" >&2; exit 1; }
+  mv -f "$CACHE/build-$1.$HASH.log" "$CACHE/build-$1.log"
   printf 'images: built %-30s in %8ss\n' "$PREFIX/$1:$TAG" "$(secs_since "$tb")"
 }
 build base images/base/Dockerfile "$os_image"
-for s in "${SERVICES[@]}"; do build "$s" "images/$s/Dockerfile" "$PREFIX/base:$TAG"; done
+for s in "${SERVICES[@]}"; do build "$s" "images/$s/Dockerfile" "$PREFIX/base:$BUILD_TAG"; done
 
 # 3. One OCI layout holding every image (gzip level 1: fast to write and to unpack), then a tar.
+# `buildah push` exports and compresses every layer of the image it pushes (about a minute for the
+# base image here), and the services' images are the base image's layers with their own
+# configuration (entry point, title): so only the base image is pushed, and each service image is
+# added to the layout as its own configuration (exactly as buildah stored it) plus a manifest that
+# names the base image's pushed layers. A service image with layers of its own is pushed instead.
 tb=$(now_ms)
 rm -rf "$OUT" && mkdir -p "$OUT/layout"
-for s in base "${SERVICES[@]}"; do
-  "${BUILDAH[@]}" push -q --compression-format gzip --compression-level 1 "$PREFIX/$s:$TAG" "oci:$OUT/layout:$PREFIX/$s:$TAG"
+"${BUILDAH[@]}" push -q --compression-format gzip --compression-level 1 "$PREFIX/base:$BUILD_TAG" "oci:$OUT/layout:$PREFIX/base:$TAG"
+for s in "${SERVICES[@]}"; do
+  "${BUILDAH[@]}" inspect --type image "$PREFIX/$s:$BUILD_TAG" > "$OUT/inspect-$s.json"
+  python3 - "$OUT/layout" "$PREFIX/base:$TAG" "$PREFIX/$s:$TAG" "$OUT/inspect-$s.json" <<'PY' ||
+import hashlib, json, os, sys
+layout, base_ref, ref, inspect = sys.argv[1:]
+def blob(digest):
+    return os.path.join(layout, "blobs", *digest.split(":"))
+def put(data):
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    with open(blob(digest), "wb") as f:
+        f.write(data)
+    return digest
+index = json.load(open(os.path.join(layout, "index.json")))
+(base,) = [m for m in index["manifests"] if m["annotations"]["org.opencontainers.image.ref.name"] == base_ref]
+manifest = json.load(open(blob(base["digest"])))
+base_config = json.load(open(blob(manifest["config"]["digest"])))
+config = json.loads(json.load(open(inspect))["Config"])
+if config["rootfs"]["diff_ids"] != base_config["rootfs"]["diff_ids"]:
+    sys.exit(1)  # layers of its own: push it
+data = json.dumps(config, separators=(",", ":")).encode()
+manifest["config"] = {**manifest["config"], "digest": put(data), "size": len(data)}
+data = json.dumps(manifest, separators=(",", ":")).encode()
+index["manifests"].append({**base, "digest": put(data), "size": len(data),
+                           "annotations": {"org.opencontainers.image.ref.name": ref}})
+json.dump(index, open(os.path.join(layout, "index.json"), "w"))
+PY
+  "${BUILDAH[@]}" push -q --compression-format gzip --compression-level 1 "$PREFIX/$s:$BUILD_TAG" "oci:$OUT/layout:$PREFIX/$s:$TAG"
+  rm -f "$OUT/inspect-$s.json"
 done
 # containerd's importer names an image after io.containerd.image.name (the full reference).
 python3 - "$OUT/layout/index.json" <<'PY'
@@ -136,6 +175,8 @@ for m in index["manifests"]:
 json.dump(index, open(path, "w"))
 PY
 tar -C "$OUT/layout" -cf "$ARCHIVE.tmp" . && mv "$ARCHIVE.tmp" "$ARCHIVE" && rm -rf "$OUT/layout"
+# The build's own tags go again (the images keep their $TAG names unless a newer build took them).
+for s in base "${SERVICES[@]}"; do "${BUILDAH[@]}" rmi "$PREFIX/$s:$BUILD_TAG" >/dev/null 2>&1 || true; done
 printf '%s\n' base "${SERVICES[@]}" | sed "s|.*|$PREFIX/&:$TAG|" > "$OUT/IMAGES"
 touch "$OUT/DONE"
 printf 'images: archive %s (%s) in %ss\n' "$ARCHIVE" "$(du -h "$ARCHIVE" | cut -f1)" "$(secs_since "$tb")"
