@@ -18,17 +18,21 @@ from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, r
 
 pytestmark = pytest.mark.slow
 
+# The slice holds a job of about 60 h: at 500x the replay took 8 min of the suite; nothing here
+# depends on the speedup (the parity figures live in tests/live/test_live_backend.py).
+SPEEDUP = 5000.0
+
 
 def test_a_users_kubeconfig_runs_the_policy_its_extender_runs(controlplane_binaries, dataset_cache, tmp_path,
                                                               monkeypatch):
     monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
-    base = ExperimentConfig(jobs=8, policies=("antman",), nodes=1, target_load=1.0, backend="kubernetes", speedup=500.0,
+    base = ExperimentConfig(jobs=8, policies=("antman",), nodes=1, target_load=1.0, backend="kubernetes", speedup=SPEEDUP,
                             out=str(tmp_path / "out"))
     paths = fetch_inputs(base, progress=False)
     workload, _ = build_workload(base, paths["trace"], paths["throughputs"])
     with LocalCluster(cluster_of(base), Path(paths["throughputs"]), workdir=tmp_path / "cluster") as lc:
         # "the user's cluster": services deployed for antman, nodes labelled for that deployment
-        prefix = lc.prepare("usercluster", "antman", seed=0, speedup=500.0)
+        prefix = lc.prepare("usercluster", "antman", seed=0, speedup=SPEEDUP)
         monkeypatch.setenv("IADEEP_ETCD_ENDPOINTS", lc.etcd.endpoint)
         monkeypatch.setenv("IADEEP_ETCD_PREFIX", prefix)
         cfg = replace(base, kubeconfig=str(lc.kubeconfig))
