@@ -1,7 +1,7 @@
 """docker-compose.yaml: valid against the Compose specification and the stack the README describes.
 
 The file is checked here without running anything (schema, a real compose implementation's
-parser, the invariants below); ``stack_run.py`` brings it up for real with podman (not collected yet).
+parser, the invariants below); ``test_compose_stack.py`` brings it up for real with podman.
 The schema is the Compose specification's JSON schema as Debian's ``docker-compose`` package
 ships it (``compose/config/compose_spec.json``; installed by tools/node/deps.sh).
 """
@@ -87,3 +87,21 @@ def test_components_wait_for_the_database_and_ports_come_from_the_environment(do
     body = "\n".join(line for line in COMPOSE.read_text().splitlines() if not line.lstrip().startswith("#"))
     fixed = re.findall(r"\b\d{4,5}\b", re.sub(r"\$\{[A-Z_]+:-\d+\}", "", body))
     assert fixed == [], f"fixed port numbers: {fixed}"
+
+
+def test_nothing_listens_beyond_loopback_and_health_checks_survive_podman_compose(doc) -> None:
+    """Airflow 3.3's task log servers listen on all interfaces (the host is not configurable): the
+    scheduler and triggerer run without them and the API server reads task logs from the shared
+    logs volume. podman-compose 1.0.6 joins a health check's CMD list into one shell string without
+    keeping the quoting of an argument with spaces, so every check is a CMD-SHELL string."""
+    services = doc["services"]
+    for name in ("airflow-scheduler", "airflow-triggerer"):
+        assert "--skip-serve-logs" in services[name]["command"], name
+    for name, s in services.items():
+        if name.startswith("airflow-"):
+            assert "airflow-logs:/opt/airflow/logs" in s["volumes"], name
+            manifest = s["environment"]["IADEEP_DATASET_MANIFEST"]  # the installed package has no datasets/
+            assert f"./datasets/registry.toml:{manifest}:ro" in s["volumes"], name
+        test = s.get("healthcheck", {}).get("test")
+        if test:
+            assert test[0] == "CMD-SHELL" and len(test) == 2, (name, test)

@@ -7,7 +7,7 @@
 #   iadeep_nfs), libnfs-utils (nfs-ls/nfs-cat, user-space NFS clients), chromium and
 #   chromium-driver (the UI test's headless browser), docker-compose (its Compose schema and
 #   parser check docker-compose.yaml); podman (the compose stack brought up for real by
-#   tests/compose/stack_run.py with podman-compose from PyPI: Debian's 1.0.3 cannot
+#   tests/compose/test_compose_stack.py with podman-compose from PyPI: Debian's 1.0.3 cannot
 #   run network_mode: host).
 # kubelet 1.36 accepts containerd 1.6: it speaks CRI v1; containerd 1.x lacks the RuntimeConfig
 # call, so the kubelet falls back to its configured cgroupDriver (removal planned for 1.37/1.38).

@@ -1,35 +1,34 @@
-"""docker-compose.yaml brought up for real: podman + podman-compose, no daemon.
+"""docker-compose.yaml brought up for real: podman + podman-compose, no daemon, no registry.
 
-STATUS: NOT YET PASSED, so not named test_*.py (pytest does not collect it in `make test`); run it
-explicitly: `.venv/bin/python -m pytest tests/compose/stack_run.py`. Its first run here brought
-every container up (host network, free ports, private podman state) and failed in airflow-init
-on a missing async Postgres driver (asyncpg, now in the `airflow` extra); the rebuild of the
-images with asyncpg did not finish before the session's deadline on a machine at load 15-20.
-Rename it to test_compose_stack.py once it passes.
+The images are built locally (``make stack-images`` = ``tools/images/stack.sh``: the Airflow image
+on the project's base image, Postgres and etcd from Debian's packages; cached by content hash) and
+read by podman from the build's storage as a read-only additional image store. Everything else
+(containers, volumes, podman's state, the data folder) lives in this test's temporary folders,
+with its own free ports on 127.0.0.1 and host networking. One stack, one DAG run:
 
+- ``podman-compose up -d`` creates the 7 services; airflow-init migrates the database and exits 0;
+- the API server answers ``/api/v2/monitor/health`` with the metadatabase, scheduler, triggerer
+  and dag-processor healthy, and the compose file's own health checks pass (run on demand);
+- every socket the stack's processes listen on is bound to 127.0.0.1 (or ::1);
+- ``iadeep_experiment`` (simulator backend, a small Philly slice from the mounted data folder) is
+  triggered through the REST API, runs on the stack's scheduler (LocalExecutor) and succeeds; its
+  ``summary.json`` appears in the mounted data folder and a task's log reads back through the API;
+- ``podman-compose down -v`` (always, also when the test fails) leaves no container, pod, volume,
+  mount, conmon process or listening port (podman's state is in the test's temporary folder,
+  deleted afterwards).
 
-The images are built locally (``tools/images/stack.sh``: the Airflow image on the project's base
-image, Postgres and etcd from Debian's packages; cached by content hash) and read by podman from
-the build's storage as a read-only additional image store. Everything else (containers, volumes,
-podman's state) lives in this test's temporary folders, with its own free ports on 127.0.0.1 and
-host networking. The test starts the whole stack, waits for the API server and for the Postgres
-and etcd health checks the compose file declares, triggers ``iadeep_experiment`` (simulator
-backend, a small Philly slice) through Airflow's REST API, waits for the run to succeed and for its
-``summary.json`` in the mounted data folder, then tears the stack down and checks that no
-container, pod, volume, mount, conmon process or listening port is left.
-
-Machine-specific podman settings (not the compose file's concern): no systemd here, so
-``cgroup_manager = cgroupfs`` and file events; health checks are run on demand (``podman
-healthcheck run``) since podman's timers need systemd; the default rlimits podman asks for as root
-exceed what this VM lets a process without CAP_SYS_RESOURCE raise to, so the containers get the
-host's own limits.
+Machine-specific podman settings (not the compose file's concern), in a private containers.conf:
+no systemd here, so ``cgroup_manager = cgroupfs`` and file events; health checks are run on demand
+(``podman healthcheck run``) since podman's timers need systemd; the default rlimits podman asks for
+as root exceed what this VM lets a process without CAP_SYS_RESOURCE raise to, so the containers get
+the host's own limits. podman-compose comes from PyPI (the test extra, 1.0.6): Debian's 1.0.3
+cannot do ``network_mode: host``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import secrets
 import shutil
@@ -48,10 +47,17 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yaml"
 SERVICES = ("postgres", "etcd", "airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
             "airflow-triggerer")
-LONG_RUNNING = tuple(s for s in SERVICES if s != "airflow-init")
 # PyPI's podman-compose (the test extra): Debian's 1.0.3 adds a bridge network to network_mode: host
 PODMAN_COMPOSE = Path(sys.executable).parent / "podman-compose"
-CONF = {"jobs": 8, "policies": ["iadeep", "exclusive"], "nodes": 2, "gpus_per_node": 2, "out": "runs/compose-test"}
+CONF = {"jobs": 8, "policies": ["iadeep", "exclusive"], "nodes": 2, "gpus_per_node": 2, "out": "compose-test"}
+LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc/net/tcp{,6} write them
+
+
+def _cannot_run(why: str) -> None:
+    """Skip with the reason, or fail under CI (tests must not skip silently there)."""
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 def _run(argv: list[str], env: dict[str, str], timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
@@ -63,11 +69,10 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 300, check: bool
 
 @pytest.fixture(scope="module")
 def stack_images() -> dict[str, str]:
-    """The stack's image names (``tools/images/stack.sh``; built once per source tree)."""
+    """The stack's image names (``tools/images/stack.sh``; built once per source tree, so this is a
+    cache hit after ``make test``'s ``stack-images`` step)."""
     if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("the local image build and rootful podman need root")
-        pytest.skip("the local image build and rootful podman need root")
+        _cannot_run("the local image build (buildah, chroot isolation) and rootful podman need root")
     for tool in ("podman", "buildah"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} missing: `make node` installs it (tools/node/deps.sh)")
@@ -98,30 +103,33 @@ def _podman_config(root: Path, image_store: str) -> dict[str, str]:
 @pytest.fixture
 def stack(stack_images, tmp_path, dataset) -> Iterator[dict]:
     """The compose stack's environment (images, free ports, data folder, private podman); torn
-    down afterwards, and the test's own checks of what is left run in the test itself."""
+    down afterwards whatever happened (the test itself checks what is left after its own down)."""
     from iadeep._host import free_port
 
     root = Path(tempfile.mkdtemp(prefix="iadeep-podman-", dir="/tmp"))  # short: conmon's socket paths
     data = tmp_path / "data"
-    (data / "cache").mkdir(parents=True)
-    for name in ("philly", "gavel-throughputs"):  # the DAG reads them from the mounted data folder
-        shutil.copytree(dataset(name), data / "cache" / name)
-    ports = {k: str(free_port()) for k in ("AIRFLOW_PORT", "POSTGRES_PORT", "ETCD_PORT", "ETCD_PEER_PORT",
-                                           "AIRFLOW_WORKER_LOG_PORT", "AIRFLOW_TRIGGER_LOG_PORT")}
+    for name in ("philly", "gavel-throughputs"):  # the DAG finds them verified in the mounted data folder
+        shutil.copytree(dataset(name), data / "cache" / "datasets" / name)
+    ports = {k: str(free_port()) for k in ("AIRFLOW_PORT", "POSTGRES_PORT", "ETCD_PORT", "ETCD_PEER_PORT")}
     env = {**os.environ, **_podman_config(root, stack_images["IMAGE_STORE"]), **ports,
            "AIRFLOW_IMAGE": stack_images["AIRFLOW_IMAGE"], "POSTGRES_IMAGE": stack_images["POSTGRES_IMAGE"],
            "ETCD_IMAGE": stack_images["ETCD_IMAGE"], "POSTGRES_PASSWORD": secrets.token_hex(12),
            "AIRFLOW_JWT_SECRET": secrets.token_hex(32), "IADEEP_DATA_DIR": str(data),
            "IADEEP_DATASET_MIRROR": ""}  # no download: the data folder has the datasets
+    info = _run(["podman", "info", "--format", "json"], env, timeout=120, check=False)
+    if info.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        _cannot_run(f"podman cannot run here (`podman info` exited {info.returncode}): {info.stderr[-2000:]}")
     project = f"iadeep-test-{secrets.token_hex(3)}"
     compose = [str(PODMAN_COMPOSE), "-p", project, "-f", str(COMPOSE)]
-    info = {"env": env, "compose": compose, "project": project, "root": root, "data": data, "ports": ports,
-            "podman": ["podman"]}
     try:
-        yield info
+        yield {"env": env, "compose": compose, "project": project, "root": root, "data": data, "ports": ports}
     finally:
         _run([*compose, "down", "-v"], env, check=False)
-        for line in reversed(Path("/proc/self/mountinfo").read_text().splitlines()):  # anything left behind
+        # whatever a failed `up` or `down` left in this private podman: containers, then volumes
+        _run(["podman", "rm", "--all", "--force", "--time", "5"], env, check=False)
+        _run(["podman", "volume", "rm", "--all", "--force"], env, check=False)
+        for line in reversed(Path("/proc/self/mountinfo").read_text().splitlines()):
             mnt = line.split()[4]
             if mnt.startswith(str(root)):
                 subprocess.run(["umount", "-l", mnt], check=False)
@@ -152,26 +160,69 @@ def _containers(stack: dict) -> list[dict]:
     return json.loads(out or "[]")
 
 
-def test_the_stack_comes_up_runs_a_dag_and_leaves_nothing_behind(stack) -> None:
-    import httpx
+def _descendants(pids: set[int]) -> set[int]:
+    """``pids`` and every process below them (from /proc/<pid>/stat's parent field)."""
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(p.name))
+    todo, seen = list(pids), set()
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo.extend(children.get(pid, []))
+    return seen
 
+
+def _listening(pids: set[int]) -> list[tuple[str, int, int]]:
+    """``(address hex, port, pid)`` of every TCP socket in LISTEN state held by ``pids``."""
+    inodes: dict[str, int] = {}
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes[target[8:-1]] = pid
+        except OSError:
+            continue
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:  # 0A = TCP_LISTEN
+                addr, port = f[1].rsplit(":", 1)
+                out.append((addr, int(port, 16), inodes[f[9]]))
+    return out
+
+
+def test_the_stack_comes_up_runs_a_dag_and_leaves_nothing_behind(stack) -> None:
     from iadeep.orchestration._standalone import Standalone
 
     env, ports = stack["env"], stack["ports"]
     up = _run([*stack["compose"], "up", "-d"], env, timeout=600)
     names = {c["Names"][0] for c in _containers(stack)}
-    assert names == {f"{stack['project']}_{s}_1" for s in SERVICES}, up.stdout[-3000:]
+    assert names == {f"{stack['project']}_{s}_1" for s in SERVICES}, up.stdout[-3000:] + up.stderr[-3000:]
 
     # the API server answers, and reports every component healthy (they share one database)
     api = Standalone(stack["data"], int(ports["AIRFLOW_PORT"]))
 
     def healthy() -> bool:
+        import httpx
+
         try:
             h = httpx.get(f"{api.url}/api/v2/monitor/health", timeout=10).json()
         except (httpx.HTTPError, ValueError):
             return False
-        return (h["metadatabase"]["status"] == "healthy" and h["scheduler"]["status"] == "healthy"
-                and h["triggerer"]["status"] == "healthy" and h["dag_processor"]["status"] == "healthy"
+        return (all(h.get(k, {}).get("status") == "healthy"
+                    for k in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
                 and api.password_file.is_file())
 
     _wait("Airflow's API server healthy with scheduler, triggerer and dag-processor", healthy, 600, stack)
@@ -181,12 +232,14 @@ def test_the_stack_comes_up_runs_a_dag_and_leaves_nothing_behind(stack) -> None:
     for s in ("postgres", "etcd", "airflow-apiserver"):
         r = _run(["podman", "healthcheck", "run", f"{stack['project']}_{s}_1"], env, check=False)
         assert r.returncode == 0 and "unhealthy" not in r.stdout, f"{s}: {r.stdout} {r.stderr}\n{_logs(stack)}"
-    # the services listen on 127.0.0.1 only (host network): the API server's and Postgres's ports
-    listening = Path("/proc/net/tcp").read_text() + Path("/proc/net/tcp6").read_text()
-    for key in ("AIRFLOW_PORT", "POSTGRES_PORT", "ETCD_PORT"):
-        port = f"{int(ports[key]):04X}"
-        binds = re.findall(rf"^\s*\d+: ([0-9A-F]+):{port} [0-9A-F]+:0000 0A ", listening, re.M)
-        assert binds and all(b in ("0100007F", "00000000000000000000000001000000") for b in binds), (key, binds)
+    # host network: every socket the stack listens on is on loopback, and the configured ports are among them
+    running = {int(c["Pid"]) for c in _containers(stack) if c["State"] == "running" and c.get("Pid")}
+    assert len(running) == len(SERVICES) - 1, _containers(stack)
+    listening = _listening(_descendants(running))
+    public = [(a, p, pid, Path(f"/proc/{pid}/cmdline").read_bytes()[:80]) for a, p, pid in listening
+              if a not in LOOPBACK]
+    assert public == [], f"the stack listens beyond loopback: {public}"
+    assert {int(p) for p in ports.values()} <= {p for _, p, _ in listening}, (ports, listening)
 
     # a DAG run through the REST API, executed by the stack's scheduler (LocalExecutor)
     _wait("iadeep_experiment parsed by the dag-processor",
@@ -202,11 +255,17 @@ def test_the_stack_comes_up_runs_a_dag_and_leaves_nothing_behind(stack) -> None:
     state = _wait("the iadeep_experiment run finished", finished, 900, stack, every_s=5)
     tis = api.api("GET", f"/dags/iadeep_experiment/dagRuns/{run_id}/taskInstances")["task_instances"]
     assert state == "success", (f"run {run_id}: {state}; tasks "
-                                f"{[(t['task_id'], t['map_index'], t['state']) for t in tis]}\n{_logs(stack)}")
+                                f"{[(t['task_id'], t['map_index'], t['state']) for t in tis]}\n"
+                                + "\n".join(f"--- log of {t['task_id']} ---\n{_task_log(api, t)[-3000:]}"
+                                             for t in tis if t["state"] == "failed"))
     sims = [t for t in tis if t["task_id"] == "simulate"]
     assert sorted(t["state"] for t in sims) == ["success", "success"]  # one mapped task per policy
-    summary = json.loads((stack["data"] / CONF["out"] / "summary.json").read_text())  # written inside the stack
+    # written inside the stack: a relative `out` lands under IADEEP_RUNS_DIR = the mounted data folder's runs/
+    summary = json.loads((stack["data"] / "runs" / CONF["out"] / "summary.json").read_text())
     assert set(summary["policies"]) == set(CONF["policies"]) and summary["config"]["jobs"] == CONF["jobs"]
+    # task logs read back through the API from the shared logs volume (no log server runs)
+    text = _task_log(api, next(t for t in tis if t["task_id"] == "build_workload"))
+    assert f"{CONF['jobs']} jobs" in text, text[-3000:]
 
     # teardown: nothing left behind
     _run([*stack["compose"], "down", "-v"], env, timeout=300)
@@ -221,6 +280,29 @@ def test_the_stack_comes_up_runs_a_dag_and_leaves_nothing_behind(stack) -> None:
     assert conmons == [], [(p.name, (p / "cmdline").read_bytes()[:200]) for p in conmons]
     for key, port in ports.items():
         _wait(f"{key} {port} free again", lambda port=port: _port_free(int(port)), 60, stack, every_s=1)
+
+
+def _task_log(api, ti: dict) -> str:
+    """A task instance's log (its first try) through the REST API, as text."""
+    import httpx
+
+    url = (f"{api.url}/api/v2/dags/{ti['dag_id']}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}"
+           f"/logs/{max(ti['try_number'], 1)}")
+    r = httpx.get(url, params={"map_index": ti["map_index"]}, timeout=60,
+                  headers={"Authorization": f"Bearer {api.token()}", "Accept": "application/json"})
+    if r.status_code != 200:
+        return f"GET {url}: HTTP {r.status_code} {r.text[-2000:]}"
+    lines = []
+    for e in r.json()["content"]:
+        if not isinstance(e, dict):
+            lines.append(str(e))
+            continue
+        lines.append(str(e.get("event", "")))
+        for exc in e.get("error_detail") or []:  # the exception of a failed task, innermost last
+            frames = exc.get("frames") or [{}]
+            lines.append(f"{exc.get('exc_type')}: {exc.get('exc_value')} "
+                         f"(at {frames[-1].get('filename')}:{frames[-1].get('lineno')})")
+    return "\n".join(lines)
 
 
 def _cmdline_has(proc: Path, text: str) -> bool:
