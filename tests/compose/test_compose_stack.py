@@ -217,6 +217,9 @@ def test_the_stack_comes_up_runs_a_dag_and_leaves_nothing_behind(stack) -> None:
     def healthy() -> bool:
         import httpx
 
+        init = [c for c in _containers(stack) if c["Names"][0].endswith("_airflow-init_1")]
+        if init and init[0]["State"] == "exited" and init[0]["ExitCode"] != 0:  # e.g. no database: fail now
+            raise AssertionError(f"airflow-init (db migrate) exited {init[0]['ExitCode']}\n{_logs(stack)}")
         try:
             h = httpx.get(f"{api.url}/api/v2/monitor/health", timeout=10).json()
         except (httpx.HTTPError, ValueError):
@@ -236,14 +239,22 @@ def test_the_stack_comes_up_runs_a_dag_and_leaves_nothing_behind(stack) -> None:
     running = {int(c["Pid"]) for c in _containers(stack) if c["State"] == "running" and c.get("Pid")}
     assert len(running) == len(SERVICES) - 1, _containers(stack)
     listening = _listening(_descendants(running))
-    public = [(a, p, pid, Path(f"/proc/{pid}/cmdline").read_bytes()[:80]) for a, p, pid in listening
+    public = [(a, p, pid, _cmdline(pid)) for a, p, pid in listening
               if a not in LOOPBACK]
     assert public == [], f"the stack listens beyond loopback: {public}"
     assert {int(p) for p in ports.values()} <= {p for _, p, _ in listening}, (ports, listening)
 
     # a DAG run through the REST API, executed by the stack's scheduler (LocalExecutor)
-    _wait("iadeep_experiment parsed by the dag-processor",
-          lambda: any(d["dag_id"] == "iadeep_experiment" for d in api.api("GET", "/dags")["dags"]), 300, stack)
+    for s in ("airflow-dag-processor", "airflow-scheduler"):  # the checkout's DAG files, as mounted
+        r = _run(["podman", "exec", f"{stack['project']}_{s}_1", "ls", "/opt/airflow/dags"], env, check=False)
+        assert "iadeep_experiment.py" in r.stdout.split(), f"{s}: /opt/airflow/dags holds {r.stdout!r} {r.stderr}"
+
+    def parsed() -> bool:
+        errors = api.api("GET", "/importErrors")["import_errors"]
+        assert errors == [], f"DAG import errors in the stack: {errors}"
+        return any(d["dag_id"] == "iadeep_experiment" for d in api.api("GET", "/dags")["dags"])
+
+    _wait("iadeep_experiment parsed by the dag-processor from the mounted dags/", parsed, 300, stack)
     api.api("PATCH", "/dags/iadeep_experiment", json={"is_paused": False})
     run = api.api("POST", "/dags/iadeep_experiment/dagRuns", json={"logical_date": None, "conf": CONF})
     run_id = run["dag_run_id"]
@@ -303,6 +314,13 @@ def _task_log(api, ti: dict) -> str:
             lines.append(f"{exc.get('exc_type')}: {exc.get('exc_value')} "
                          f"(at {frames[-1].get('filename')}:{frames[-1].get('lineno')})")
     return "\n".join(lines)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        return "?"
 
 
 def _cmdline_has(proc: Path, text: str) -> bool:
