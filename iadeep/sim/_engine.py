@@ -152,6 +152,10 @@ class Simulator:
         self.partners: list[set[int]] = [set() for _ in range(n)]  # jobs it ever shared a GPU with
         self.sessions: dict[int, _Session] = {}
         self.gpu_version = np.zeros(G, dtype=np.int64)
+        # Bumped by every change of what a ClusterView shows beyond the clock (occupancy, types,
+        # memory, shares, rates); a Wait's queueing hint holds within one epoch.
+        self._epoch = 0
+        self._hints: dict[int, tuple[int, int, int]] = {}  # handle -> (epoch, gpus_ahead, holds_up_to_behind)
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
         self.queue: SchedulingQueue = queue if queue is not None else settings.make_queue()
         self._wake_at = -1.0
@@ -190,6 +194,7 @@ class Simulator:
         rate = min(self.gpu_rate[g, self._slot(g, h)] for g in self.gpus[h])
         self.rate[h] = rate
         self.version[h] += 1
+        self._epoch += 1
         if rate > 0:
             self._push(self.now + self.work_left[h] / rate, _FINISH, h, int(self.version[h]))
 
@@ -221,6 +226,7 @@ class Simulator:
     # -- applying decisions --------------------------------------------------------------------
     def _apply_placement(self, h: int, p: Placement) -> set[int]:
         affected: set[int] = {h}
+        self._epoch += 1
         for g in p.gpus:
             free = np.flatnonzero(self.slots[g] < 0)
             if len(free) == 0:
@@ -252,6 +258,7 @@ class Simulator:
     def _release(self, h: int) -> list[int]:
         """Take ``h`` off its GPUs; returns the GPUs it left."""
         self._sync(h)
+        self._epoch += 1
         self.rate[h] = 0.0
         self.version[h] += 1
         left = list(self.gpus[h])
@@ -308,6 +315,7 @@ class Simulator:
             self._apply_config(g, dict(decision.type_ids), affected)
 
     def _apply_config(self, g: int, config: dict[int, int], affected: set[int]) -> None:
+        self._epoch += 1
         occ = self._occupants(g)
         new_mem = sum(self._mem_of[config.get(h, self.type[h])] for h in occ)
         if new_mem > self.mem_total[g] + 1e-9:
@@ -328,6 +336,7 @@ class Simulator:
         affected.discard(h)
         self.type[h] = self.base_type[h]
         self.work_left[h] += self.settings.restart_penalty_s
+        self._epoch += 1
         self.evictions[h] += 1
         self.status[h] = _QUEUED
         self.n_running -= 1
@@ -346,11 +355,18 @@ class Simulator:
         affected: set[int] = set()
         queue = self.queue
         view = None  # one view while candidates fail (nothing changes), a new one after a placement
+        hints = self._hints
         for h in queue.candidates(self.now):
+            ahead, behind = queue.gpus_ahead(h), queue.blocking(h)
+            hint = hints.get(h)
+            if hint is not None and hint[0] == self._epoch and hint[1] == ahead and behind <= hint[2]:
+                queue.failed(h, self.now)  # the policy's queueing hint: it would wait again
+                continue
             if view is None:
                 view = self.view()
-            decision = self.policy.place(self._request(h, queue.gpus_ahead(h), queue.blocking(h)), view)
+            decision = self.policy.place(self._request(h, ahead, behind), view)
             if isinstance(decision, Placement):
+                hints.pop(h, None)
                 view = None
                 queue.placed(h, self.now)
                 for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
@@ -362,7 +378,10 @@ class Simulator:
                 for x in placed:  # the next decision of this pass sees them running at their rates
                     self._sync(x)
                     self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
+                self._epoch += 1
                 continue
+            if decision.holds_up_to_behind >= 0:
+                hints[h] = (self._epoch, ahead, decision.holds_up_to_behind)
             queue.failed(h, self.now)
         for g in sorted(changed):
             self._tune(g, affected)
