@@ -156,6 +156,9 @@ class Simulator:
         # memory, shares, rates); a Wait's queueing hint holds within one epoch.
         self._epoch = 0
         self._hints: dict[int, tuple[int, int, int]] = {}  # handle -> (epoch, gpus_ahead, holds_up_to_behind)
+        self._view: ClusterView | None = None
+        self._view_key: tuple[float, int] = (-1.0, -1)
+        self._busy: tuple[int, int] = (-1, 0)  # (epoch, GPUs with a job)
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
         self.queue: SchedulingQueue = queue if queue is not None else settings.make_queue()
         self._wake_at = -1.0
@@ -178,11 +181,17 @@ class Simulator:
         heapq.heappush(self.events, (t, self._seq, kind, a, b))
 
     def view(self) -> ClusterView:
-        """The read-only :class:`ClusterView` the policy sees now."""
+        """The read-only :class:`ClusterView` the policy sees now (the same object while neither the
+        clock nor the state epoch moved: its derived arrays are then computed once)."""
+        key = (self.now, self._epoch)
+        if self._view is not None and self._view_key == key:
+            return self._view
         r = self._ro
-        return ClusterView(self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
-                           r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"],
-                           gpu_share_used_milli=r["share_used"], gpu_model=r["gpu_models"])
+        self._view_key = key
+        self._view = ClusterView(self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
+                                 r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"],
+                                 gpu_share_used_milli=r["share_used"], gpu_model=r["gpu_models"])
+        return self._view
 
     def _sync(self, h: int) -> None:
         """Bring job ``h``'s remaining work up to ``now``."""
@@ -300,7 +309,10 @@ class Simulator:
             # measured configurations until it ends; then its decision (new sizes or an undo) applies
             for h in self._occupants(g):
                 self.trials[h] += decision.trials
-            mean = {x: float(np.mean([tr[x] for tr in trial_rates if x in tr])) for x in trial_rates[0]}
+            mean = {}
+            for x in trial_rates[0]:  # the mean of each job's rates over the trials (sum, then divide: as np.mean)
+                rates = [tr[x] for tr in trial_rates if x in tr]
+                mean[x] = sum(rates) / len(rates)
             for x, r in mean.items():
                 if x in self._occupants(g):
                     self.gpu_rate[g, self._slot(g, x)] = r
@@ -407,7 +419,9 @@ class Simulator:
         last_t = 0.0
         while self.events and done < n:  # stale finish/tuning events may outlive the last job
             t = self.events[0][0]
-            busy = int((self.slots >= 0).any(axis=1).sum())
+            if self._busy[0] != self._epoch:
+                self._busy = (self._epoch, int((self.slots >= 0).any(axis=1).sum()))
+            busy = self._busy[1]
             self.busy_gpu_seconds += busy * (t - last_t)
             last_t = t
             self.now = t
