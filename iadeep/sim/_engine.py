@@ -159,6 +159,8 @@ class Simulator:
         self._view: ClusterView | None = None
         self._view_key: tuple[float, int] = (-1.0, -1)
         self._busy: tuple[int, int] = (-1, 0)  # (epoch, GPUs with a job)
+        #: calls of the policy: ``place``, retries a Wait's queueing hint skipped, ``tune``
+        self.calls = {"place": 0, "skipped_by_hint": 0, "tune": 0}
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
         self.queue: SchedulingQueue = queue if queue is not None else settings.make_queue()
         self._wake_at = -1.0
@@ -300,6 +302,7 @@ class Simulator:
         if not self.settings.tuning:  # a driver without a tuner (the live system before the coordinator)
             return
         trial_rates: list[dict[int, float]] = []
+        self.calls["tune"] += 1
         decision = self.policy.tune(g, self.view(), self._measure_on(g, trial_rates))
         if decision is None:
             return
@@ -373,9 +376,11 @@ class Simulator:
             hint = hints.get(h)
             if hint is not None and hint[0] == self._epoch and hint[1] == ahead and behind <= hint[2]:
                 queue.failed(h, self.now)  # the policy's queueing hint: it would wait again
+                self.calls["skipped_by_hint"] += 1
                 continue
             if view is None:
                 view = self.view()
+            self.calls["place"] += 1
             decision = self.policy.place(self._request(h, ahead, behind), view)
             if isinstance(decision, Placement):
                 hints.pop(h, None)
