@@ -2,7 +2,7 @@
 # Build the images of the local Airflow stack (docker-compose.yaml) without a registry or a daemon:
 #
 #   airflow   images/airflow/Dockerfile on the base image (images/base, as tools/images/build.sh
-#             builds it: the package);
+#             builds it, with the `airflow` extra: the package, Airflow and its providers);
 #   postgres  images/postgres/Dockerfile, Debian's PostgreSQL (stand-in for docker.io/library/postgres);
 #   etcd      images/etcd/Dockerfile, Debian's etcd (stand-in for quay.io/coreos/etcd);
 #
@@ -72,19 +72,21 @@ os_image="$(os_image)"
 cacert="${IADEEP_IMAGE_CA_BUNDLE:-$(python3 -m pip config get global.cert 2>/dev/null || true)}"
 [[ -s "$cacert" ]] || cacert=/etc/ssl/certs/ca-certificates.crt
 mkdir -p "$OUT"
-build() { # name dockerfile base context
+build() { # name dockerfile base context [build-arg...]
   local tb; tb=$(now_ms)
-  "${BUILDAH[@]}" build --pull=false --isolation chroot --layers -q -f "$2" --build-arg "BASE_IMAGE=$3" \
+  local args=(); for a in "${@:5}"; do args+=(--build-arg "$a"); done
+  "${BUILDAH[@]}" build --pull=false --isolation chroot --layers -q -f "$2" --build-arg "BASE_IMAGE=$3" "${args[@]}" \
     --secret "id=cacert,src=$cacert" -t "$PREFIX/$1:$HASH" "$4" > "$OUT/build-$1.log" 2>&1 ||
     { tail -30 "$OUT/build-$1.log" >&2; exit 1; }
   printf 'stack images: built %-34s in %8ss\n' "$PREFIX/$1:$HASH" "$(secs_since "$tb")"
 }
-# Checkouts share the storage and build.sh's tag base:$TAG: the Airflow image starts from this
-# tree's base, tagged with this hash (the same Dockerfile and context: build.sh's cached layers).
-build base images/base/Dockerfile "$os_image" .
+# The Airflow image starts from the base image's Dockerfile with the `airflow` extra in its
+# dependencies' layer (cached while pyproject.toml and constraints.txt are unchanged: a code change
+# rebuilds only the package's layer), tagged with this hash: checkouts share the storage.
+build base-airflow images/base/Dockerfile "$os_image" . EXTRAS=airflow
 build postgres images/postgres/Dockerfile "$os_image" images/postgres
 build etcd images/etcd/Dockerfile "$os_image" images/etcd
-build airflow images/airflow/Dockerfile "$PREFIX/base:$HASH" .
+build airflow images/airflow/Dockerfile "$PREFIX/base-airflow:$HASH" images/airflow
 cat > "$ENVFILE" <<EOF
 AIRFLOW_IMAGE=$PREFIX/airflow:$HASH
 POSTGRES_IMAGE=$PREFIX/postgres:$HASH
@@ -96,7 +98,7 @@ touch "$OUT/DONE"
 ls -1dt "$CACHE"/stack/*/ 2>/dev/null | tail -n +5 | while read -r old; do
   old="${old%/}"; h="$(basename "$old")"
   [[ "$old" == "$OUT" ]] && continue
-  for n in airflow postgres etcd base; do "${BUILDAH[@]}" rmi "$PREFIX/$n:$h" >/dev/null 2>&1 || true; done
+  for n in airflow postgres etcd base-airflow base; do "${BUILDAH[@]}" rmi "$PREFIX/$n:$h" >/dev/null 2>&1 || true; done
   rm -rf "$old" && echo "stack images: removed old build $h"
 done
 printf 'stack images: %s in %ss\n' "$ENVFILE" "$(secs_since "$t0")"
