@@ -266,7 +266,8 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
     with LocalCluster(cluster, Path(throughputs), workdir=out / "live") as lc:
         for name, run in iter_runs(list(cfg.policies)):
             prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup,
-                                tuning=cfg.tuning and name in TUNED_POLICIES, trial_s=cfg.trial_s)
+                                tuning=cfg.tuning and name in TUNED_POLICIES, trial_s=cfg.trial_s,
+                                preemption=name == "iadeep" and bool(policy_flags(cfg)))
             store = EtcdStateStore(StateSettings(endpoints=[lc.etcd.endpoint], prefix=prefix))
             try:
                 cb = on_policy(name, len(workload)) if on_policy else None
