@@ -71,6 +71,7 @@ class OnlineInterferenceLearner:
         self._count = np.zeros((n, n))
         self._shrink = shrinkage
         self._cache: np.ndarray | None = None
+        self._outer: dict[tuple[int, int], np.ndarray] = {}  # x x^T of each pair's features, built on first use
         self.n_samples = 0
 
     def _features(self, a: JobType, b: JobType) -> np.ndarray:
@@ -94,7 +95,10 @@ class OnlineInterferenceLearner:
         i, j = self._ids[sample.job], self._ids[sample.partner]
         y = float(sample.normalised_throughput)
         x = self._feat[i, j]
-        self._xtx += np.outer(x, x)
+        xx = self._outer.get((i, j))
+        if xx is None:
+            xx = self._outer[(i, j)] = np.outer(x, x)
+        self._xtx += xx
         self._xty += x * y
         self._sum[i, j] += y
         self._count[i, j] += 1

@@ -25,6 +25,7 @@ __all__ = [
     "JobRequest",
     "Placement",
     "Wait",
+    "ANY_BEHIND",
     "FilterResult",
     "TuningDecision",
     "Measure",
@@ -209,12 +210,31 @@ class Placement:
     preempt: tuple[int, ...] = ()
 
 
+#: :attr:`Wait.holds_up_to_behind` of a wait that no number of jobs queued behind can change.
+ANY_BEHIND = 2**62
+
+
 @dataclass(frozen=True)
 class Wait:
-    """Decision: leave the job queued. ``reason`` says why (shown to users and in pod events)."""
+    """Decision: leave the job queued. ``reason`` says why (shown to users and in pod events).
+
+    Attributes:
+        job_id: the job.
+        reason: why it waits.
+        holds_up_to_behind: a queueing hint (the role of kube-scheduler's QueueingHint, KEP-4247:
+            which events can make a rejected pod schedulable). ``>= 0`` promises that the policy
+            would decide to wait again as long as only time passes: the cluster state it read is
+            unchanged (which jobs sit on which GPUs, their job types, GPU memory and shares, every
+            running job's rate and remaining work at that rate), the job's ``gpus_ahead`` is the
+            same and its ``jobs_behind`` is at most this number (:data:`ANY_BEHIND`: any number).
+            ``-1`` (default): no promise, ask again after any change. A driver may skip the calls
+            a promise covers (the simulator does; kube-scheduler's own retries make the extender's
+            calls); it never has to.
+    """
 
     job_id: str
     reason: str
+    holds_up_to_behind: int = -1
 
 
 @dataclass(frozen=True)

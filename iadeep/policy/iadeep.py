@@ -68,7 +68,8 @@ from iadeep.policy._base import Policy, _wait_reason, choose_gpus
 from iadeep.policy._registry import register
 from iadeep.policy._rows import row_prod
 from iadeep.policy._tuning import BatchSizeTuner
-from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait, fits_when_empty
+from iadeep.policy._types import (ANY_BEHIND, ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait,
+                                  fits_when_empty)
 from iadeep.tuner._strategy import DEFAULT_TRIALS
 
 __all__ = ["IADeep", "finish_times"]
@@ -185,7 +186,7 @@ class IADeep(Policy):
             return Placement(job.job_id, choose_gpus(k, free, np.ones(view.n_gpus), view), "free GPU")
         shared = np.flatnonzero(mask & (njobs > 0))
         if n_free + len(shared) < k:
-            return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)), None)
+            return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
         pred = self.predicted()
         first = view.slots[shared, 0]  # the occupant of each shareable GPU (slot contract of ClusterView)
         occ_t = view.job_type[first]
@@ -227,25 +228,40 @@ class IADeep(Policy):
         return Placement(job.job_id, gpus, reason)
 
     def _preempt_or_wait(self, job: JobRequest, view: ClusterView, free: np.ndarray, wait: Wait,
-                         wait_s: float | None) -> Placement | Wait:
+                         wait_s: float | None, stable: bool = False) -> Placement | Wait:
         """Head-of-line preemption (module docstring), else ``wait`` (``wait_s``: the expected wait
-        when the caller has it already)."""
-        if not self.preempt or job.gpus_ahead or (job.jobs_behind <= 0 and not self.preempt_unblocked):
-            return wait
+        when the caller has it already).
+
+        ``stable``: ``wait`` does not depend on time (too few eligible GPUs, a question of which
+        jobs sit where); the returned wait then carries the queueing hint
+        :attr:`~iadeep.policy.Wait.holds_up_to_behind`. As time passes with the cluster unchanged,
+        the expected wait ``W`` shrinks (every GPU's time until free falls with the clock), a
+        victim's hold time shrinks and the set of preempted jobs only grows: none of that turns
+        this rule from waiting to preempting; only more jobs behind (a larger ``B``) can (with
+        ``preempt_unblocked`` too: ``B = 0`` is the same rule).
+        """
+        def holds(behind: int) -> Wait:
+            return replace(wait, holds_up_to_behind=behind) if stable else wait
+
+        if not self.preempt or job.gpus_ahead:
+            return holds(ANY_BEHIND)
+        if job.jobs_behind <= 0 and not self.preempt_unblocked:
+            return holds(0)
         slots = view.slots
         njobs = view.njobs
         alone = np.flatnonzero(njobs == 1)
         if len(alone) == 0:
-            return wait
+            return holds(ANY_BEHIND)
         n_free = int(free.sum())
         run_s = job.remaining_s  # the head at dedicated speed on free GPUs
         c = self.checkpoint_cost_s
         w = self.expected_wait_s(job, view, n_free) if wait_s is None else wait_s
         # the jobs behind that could start once the head is out of the way: as many as there are
         # GPUs with room for one more job (the same notion of "blocked" as the placement rule)
-        b = min(job.jobs_behind, int(((njobs > 0) & (njobs < self.limit)).sum()))
-        if w * (1 + b) <= (run_s + c) + run_s * b:
-            return wait  # decided before the per-GPU loop below (the simulator's hottest path)
+        roomy = int(((njobs > 0) & (njobs < self.limit)).sum())
+        b = min(job.jobs_behind, roomy)
+        if w * (1 + b) <= (run_s + c) + run_s * b:  # decided before the per-GPU loop below
+            return holds(ANY_BEHIND if job.jobs_behind >= roomy else job.jobs_behind)
         owner = slots[alone, 0]
         # a victim must sit alone on every one of its GPUs (so that they all free up)
         gpus_of: dict[int, list[int]] = {}
@@ -263,8 +279,8 @@ class IADeep(Policy):
                 continue
             if best is None or (len(gs), -hold_s, h) < best:
                 best = (len(gs), -hold_s, h)
-        if best is None:
-            return wait
+        if best is None:  # no victim qualifies: more jobs behind would not make one
+            return holds(ANY_BEHIND)
         victim = best[2]
         freed = free.copy()
         freed[gpus_of[victim]] = True

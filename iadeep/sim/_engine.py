@@ -152,6 +152,15 @@ class Simulator:
         self.partners: list[set[int]] = [set() for _ in range(n)]  # jobs it ever shared a GPU with
         self.sessions: dict[int, _Session] = {}
         self.gpu_version = np.zeros(G, dtype=np.int64)
+        # Bumped by every change of what a ClusterView shows beyond the clock (occupancy, types,
+        # memory, shares, rates); a Wait's queueing hint holds within one epoch.
+        self._epoch = 0
+        self._hints: dict[int, tuple[int, int, int]] = {}  # handle -> (epoch, gpus_ahead, holds_up_to_behind)
+        self._view: ClusterView | None = None
+        self._view_key: tuple[float, int] = (-1.0, -1)
+        self._busy: tuple[int, int] = (-1, 0)  # (epoch, GPUs with a job)
+        #: calls of the policy: ``place``, retries a Wait's queueing hint skipped, ``tune``
+        self.calls = {"place": 0, "skipped_by_hint": 0, "tune": 0}
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
         self.queue: SchedulingQueue = queue if queue is not None else settings.make_queue()
         self._wake_at = -1.0
@@ -174,11 +183,17 @@ class Simulator:
         heapq.heappush(self.events, (t, self._seq, kind, a, b))
 
     def view(self) -> ClusterView:
-        """The read-only :class:`ClusterView` the policy sees now."""
+        """The read-only :class:`ClusterView` the policy sees now (the same object while neither the
+        clock nor the state epoch moved: its derived arrays are then computed once)."""
+        key = (self.now, self._epoch)
+        if self._view is not None and self._view_key == key:
+            return self._view
         r = self._ro
-        return ClusterView(self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
-                           r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"],
-                           gpu_share_used_milli=r["share_used"], gpu_model=r["gpu_models"])
+        self._view_key = key
+        self._view = ClusterView(self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
+                                 r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"],
+                                 gpu_share_used_milli=r["share_used"], gpu_model=r["gpu_models"])
+        return self._view
 
     def _sync(self, h: int) -> None:
         """Bring job ``h``'s remaining work up to ``now``."""
@@ -190,6 +205,7 @@ class Simulator:
         rate = min(self.gpu_rate[g, self._slot(g, h)] for g in self.gpus[h])
         self.rate[h] = rate
         self.version[h] += 1
+        self._epoch += 1
         if rate > 0:
             self._push(self.now + self.work_left[h] / rate, _FINISH, h, int(self.version[h]))
 
@@ -221,6 +237,7 @@ class Simulator:
     # -- applying decisions --------------------------------------------------------------------
     def _apply_placement(self, h: int, p: Placement) -> set[int]:
         affected: set[int] = {h}
+        self._epoch += 1
         for g in p.gpus:
             free = np.flatnonzero(self.slots[g] < 0)
             if len(free) == 0:
@@ -252,6 +269,7 @@ class Simulator:
     def _release(self, h: int) -> list[int]:
         """Take ``h`` off its GPUs; returns the GPUs it left."""
         self._sync(h)
+        self._epoch += 1
         self.rate[h] = 0.0
         self.version[h] += 1
         left = list(self.gpus[h])
@@ -284,6 +302,7 @@ class Simulator:
         if not self.settings.tuning:  # a driver without a tuner (the live system before the coordinator)
             return
         trial_rates: list[dict[int, float]] = []
+        self.calls["tune"] += 1
         decision = self.policy.tune(g, self.view(), self._measure_on(g, trial_rates))
         if decision is None:
             return
@@ -293,7 +312,10 @@ class Simulator:
             # measured configurations until it ends; then its decision (new sizes or an undo) applies
             for h in self._occupants(g):
                 self.trials[h] += decision.trials
-            mean = {x: float(np.mean([tr[x] for tr in trial_rates if x in tr])) for x in trial_rates[0]}
+            mean = {}
+            for x in trial_rates[0]:  # the mean of each job's rates over the trials (sum, then divide: as np.mean)
+                rates = [tr[x] for tr in trial_rates if x in tr]
+                mean[x] = sum(rates) / len(rates)
             for x, r in mean.items():
                 if x in self._occupants(g):
                     self.gpu_rate[g, self._slot(g, x)] = r
@@ -308,6 +330,7 @@ class Simulator:
             self._apply_config(g, dict(decision.type_ids), affected)
 
     def _apply_config(self, g: int, config: dict[int, int], affected: set[int]) -> None:
+        self._epoch += 1
         occ = self._occupants(g)
         new_mem = sum(self._mem_of[config.get(h, self.type[h])] for h in occ)
         if new_mem > self.mem_total[g] + 1e-9:
@@ -328,6 +351,7 @@ class Simulator:
         affected.discard(h)
         self.type[h] = self.base_type[h]
         self.work_left[h] += self.settings.restart_penalty_s
+        self._epoch += 1
         self.evictions[h] += 1
         self.status[h] = _QUEUED
         self.n_running -= 1
@@ -346,11 +370,20 @@ class Simulator:
         affected: set[int] = set()
         queue = self.queue
         view = None  # one view while candidates fail (nothing changes), a new one after a placement
+        hints = self._hints
         for h in queue.candidates(self.now):
+            ahead, behind = queue.gpus_ahead(h), queue.blocking(h)
+            hint = hints.get(h)
+            if hint is not None and hint[0] == self._epoch and hint[1] == ahead and behind <= hint[2]:
+                queue.failed(h, self.now)  # the policy's queueing hint: it would wait again
+                self.calls["skipped_by_hint"] += 1
+                continue
             if view is None:
                 view = self.view()
-            decision = self.policy.place(self._request(h, queue.gpus_ahead(h), queue.blocking(h)), view)
+            self.calls["place"] += 1
+            decision = self.policy.place(self._request(h, ahead, behind), view)
             if isinstance(decision, Placement):
+                hints.pop(h, None)
                 view = None
                 queue.placed(h, self.now)
                 for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
@@ -362,7 +395,10 @@ class Simulator:
                 for x in placed:  # the next decision of this pass sees them running at their rates
                     self._sync(x)
                     self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
+                self._epoch += 1
                 continue
+            if decision.holds_up_to_behind >= 0:
+                hints[h] = (self._epoch, ahead, decision.holds_up_to_behind)
             queue.failed(h, self.now)
         for g in sorted(changed):
             self._tune(g, affected)
@@ -388,7 +424,9 @@ class Simulator:
         last_t = 0.0
         while self.events and done < n:  # stale finish/tuning events may outlive the last job
             t = self.events[0][0]
-            busy = int((self.slots >= 0).any(axis=1).sum())
+            if self._busy[0] != self._epoch:
+                self._busy = (self._epoch, int((self.slots >= 0).any(axis=1).sum()))
+            busy = self._busy[1]
             self.busy_gpu_seconds += busy * (t - last_t)
             last_t = t
             self.now = t
