@@ -45,6 +45,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from iadeep.emulator._checkpoint import (
+    ANNOTATION_EMULATED_EVICTED,
+    ANNOTATION_EMULATED_EVICTIONS,
+    ANNOTATION_EMULATED_FIRST_START,
+    end_evicted_pod,
+    job_key,
+    keep_checkpoint,
+    read_checkpoint,
+)
 from iadeep.emulator._gpus import EmulatedGpus, RateChange
 from iadeep.emulator._kube import KubeApi, KubeCallError
 from iadeep.emulator._settings import EmulatorSettings
@@ -91,14 +100,6 @@ ANNOTATION_EMULATED_BATCH_SIZE = "iadeep.io/emulated-batch-size"
 """Written by the emulator: the batch size the job ran at when its work was done."""
 ANNOTATION_EMULATED_TRIALS = "iadeep.io/emulated-trials"
 """Written by the emulator: the tuning trials the job ran (batch-size assignments of trials)."""
-ANNOTATION_EMULATED_EVICTED = "iadeep.io/emulated-evicted"
-"""Written by the emulator on a pod that left its GPUs before its work was done (evicted):
-when, Unix seconds (decimal); the job's progress went to its checkpoint (:class:`JobCheckpoint`)."""
-ANNOTATION_EMULATED_EVICTIONS = "iadeep.io/emulated-evictions"
-"""Written by the emulator on the pod that completed a job: the job's pods evicted before it."""
-ANNOTATION_EMULATED_FIRST_START = "iadeep.io/emulated-first-start"
-"""Written by the emulator on the pod that completed a job: when the job's first pod started its
-work (an evicted pod is gone by then: its Job removes it once it has failed)."""
 NODE_ANNOTATION_GPUS = "iadeep.io/gpus"
 """On a node: its GPUs as JSON, ``[{"index": 0, "uuid": "...", "memGiB": 32}, ...]``."""
 
@@ -117,14 +118,6 @@ class _Pod:
     trials: int = 0  # tuning trials it ran (batch-size assignments with trial >= 0)
     evictions: int = 0  # the job's pods evicted before this one (from its checkpoint)
     first_started_s: float = 0.0  # when the job's first pod started (this one's start unless resumed)
-
-
-def job_key(pod: dict[str, Any]) -> str | None:
-    """The key of the job a pod runs for, ``<namespace>.<Job name>`` (its owning Job: a replacement
-    pod has the same), ``None`` for a pod no Job owns (its progress is its own)."""
-    meta = pod.get("metadata") or {}
-    owners = [o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job" and o.get("name")]
-    return f"{meta.get('namespace', '')}.{owners[0]}" if owners else None
 
 
 def node_inventory(node: dict[str, Any]) -> NodeInventory | None:
@@ -341,39 +334,14 @@ class EmulatorService:
             self._keep(kept, pod if evicted is not None else None, evicted.started_s if evicted is not None else now, now)
 
     def _checkpoint_of(self, pod: dict[str, Any]) -> JobCheckpoint | None:
-        """The checkpoint of the pod's job, if an earlier pod of it was evicted (None otherwise, or
-        when the store cannot be read: the job then starts over, logged)."""
-        key = job_key(pod)
-        if key is None:
-            return None
-        try:
-            return self.store.checkpoint(key)
-        except (StoreUnavailable, RecordError) as exc:
-            log.warning("job %s: could not read its checkpoint, starting over: %s", key, exc)
-            return None
+        return read_checkpoint(self.store, pod)
 
     def _keep(self, checkpoint: JobCheckpoint, pod: dict[str, Any] | None, started: float, now: float) -> None:
-        """Write the job's checkpoint; for a pod being deleted (evicted), end it as its kubelet
-        would: annotated with its start and eviction times, then ``Failed`` (the Eviction API's
-        ``DisruptionTarget`` condition stays: the Job's ``podFailurePolicy`` ignores the failure and
-        replaces the pod once it has failed)."""
-        try:
-            self.store.put_checkpoint(checkpoint)
-        except StoreUnavailable as exc:
-            log.warning("job %s: could not keep its progress: %s", checkpoint.job_key, exc)
-        if pod is None:
-            return
-        meta = pod.get("metadata") or {}
-        ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
-        try:
-            self.kube.annotate_pod(ns, name, uid, {ANNOTATION_EMULATED_START: f"{started:.6f}",
-                                                   ANNOTATION_EMULATED_EVICTED: f"{now:.6f}"})
-            self.kube.complete_pod(pod, started_s=started, finished_s=now, exit_code=137)
-        except KubeCallError as exc:
+        """Write the job's checkpoint; end an evicted pod (:func:`end_evicted_pod`)."""
+        keep_checkpoint(self.store, checkpoint)
+        if pod is not None and not end_evicted_pod(self.kube, pod, started, now, ANNOTATION_EMULATED_START):
             with self._lock:
                 self.errors += 1
-            if exc.status != 404:
-                log.warning("could not end evicted pod %s/%s: %s", ns, name, exc)
 
     def _start_args(self, pod: dict[str, Any]) -> dict[str, Any]:
         ann = (pod.get("metadata") or {}).get("annotations") or {}
