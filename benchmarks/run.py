@@ -1,6 +1,6 @@
 """``make bench``: the full Philly trace (82,247 jobs) through the iadeep policy in the simulator.
 
-Prints wall time, jobs/s and peak RSS (target from the issue: under 60 s and 2 GiB on a 2-core
+Prints wall time, jobs/s, CPU time, the policy calls made and peak RSS (target from the issue: under 60 s and 2 GiB on a 2-core
 machine). The cluster is sized so that the trace's mean offered load is about ``--load`` (default
 0.9) on nodes of 8 x 24 GiB GPUs, which keeps it busy; arrivals keep the trace's own timing. Jobs
 needing more GPUs than ``--max-gpus`` are dropped (counted). Not a test: figures go in the README.
@@ -41,13 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     t_load = time.perf_counter() - t0
     print(f"{len(jobs)} jobs (dropped {dict(jobs.attrs.get('dropped', {}))}), cluster {nodes} x {args.gpus_per_node} GPUs, "
           f"offered load mean {load.mean_load:.2f} peak {load.peak_load:.2f}; loading took {t_load:.1f} s", flush=True)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     sim = Simulator(jobs, make_policy(args.policy, model), model, cluster, SimSettings(record_timeline=False))
     result = sim.run()
-    wall = time.perf_counter() - t1
+    wall, cpu = time.perf_counter() - t1, time.process_time() - c1
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     s = result.summary()
-    print(f"policy {args.policy}: simulated {len(jobs)} jobs in {wall:.1f} s wall ({len(jobs) / wall:,.0f} jobs/s), "
+    print(f"policy {args.policy}: simulated {len(jobs)} jobs in {wall:.1f} s wall ({len(jobs) / wall:,.0f} jobs/s; "
+          f"{cpu:.1f} s CPU, the figure to compare on a busy machine), "
           f"peak RSS {rss_gib:.2f} GiB")
     print(f"  avg JCT {s['avg_jct_s'] / 3600:.2f} h, p99 {s['p99_jct_s'] / 3600:.1f} h, makespan {s['makespan_s'] / 86400:.1f} d, "
           f"GPU utilisation {s['gpu_utilisation']:.2f}, mean slowdown {s['mean_slowdown']:.2f}")

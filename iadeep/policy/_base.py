@@ -34,6 +34,7 @@ from iadeep.policy._types import (
     Placement,
     TuningDecision,
     Wait,
+    _frozen,
     capacity_masks,
 )
 
@@ -68,6 +69,7 @@ class Policy(ABC):
         self.limit = int(colocation_limit or type(self).colocation_limit)
         # job-type pairs this policy measured to share badly and will not form again
         self.avoided = np.zeros_like(model.fits, dtype=bool)
+        self._avoid_version = 0  # bumped by avoid(): eligibility remembered on a view is keyed by it
         if self.limit < 1:
             raise ValueError(f"colocation_limit must be >= 1, got {self.limit}")
 
@@ -76,8 +78,19 @@ class Policy(ABC):
         """Which GPUs could take one worker of ``job``.
 
         Returns:
-            ``(mask, reason)``: bool array ``(G,)`` and reason codes ``(G,)`` (see :data:`REASONS`).
+            ``(mask, reason)``: bool array ``(G,)`` and reason codes ``(G,)`` (see :data:`REASONS`),
+            read-only: the answer is remembered on ``view`` for every job with the same needs
+            (type, GPUs, memory, share, GPU models), as a scheduling pass asks for many such pods.
         """
+        milli = job.gpu_milli
+        key = ("eligible", id(self), self._avoid_version, job.type_id, job.num_gpus, job.mem_gib,
+               None if milli != milli else milli, job.gpu_models)
+        found = view.memo.get(key)
+        if found is None:
+            found = view.memo[key] = tuple(_frozen(x) for x in self._eligible(job, view))
+        return found
+
+    def _eligible(self, job: JobRequest, view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
         occupied = view.occupied
         njobs = view.njobs
         if int((njobs < self.limit).sum()) < job.num_gpus:  # fast path: not enough open slots at all
@@ -102,6 +115,7 @@ class Policy(ABC):
     def avoid(self, type_ids: list[int]) -> None:
         """Never again co-locate these job types with each other (both directions); a measured
         bad packing is remembered so that the policy does not form and undo it over and over."""
+        self._avoid_version += 1
         for i, a in enumerate(type_ids):
             for j, b in enumerate(type_ids):
                 if i != j:

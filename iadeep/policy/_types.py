@@ -145,6 +145,12 @@ class ClusterView:
         rate = np.maximum(self.job_rate[handles], 1e-6)
         return _frozen(row_max(np.where(occupied, self.remaining_s(handles) / rate, 0.0)))
 
+    @cached_property
+    def memo(self) -> dict:
+        """Answers a policy computed from this view, keyed by what they depend on besides it
+        (e.g. :meth:`~iadeep.policy.Policy.eligible` per job needs); lives as long as the view."""
+        return {}
+
     def gpu_njobs(self) -> np.ndarray:
         """Jobs on each GPU, shape ``(G,)``."""
         return self.njobs
