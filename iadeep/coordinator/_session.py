@@ -18,8 +18,9 @@ A session follows a :class:`~iadeep.state.TuningRequest` (a GPU whose co-locatio
    request is acknowledged and the tuner's study deleted.
 
 A session ends early, cleanly, when a job finishes (its SDK reports ``completed``/``failed``),
-when the request changes (a job left or came: the new request starts a new session), or when a
-round passes its deadline (the configuration measured best so far is applied).
+when the request changes (a job left or came: the new request starts a new session; the jobs a
+trial moved go back to the sizes they ran at before, as the simulator discards an interrupted
+session), or when a round passes its deadline (the configuration measured best so far is applied).
 """
 
 from __future__ import annotations
@@ -74,12 +75,15 @@ class SessionResult:
         outcome: ``converged``, ``single_job``, ``job_left``, ``superseded``, ``deadline`` or
             ``untunable`` (a job whose model or batch size the measurements do not cover).
         applied: pod UID -> batch size written at the end (empty when nothing was applied).
+        restored: pod UID -> batch size written back when the session was superseded: the size
+            the job ran at before the session, for the jobs a trial had moved (empty otherwise).
         rounds: rounds measured by this run of the session.
         progress: summed progress rate of the applied configuration as measured (NaN if not).
     """
 
     outcome: str
     applied: dict[str, int] = field(default_factory=dict)
+    restored: dict[str, int] = field(default_factory=dict)
     rounds: int = 0
     progress: float = math.nan
 
@@ -171,7 +175,9 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
     if samples:
         store.add_samples(samples)
     result = SessionResult(ending, rounds=done_rounds)
-    if ending != "superseded":
+    if ending == "superseded":
+        result.restored = _restore(jobs, store, name, clock)
+    else:
         best = outcome.best if outcome is not None else space.current()
         live = [j for j in jobs if j.key in best and _alive(store, j.key)]
         for j in live:
@@ -183,6 +189,23 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
     if metrics:
         metrics.session_seconds.observe(time.monotonic() - t0)
     return result
+
+
+def _restore(jobs: Sequence[TunedJob], store: StateStore, name: str, clock: Callable[[], float]) -> dict[str, int]:
+    """Put the jobs a superseded session's trials moved back to the sizes they ran at before it.
+
+    The simulator discards an interrupted session (its jobs keep the sizes they had), and so does
+    the live system: the next session, for the GPU's new set, starts from a configuration that
+    was chosen, not from whichever trial was in flight. Sessions of one GPU run one after another
+    (:class:`~iadeep.coordinator.CoordinatorService`), so the next one reads the restored sizes.
+    """
+    restored = {}
+    for j in jobs:
+        now = store.batch_size(j.key)
+        if _alive(store, j.key) and now is not None and now.batch_size != j.batch_size:
+            store.set_batch_size(BatchSizeAssignment(j.key, j.batch_size, name, -1, clock()))
+            restored[j.key] = j.batch_size
+    return restored
 
 
 def _alive(store: StateStore, pod: str) -> bool:

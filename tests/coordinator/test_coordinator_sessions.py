@@ -136,6 +136,43 @@ def test_job_ending_mid_session_ends_it_cleanly(etcd_store, etcd_settings, tuner
         svc.stop(timeout_s=30)
 
 
+def test_a_superseded_session_puts_the_jobs_it_moved_back(etcd_store, etcd_settings, tuner, jobs, interference_model,
+                                                         throughputs_path) -> None:
+    """A third job joins GPU 0 (co-location limit 3) while the session of A and B runs a trial that
+    moved one of them off its size: the session ends as superseded at its next round, writes the
+    moved jobs' sizes from before the session back (the simulator discards an interrupted session,
+    so its jobs keep the sizes they had), and the next session tunes all three."""
+    store = etcd_store
+    place(store, A, B)
+    for pod, model, batch, _ in (A, B):
+        jobs.start(pod, model, batch)
+    reporting(store, "pod-a", "pod-b")
+    svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
+                             tuner=TunerClient(tuner.url), model=interference_model).start()
+    try:
+        before = {"pod-a": A[2], "pod-b": B[2]}
+
+        def trial_sizes():
+            now = {p: store.batch_size(p) for p in before}
+            return {p: a.batch_size for p, a in now.items() if a is not None and a.trial >= 0}
+
+        moved = wait_for(trial_sizes, lambda t: any(t.get(p, size) != size for p, size in before.items()),
+                         timeout=90, what="a trial that moves a job")
+        C = ("pod-c", "ResNet-18", 64, 4.0)
+        jobs.start(C[0], C[1], C[2])
+        store.reserve(JobRecord(C[0], "default", C[0], C[1], C[2], 1, C[3], 3600.0, time.time()), NODE, [0],
+                      colocation_limit=3, now_s=time.time())
+        wait_for(lambda: svc.results, bool, timeout=90, what="the first session ended")
+        _, first = svc.results[0]
+        assert first.outcome == "superseded" and first.applied == {}
+        assert first.restored == {p: before[p] for p, size in moved.items() if size != before[p]}
+        wait_for(lambda: len(svc.results), lambda n: n >= 2, timeout=180, what="the session of all three")
+        req, second = svc.results[1]
+        assert set(req.pods) == {"pod-a", "pod-b", "pod-c"} and second.outcome in ("converged", "deadline")
+    finally:
+        svc.stop(timeout_s=30)
+
+
 def test_coordinator_killed_mid_session_resumes(etcd_store, etcd_settings, tuner, jobs, throughputs_path) -> None:
     store = etcd_store
     place(store, A, B)
