@@ -45,6 +45,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from iadeep.emulator._checkpoint import (
+    ANNOTATION_EMULATED_EVICTED,
+    ANNOTATION_EMULATED_EVICTIONS,
+    ANNOTATION_EMULATED_FIRST_START,
+    end_evicted_pod,
+    job_key,
+    keep_checkpoint,
+    read_checkpoint,
+)
 from iadeep.emulator._gpus import EmulatedGpus, RateChange
 from iadeep.emulator._kube import KubeApi, KubeCallError
 from iadeep.emulator._settings import EmulatorSettings
@@ -63,6 +72,7 @@ from iadeep.jobtypes import JobType
 from iadeep.state import (
     BatchSizeAssignment,
     GpuInfo,
+    JobCheckpoint,
     JobRecord,
     Measurement,
     NodeInventory,
@@ -73,7 +83,8 @@ from iadeep.state import (
 )
 
 __all__ = ["EmulatorService", "node_inventory", "ANNOTATION_EMULATED", "ANNOTATION_EMULATED_START", "ANNOTATION_EMULATED_END",
-           "ANNOTATION_EMULATED_BATCH_SIZE", "ANNOTATION_EMULATED_TRIALS", "ANNOTATION_SPEEDUP", "NODE_ANNOTATION_GPUS"]
+           "ANNOTATION_EMULATED_BATCH_SIZE", "ANNOTATION_EMULATED_TRIALS", "ANNOTATION_EMULATED_EVICTED",
+           "ANNOTATION_EMULATED_EVICTIONS", "ANNOTATION_EMULATED_FIRST_START", "ANNOTATION_SPEEDUP", "NODE_ANNOTATION_GPUS", "job_key"]
 
 log = logging.getLogger("iadeep.emulator")
 
@@ -105,6 +116,8 @@ class _Pod:
     finished_s: float = 0.0
     batch_size: int = 0  # at the end of its work
     trials: int = 0  # tuning trials it ran (batch-size assignments with trial >= 0)
+    evictions: int = 0  # the job's pods evicted before this one (from its checkpoint)
+    first_started_s: float = 0.0  # when the job's first pod started (this one's start unless resumed)
 
 
 def node_inventory(node: dict[str, Any]) -> NodeInventory | None:
@@ -268,14 +281,28 @@ class EmulatorService:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         uid, node = meta.get("uid", ""), spec.get("nodeName") or ""
         ann = meta.get("annotations") or {}
+        ended = event == "DELETED" or status.get("phase") in _ENDED
+        terminating = bool(meta.get("deletionTimestamp")) and not ended  # evicted or deleted: stop it as a kubelet would
+        resume = None
+        if not ended and not terminating and uid not in self.pods and node and ann.get(ANNOTATION_GPU_INDEX):
+            resume = self._checkpoint_of(pod)  # a replacement pod resumes its job (before the lock: a store call)
         now = self.clock()
         changes: list[RateChange] = []
+        kept: JobCheckpoint | None = None
+        evicted: _Pod | None = None
         with self._lock:
             known = self.pods.get(uid)
-            if event == "DELETED" or status.get("phase") in _ENDED:
+            if ended or (terminating and known is not None):
                 self._assigned.pop(uid, None)
                 if known is not None:
                     del self.pods[uid]
+                    key = job_key(known.obj)
+                    if not known.done and uid in self.gpus.jobs and key is not None:
+                        # left its GPUs before its work was done: the job's progress is kept for its next pod
+                        kept = JobCheckpoint(key, self.gpus.progress_of(uid, now), known.evictions + 1, now,
+                                             known.first_started_s or known.started_s)
+                        if terminating:
+                            evicted = known
                     changes = self.gpus.stop(uid, now_s=now)
             elif known is not None:
                 known.obj = pod
@@ -283,14 +310,18 @@ class EmulatorService:
                 if running and not known.running and known.done:
                     self._lock.notify_all()  # done before kwok marked it Running: complete it now
                 known.running = running
-            elif node in self.nodes and ann.get(ANNOTATION_GPU_INDEX):
+            elif node in self.nodes and ann.get(ANNOTATION_GPU_INDEX) and not terminating:
                 try:
                     start = self._start_args(pod)
                 except (PodSpecError, ValueError) as exc:
                     log.warning("pod %s/%s cannot be emulated: %s", meta.get("namespace"), meta.get("name"), exc)
                     self.errors += 1
                     return
-                self.pods[uid] = _Pod(pod, running=status.get("phase") == "Running", started_s=now)
+                if resume is not None:  # the work left at the checkpoint, plus the restart's cost
+                    start["work_s"] = resume.remaining_s + self.settings.checkpoint_cost_s
+                self.pods[uid] = _Pod(pod, running=status.get("phase") == "Running", started_s=now,
+                                      evictions=resume.evictions if resume is not None else 0,
+                                      first_started_s=(resume.first_started_at or now) if resume is not None else now)
                 base = start.pop("type_id")
                 early = self._assigned.get(uid)
                 current = self._type_at(base, early.batch_size) if early is not None else None
@@ -299,6 +330,18 @@ class EmulatorService:
             if changes:
                 self._lock.notify_all()
         self._report(changes, now)
+        if kept is not None:
+            self._keep(kept, pod if evicted is not None else None, evicted.started_s if evicted is not None else now, now)
+
+    def _checkpoint_of(self, pod: dict[str, Any]) -> JobCheckpoint | None:
+        return read_checkpoint(self.store, pod)
+
+    def _keep(self, checkpoint: JobCheckpoint, pod: dict[str, Any] | None, started: float, now: float) -> None:
+        """Write the job's checkpoint; end an evicted pod (:func:`end_evicted_pod`)."""
+        keep_checkpoint(self.store, checkpoint)
+        if pod is not None and not end_evicted_pod(self.kube, pod, started, now, ANNOTATION_EMULATED_START):
+            with self._lock:
+                self.errors += 1
 
     def _start_args(self, pod: dict[str, Any]) -> dict[str, Any]:
         ann = (pod.get("metadata") or {}).get("annotations") or {}
@@ -437,27 +480,37 @@ class EmulatorService:
                 for p in self.pods.values():
                     if p.done and p.running and not p.completing:
                         p.completing = True
-                        todo.append((p.obj, p.started_s, p.finished_s, p.batch_size, p.trials))
+                        todo.append((p.obj, p.started_s, p.finished_s, p.batch_size, p.trials, p.evictions,
+                                     p.first_started_s))
                 if not todo and not changes:
                     nxt = self.gpus.next_due()
                     wait = 1.0 if nxt is None else min(max(nxt - now, 0.0), 1.0)
                     self._lock.wait(wait)
                     continue
             self._report(changes, now)
-            for pod, started, finished, batch, trials in todo:
-                self._complete(pod, started, finished, batch, trials)
+            for pod, started, finished, batch, trials, evictions, first in todo:
+                self._complete(pod, started, finished, batch, trials, evictions, first)
 
-    def _complete(self, pod: dict[str, Any], started: float, finished: float, batch: int, trials: int) -> None:
+    def _complete(self, pod: dict[str, Any], started: float, finished: float, batch: int, trials: int,
+                  evictions: int = 0, first_started: float = 0.0) -> None:
         meta = pod.get("metadata") or {}
         ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
         try:
             self.kube.annotate_pod(ns, name, uid, {ANNOTATION_EMULATED_START: f"{started:.6f}",
                                                    ANNOTATION_EMULATED_END: f"{finished:.6f}",
                                                    ANNOTATION_EMULATED_BATCH_SIZE: str(batch),
-                                                   ANNOTATION_EMULATED_TRIALS: str(trials)})
+                                                   ANNOTATION_EMULATED_TRIALS: str(trials),
+                                                   ANNOTATION_EMULATED_EVICTIONS: str(evictions),
+                                                   ANNOTATION_EMULATED_FIRST_START: f"{first_started or started:.6f}"})
             self.kube.complete_pod(pod, started_s=started, finished_s=finished)
             with self._lock:
                 self.completed += 1
+            key = job_key(pod)
+            if evictions and key is not None:  # the job is done: its checkpoint is no longer needed
+                try:
+                    self.store.delete_checkpoint(key)
+                except StoreUnavailable as exc:
+                    log.warning("job %s: could not delete its checkpoint: %s", key, exc)
         except KubeCallError as exc:
             with self._lock:
                 self.errors += 1

@@ -62,6 +62,9 @@ class EmulatorSettings(BaseSettings):
             ``trial >= 0``), its throughput is reported this often (wall s; the SDK reports once
             per second); outside sessions a job reports when its co-located set changes.
         inventory_ttl_s: lease of each published node inventory (renewed at a third of it).
+        checkpoint_cost_s: work (s at dedicated speed) added to a job resumed in a new pod of
+            its Job after its pod was evicted (checkpoint and restart): the simulator's
+            ``SimSettings.restart_penalty_s`` and iadeep's ``checkpoint_cost_s``, 30 s.
         default_model / default_batch_size / default_duration_s: a pod without the annotations.
     """
 
@@ -78,6 +81,7 @@ class EmulatorSettings(BaseSettings):
     progress_interval_s: float = Field(1.0, ge=0)
     follow_batch_sizes: bool = True
     report_interval_s: float = Field(1.0, gt=0)
+    checkpoint_cost_s: float = Field(30.0, ge=0)
     inventory_ttl_s: int = Field(120, ge=3)
     default_model: str = "ResNet-50"
     default_batch_size: int = Field(64, ge=1)

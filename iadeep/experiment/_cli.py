@@ -48,6 +48,7 @@ def run_cmd(
     backfill: Annotated[bool, typer.Option(help="Let jobs behind a waiting queue head start.")] = False,
     queue: Annotated[str, typer.Option(help="Simulator queue: fifo, backfill or kube (kube-scheduler's queue with backoff).")] = _D.queue,
     scheduler_config: Annotated[Optional[str], typer.Option(help="KubeSchedulerConfiguration for the kube queue's backoff.")] = None,
+    kube_preemption: Annotated[bool, typer.Option(help="kube queue: head-of-line preemption for the pod nothing pending is ahead of (live: the extender evicts the victim and its Job replaces it).")] = _D.kube_preemption,
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle.")] = _D.predictor,
     backend: Annotated[str, typer.Option(help="simulator, or kubernetes (Jobs on the local control plane with kwok GPU nodes, the extender and the GPU emulator).")] = _D.backend,
     speedup: Annotated[float, typer.Option(help="kubernetes backend: emulated seconds per wall second.")] = _D.speedup,
@@ -69,7 +70,7 @@ def run_cmd(
             strict=strict, include_censored=include_censored, infeasible=infeasible, cluster_file=cluster_file,
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill,
-            queue=queue, scheduler_config=scheduler_config, predictor=predictor, backend=backend, speedup=speedup,
+            queue=queue, kube_preemption=kube_preemption, scheduler_config=scheduler_config, predictor=predictor, backend=backend, speedup=speedup,
             timeout_s=timeout_s, kubeconfig=kubeconfig, out=out)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
@@ -136,6 +137,7 @@ def sweep_cmd(
     virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
     mix: Annotated[str, typer.Option(help="Workload mix: iadeep or gavel.")] = _D.mix,
     queue: Annotated[str, typer.Option(help="Comma-separated queue models (fifo, backfill, kube): side by side.")] = _D.queue,
+    kube_preemption: Annotated[bool, typer.Option(help="kube queue: head-of-line preemption for the pod nothing pending is ahead of (live: the extender evicts the victim and its Job replaces it).")] = _D.kube_preemption,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/sweep",
 ) -> None:
@@ -149,7 +151,8 @@ def sweep_cmd(
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
         base = ExperimentConfig(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
-                                policies=tuple(p.strip() for p in policies.split(",") if p.strip()), out=out)
+                                policies=tuple(p.strip() for p in policies.split(",") if p.strip()), kube_preemption=kube_preemption,
+                                out=out)
         queues = [q.strip() for q in queue.split(",") if q.strip()]
         bases = {q: dataclasses.replace(base, queue=q) for q in queues}  # validates each queue name
         starts = _number_list("start_jobs", start_jobs, int)
@@ -217,6 +220,7 @@ def compare_cmd(
     gpu_mem_gib: Annotated[float, typer.Option(help="Memory per GPU (GiB).")] = _D.gpu_mem_gib,
     seed: Annotated[int, typer.Option(help="Seed of the workload mix and measurement noise.")] = _D.seed,
     queue: Annotated[str, typer.Option(help="Simulator queue (kube: as kube-scheduler queues).")] = "kube",
+    kube_preemption: Annotated[bool, typer.Option(help="kube queue: head-of-line preemption for the pod nothing pending is ahead of (live: the extender evicts the victim and its Job replaces it).")] = _D.kube_preemption,
     tuning: Annotated[bool, typer.Option(help="Tuning sessions in both backends (live: the coordinator and the tuner, for iadeep).")] = True,
     speedup: Annotated[float, typer.Option(help="Live time compression.")] = 200.0,
     timeout_s: Annotated[Optional[float], typer.Option(help="Live wall-clock bound per policy (s).")] = None,
@@ -233,7 +237,7 @@ def compare_cmd(
         cfg = ExperimentConfig(trace=trace, jobs=jobs, start_job=start_job, target_load=target_load,
                                policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes,
                                gpus_per_node=gpus_per_node, gpu_mem_gib=gpu_mem_gib, seed=seed, queue=queue, tuning=tuning,
-                               speedup=speedup, timeout_s=timeout_s, out=out)
+                               kube_preemption=kube_preemption, speedup=speedup, timeout_s=timeout_s, out=out)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -105,7 +105,9 @@ def job_name(index: int, job_id: str) -> str:
 
 def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: float, speedup: float,
                  submit_time_s: float | None = None, pin_nodes: bool = True, gated: bool = False) -> dict[str, Any]:
-    """The ``batch/v1`` Job for one trace job (a pure function; see the module docstring).
+    """The ``batch/v1`` Job for one trace job (a pure function; see the module docstring). A pod
+    the extender evicts to preempt the job is replaced, not counted as a failure (the Job's
+    ``podFailurePolicy`` ignores the ``DisruptionTarget`` condition that the Eviction API sets).
 
     Args:
         row: the job's row of the job table (job_id, duration, num_gpus, model, batch_size).
@@ -139,6 +141,11 @@ def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: flo
                                      **({SUBMIT_ANNOTATION: f"{submit_time_s:.6f}"} if submit_time_s is not None else {})}},
         "spec": {
             "backoffLimit": 0,
+            # a pod evicted for a preemption (the Eviction API marks it DisruptionTarget) is replaced
+            # without counting as a failure; the replacement resumes from the job's checkpoint
+            # (Job API, batch/v1 podFailurePolicy: needs restartPolicy Never; the replacement is made
+            # once the evicted pod has failed, podReplacementPolicy Failed)
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
             "completions": 1,
             "parallelism": 1,
             "template": {
@@ -265,11 +272,12 @@ class LocalCluster:
         return self.control_plane.kubeconfig
 
     def prepare(self, run: str, policy: str, *, seed: int, speedup: float, tuning: bool = False,
-                trial_s: float = 20.0) -> str:
+                trial_s: float = 20.0, preemption: bool = False) -> str:
         """Fresh nodes labelled ``run``, a fresh etcd prefix, and the extender and emulator for
         ``policy`` (with ``tuning``, also the tuner and the coordinator; the emulator then reports
-        a job in a session every ``trial_s / 2`` emulated seconds, at least every 50 ms); returns
-        the etcd prefix. Nodes and services of an earlier run are removed."""
+        a job in a session every ``trial_s / 2`` emulated seconds, at least every 50 ms; with
+        ``preemption``, the extender carries out the policy's preemptions); returns the etcd
+        prefix. Nodes and services of an earlier run are removed."""
         from kubernetes import client
 
         self.stop_services()
@@ -297,6 +305,7 @@ class LocalCluster:
             **env, "IADEEP_EXTENDER_PORT": str(self.extender_port), "IADEEP_EXTENDER_HOST": "127.0.0.1",
             "IADEEP_EXTENDER_POLICY": policy, "IADEEP_EXTENDER_THROUGHPUTS_FILE": str(self.throughputs),
             "IADEEP_EXTENDER_KUBE__KUBECONFIG": str(self.kubeconfig), "IADEEP_EXTENDER_LOG_LEVEL": "warning",
+            "IADEEP_EXTENDER_PREEMPTION": "true" if preemption else "false",
         }, logs / f"extender-{run}.log")
         emu = _Process([sys.executable, "-m", "iadeep.emulator", "serve"], {
             **env, "IADEEP_EMULATOR_THROUGHPUTS_FILE": str(self.throughputs), "IADEEP_EMULATOR_SPEEDUP": f"{speedup:g}",
@@ -504,8 +513,13 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
         bodies.append((t0 + (float(row.submit_time) - submit0) / speedup,
                        job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, pin_nodes=pin_nodes,
                                     gated=True)))
-    lags = GatedSubmitter(api_client, ns, selector, ahead_s=settings.ahead_s).run(bodies, deadline)
-    waiter.join(timeout=max(deadline - time.time(), 0) + 30)
+    submitter = GatedSubmitter(api_client, ns, selector, ahead_s=settings.ahead_s)
+    try:
+        lags = submitter.run(bodies, deadline)
+        waiter.join(timeout=max(deadline - time.time(), 0) + 30)
+    finally:
+        submitter.close()
+    errors += submitter.errors
     if errors:
         raise errors[0]
     if waiter.is_alive():
@@ -518,6 +532,7 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
                                     submit0=submit0, speedup=speedup, model=model)
     metrics = {"backend": "kubernetes", "speedup": speedup, "wall_s": wall, "jobs_per_wall_s": len(jobs) / wall if wall else 0.0,
                "reservations_left": left, "failed_jobs": sum(k == "Failed" for k, _ in done_at.values()),
+               "replacement_pods": submitter.replacements,
                "submit_lag_s_median": float(np.median(lags)) if lags else 0.0,
                "submit_lag_s_p90": float(np.percentile(lags, 90)) if lags else 0.0, "create_ahead_s": settings.ahead_s, "breakdown_s": breakdown, "namespace": ns}
     return result, metrics
@@ -581,8 +596,23 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
     placement = [""] * n
     final_batch = jobs["batch_size"].to_numpy(dtype=np.int64).copy()
     trials = np.zeros(n, dtype=np.int64)
+    evictions = np.zeros(n, dtype=np.int64)
     runs: list[tuple[int, str, float, float]] = []  # (job, "node/gpu", start, end)
     bind_lat, start_lag, done_lag = [], [], []
+
+    def where(p: dict[str, Any], ann: dict[str, str]) -> tuple[str, list[str]]:
+        node = (p.get("spec") or {}).get("nodeName") or ""
+        return node[len(run) + 1:] if node.startswith(f"{run}-") else node, [g for g in ann.get("iadeep.io/gpu-index", "").split(",") if g]
+
+    first_wall: dict[str, float] = {}  # a job's first start: its first pod's, when a pod of it was evicted
+    for p in pods:  # pods evicted for a preemption (the emulator wrote their start and eviction times)
+        ann = (p.get("metadata") or {}).get("annotations") or {}
+        jid = ann.get(JOB_ID_ANNOTATION)
+        if jid in by_id and "iadeep.io/emulated-evicted" in ann and "iadeep.io/emulated-start" in ann:
+            s_wall, e_wall = float(ann["iadeep.io/emulated-start"]), float(ann["iadeep.io/emulated-evicted"])
+            first_wall[jid] = min(first_wall.get(jid, math.inf), s_wall)
+            node, gpus = where(p, ann)
+            runs += [(by_id[jid], f"{node}/{g}", emu(s_wall), emu(e_wall)) for g in gpus]
     for p in pods:
         meta = p.get("metadata") or {}
         ann = meta.get("annotations") or {}
@@ -591,14 +621,14 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
             continue
         i = by_id[jid]
         s_wall, e_wall = float(ann["iadeep.io/emulated-start"]), float(ann["iadeep.io/emulated-end"])
-        start[i], end[i], submit[i] = emu(s_wall), emu(e_wall), emu(submit_wall.get(jid, math.nan))
+        first = min(s_wall, first_wall.get(jid, math.inf), float(ann.get("iadeep.io/emulated-first-start") or math.inf))
+        start[i], end[i], submit[i] = emu(first), emu(e_wall), emu(submit_wall.get(jid, math.nan))
         final_batch[i] = int(ann.get("iadeep.io/emulated-batch-size") or final_batch[i])
         trials[i] = int(ann.get("iadeep.io/emulated-trials") or 0)
-        node = (p.get("spec") or {}).get("nodeName") or ""
-        node = node[len(run) + 1:] if node.startswith(f"{run}-") else node
-        gpus = [g for g in ann.get("iadeep.io/gpu-index", "").split(",") if g]
+        evictions[i] = int(ann.get("iadeep.io/emulated-evictions") or 0)
+        node, gpus = where(p, ann)
         placement[i] = ";".join(f"{node}/{g}" for g in gpus)
-        runs += [(i, f"{node}/{g}", start[i], end[i]) for g in gpus]
+        runs += [(i, f"{node}/{g}", emu(s_wall), end[i]) for g in gpus]
         if "iadeep.io/assume-time" in ann:
             bound = int(ann["iadeep.io/assume-time"]) / 1e9
             bind_lat.append(bound - submit_wall.get(jid, math.nan))
@@ -631,7 +661,7 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
         "duration_s": duration, "slowdown": jct / duration, "num_gpus": jobs["num_gpus"].to_numpy(),
         "model": jobs["model"].to_numpy(), "batch_size": jobs["batch_size"].to_numpy(),
         "final_batch_size": final_batch, "colocations": coloc,
-        "tuning_trials": trials, "evictions": np.zeros(n, dtype=np.int64),
+        "tuning_trials": trials, "evictions": evictions,
         "placement": placement, "partners": [";".join(sorted(ids[o] for o in ps)) for ps in partners],
     })
     timeline, busy = _timeline(table, runs)

@@ -152,19 +152,48 @@ class GatedSubmitter:
         self.core, self.batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
         self.namespace, self.selector, self.ahead_s = namespace, selector, ahead_s
         self._pods: dict[str, str] = {}  # Job name -> pod name
+        self._opened: dict[str, float] = {}  # Job -> when its arrival came (wall s)
+        self._replaced: set[str] = set()  # replacement pods opened
         self._seen = threading.Condition()
         self._stop = threading.Event()
+        self._closed = threading.Event()
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="iadeep-live-arrive")
+        self._reopen = ThreadPoolExecutor(1, thread_name_prefix="iadeep-live-reopen")
+        self._watcher: threading.Thread | None = None
         self.errors: list[BaseException] = []
+        self.replacements = 0
 
     def _on_pod(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         job = (meta.get("labels") or {}).get(JOB_NAME_LABEL) or (meta.get("labels") or {}).get("job-name")
+        name = meta.get("name", "")
+        reopen = False
         if job and not meta.get("deletionTimestamp"):
             with self._seen:
                 if job not in self._pods:
-                    self._pods[job] = meta.get("name", "")
+                    self._pods[job] = name
                     self._seen.notify_all()
+                elif (job in self._opened and name != self._pods[job] and name not in self._replaced
+                      and (pod.get("spec") or {}).get("schedulingGates")):
+                    # the Job replaced its pod (e.g. evicted for a preemption): the template's gate is
+                    # on the new pod too, and the job's arrival has come already
+                    self._replaced.add(name)
+                    reopen = True
+        if reopen:
+            self._reopen.submit(self._guard, self._ungate, name, self._opened[job])
+
+    def _ungate(self, pod: str, arrived: float) -> None:
+        # the job's arrival stays the first pod's (that pod is gone once its Job replaced it)
+        patch = {"metadata": {"annotations": {SUBMIT_ANNOTATION: f"{arrived:.6f}"}}, "spec": {"schedulingGates": None}}
+        api_json(self.core.patch_namespaced_pod, pod, self.namespace, patch, _content_type="application/merge-patch+json")
+        self.replacements += 1
+
+    def close(self) -> None:
+        """Stop opening replacement pods (after the last Job finished)."""
+        self._closed.set()
+        self._reopen.shutdown(wait=False, cancel_futures=True)
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
 
     def _guard(self, fn: Callable[..., None], *args: Any) -> None:
         try:
@@ -172,6 +201,7 @@ class GatedSubmitter:
         except BaseException as exc:  # noqa: BLE001 - handed to the submitting thread
             self.errors.append(exc)
             self._stop.set()
+            self._closed.set()
             with self._seen:
                 self._seen.notify_all()
 
@@ -200,6 +230,8 @@ class GatedSubmitter:
             try:
                 api_json(self.core.patch_namespaced_pod, pod, self.namespace, patch,
                          _content_type="application/merge-patch+json")
+                with self._seen:
+                    self._opened[job] = now
                 break
             except Exception as exc:  # noqa: BLE001 - connection errors and 5xx: again, a few times
                 status = getattr(exc, "status", None)
@@ -220,9 +252,10 @@ class GatedSubmitter:
             TimeoutError: a pod was not there by ``deadline``; the first error of the creator or
                 the pod watch.
         """
-        watcher = threading.Thread(target=self._guard, name="iadeep-live-pods", daemon=True, args=(
+        # the pod watch runs until close(): it also opens the Jobs' replacement pods
+        watcher = self._watcher = threading.Thread(target=self._guard, name="iadeep-live-pods", daemon=True, args=(
             follow, self.core.list_namespaced_pod, self.namespace, self.selector, deadline, self._on_pod,
-            self._stop.is_set))
+            self._closed.is_set))
         creator = threading.Thread(target=self._guard, args=(self._create_all, bodies), name="iadeep-live-create",
                                    daemon=True)
         watcher.start()

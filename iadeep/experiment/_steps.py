@@ -200,6 +200,13 @@ def check_measured(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: s
                          f"needs: {', '.join(t.name for t in missing)} (profile them, or choose another mix)")
 
 
+def policy_flags(cfg: ExperimentConfig) -> dict[str, Any]:
+    """iadeep's constructor options that follow the experiment's queue: head-of-line preemption
+    with no job blocked behind (``preempt_unblocked``) under the ``kube`` queue with
+    ``kube_preemption``; the kubernetes backend gives its extender the same."""
+    return {"preempt_unblocked": True} if cfg.queue == "kube" and cfg.kube_preemption else {}
+
+
 def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, throughputs: str | Path,
                progress: Callable[[int], None] | None = None, options: dict[str, Any] | None = None) -> SimResult:
     """Simulate one policy and write its per-job CSV, timeline and metrics.
@@ -213,7 +220,7 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
         whole = np.ceil(model.mem_gib - 1e-9)
         whole.setflags(write=False)
         model.mem_gib = whole
-    kwargs: dict[str, Any] = {"predictor": cfg.predictor} if name == "iadeep" else {}
+    kwargs: dict[str, Any] = {"predictor": cfg.predictor, **policy_flags(cfg)} if name == "iadeep" else {}
     policy = make_policy(name, model, **{**kwargs, **(options or {})})
     settings = sim_settings(cfg)
     cluster = cluster_of(cfg)
@@ -259,7 +266,8 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
     with LocalCluster(cluster, Path(throughputs), workdir=out / "live") as lc:
         for name, run in iter_runs(list(cfg.policies)):
             prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup,
-                                tuning=cfg.tuning and name in TUNED_POLICIES, trial_s=cfg.trial_s)
+                                tuning=cfg.tuning and name in TUNED_POLICIES, trial_s=cfg.trial_s,
+                                preemption=name == "iadeep" and bool(policy_flags(cfg)))
             store = EtcdStateStore(StateSettings(endpoints=[lc.etcd.endpoint], prefix=prefix))
             try:
                 cb = on_policy(name, len(workload)) if on_policy else None

@@ -140,6 +140,9 @@ class PodApi(Protocol):
     def event(self, namespace: str, name: str, uid: str, reason: str, message: str, *, warning: bool = False) -> None:
         """Record an Event on the pod (best effort)."""
 
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod with this UID through the Eviction API (``policy/v1``)."""
+
 
 def bind_annotations(assignments: Sequence[Assignment], *, node: str, uuids: Mapping[int, str], reason: str,
                      now_s: float) -> dict[str, str]:
@@ -248,6 +251,13 @@ class KubernetesPodApi:
 
     def pods(self) -> list[PodStatus]:
         return self.list_pods()[0]
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        # POST pods/<name>/eviction (RBAC: pods/eviction create): PodDisruptionBudgets apply (429
+        # when one forbids it) and the API server marks the pod DisruptionTarget before deleting it
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        self._call(f"evict pod {namespace}/{name}", self.core.create_namespaced_pod_eviction, name, namespace, body)
 
     def list_pods(self) -> tuple[list[PodStatus], str]:
         """Every pod of the cluster and the list's ``resourceVersion`` (from the API server's watch

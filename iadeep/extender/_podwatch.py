@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Protocol
 
 from iadeep.extender._bind import KubeError, PodStatus
@@ -105,11 +105,13 @@ class PendingPods:
             else:
                 self._pods[pod.uid] = entry
 
-    def gpus_ahead(self, uid: str, priority: int, created_s: float, namespace: str, name: str) -> int:
-        """GPUs needed by the pending pods ahead of this one (itself excluded)."""
+    def gpus_ahead(self, uid: str, priority: int, created_s: float, namespace: str, name: str,
+                   exclude: Collection[str] = ()) -> int:
+        """GPUs needed by the pending pods ahead of this one (itself and ``exclude`` left out: the
+        extender's nominated pods, which it counts as placed on the GPUs held for them)."""
         key = (-priority, created_s, f"{namespace}/{name}")
         with self._lock:
-            return sum(g for u, (k, g) in self._pods.items() if k < key and u != uid)
+            return sum(g for u, (k, g) in self._pods.items() if k < key and u != uid and u not in exclude)
 
     def __len__(self) -> int:
         with self._lock:

@@ -11,6 +11,7 @@ up in the wire format's ``Error`` field.
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import threading
 import time
@@ -33,6 +34,7 @@ from iadeep.extender._bind import (
 from iadeep.extender._cache import StateCache
 from iadeep.extender._metrics import ExtenderMetrics
 from iadeep.extender._podwatch import PendingPods, PodFollower
+from iadeep.extender._preempt import Nominations, with_nominations
 from iadeep.extender._pods import PodDemand, PodSpecError, load_quantity_parser, pod_demand
 from iadeep.extender._settings import ExtenderSettings
 from iadeep.extender._view import TypeResolver, ViewBase
@@ -45,11 +47,12 @@ from iadeep.extender._wire import (
     Pod,
 )
 from iadeep.interference import InterferenceModel, InterferenceSample
-from iadeep.policy import ClusterView, FilterResult, JobRequest, Placement, make_policy
+from iadeep.policy import POLICIES, ClusterView, FilterResult, JobRequest, Placement, make_policy
 from iadeep.state import (
     AllocationConflict,
     Assignment,
     InterferenceSampleRecord,
+    JobRecord,
     NodeRecords,
     PlacementPolicy,
     RecordError,
@@ -86,8 +89,14 @@ class ExtenderService:
         self.pod_api = pod_api
         self.model = model
         self.clock = clock
-        options = {"colocation_limit": settings.colocation_limit} if settings.colocation_limit else {}
+        options: dict[str, Any] = {"colocation_limit": settings.colocation_limit} if settings.colocation_limit else {}
+        if settings.preemption:
+            if "preempt_unblocked" not in inspect.signature(POLICIES[settings.policy]).parameters:
+                raise ValueError(f"policy {settings.policy!r} does not preempt: IADEEP_EXTENDER_PREEMPTION needs iadeep")
+            options["preempt_unblocked"] = True
         self.policy = make_policy(settings.policy, model, **options)
+        self.nominations = Nominations(settings.preemption_hold_s)
+        self._resumed: dict[tuple[str, str], float] = {}  # (namespace, Job) of a preempted pod -> work left (s)
         self.types = TypeResolver(model, settings.defaults.model, settings.defaults.batch_size)
         self.cache = StateCache(store, self.types, slots=self.policy.limit, max_age_s=settings.cache.max_age_s,
                                 idle_s=settings.cache.watch_idle_s, clock=clock, on_samples=self._learn)
@@ -239,9 +248,24 @@ class ExtenderService:
     def _request(self, demand: PodDemand, type_id: int, base: ViewBase, now: float) -> tuple[ClusterView, JobRequest]:
         """The policy's inputs for the pod: the view with it added, and its request, whose
         ``gpus_ahead`` counts the pending pods kube-scheduler tries before it (:class:`PendingPods`)."""
-        view, request = base.with_job(demand.job_record(now), type_id, now_s=now)
-        ahead = self.pending.gpus_ahead(demand.uid, demand.priority, demand.created_s, demand.namespace, demand.name)
+        view, request = base.with_job(self._job_record(demand, now), type_id, now_s=now)
+        nominated = [n.pod_uid for n in self.nominations.others(demand.uid)]
+        ahead = self.pending.gpus_ahead(demand.uid, demand.priority, demand.created_s, demand.namespace, demand.name,
+                                        exclude=nominated)
         return view, (replace(request, gpus_ahead=ahead) if ahead else request)
+
+    @staticmethod
+    def _job_of(demand: PodDemand) -> tuple[str, str]:
+        """``(namespace, Job name)`` of a Job's pod: the Job controller names its pods
+        ``<Job name>-<suffix>`` (``generateName``), a replacement pod as the evicted one."""
+        return demand.namespace, demand.name.rsplit("-", 1)[0]
+
+    def _job_record(self, demand: PodDemand, now: float) -> JobRecord:
+        """The pod's job record; a Job's replacement pod after a preemption here resumes the work
+        its evicted pod had left, plus the checkpoint cost (what the simulator charges)."""
+        job = demand.job_record(now)
+        left = self._resumed.get(self._job_of(demand)) if self._resumed else None
+        return job if left is None else replace(job, remaining_s=left)
 
     def _node_lock(self, node: str) -> threading.Lock:
         with self._node_locks_guard:
@@ -305,10 +329,29 @@ class ExtenderService:
         self.await_releases()
         self.await_binds(demand.uid)
         try:
-            _, base = self.cache.current()
+            snap, base = self.cache.current()
         except StoreUnavailable as exc:
             return ExtenderFilterResult.failure(f"iadeep: {exc}")
+        nominated = self.nominations.get(demand.uid)
+        if nominated is not None and nominated.waiting(snap):  # its victims are leaving the GPUs held for it
+            self.metrics.filter_nodes.labels("failed").inc(len(names))
+            return ExtenderFilterResult.for_args(args, [], {n: f"iadeep: waiting for {len(nominated.victims)} preempted "
+                                                            "pod(s) to leave the GPUs held for this pod" for n in names}, {})
+        base = with_nominations(base, snap, self.nominations.others(demand.uid), self.types, now_s=self.clock())
         result, _ = self._assess(demand, type_id, base, names)
+        if result.preempt is not None:
+            answer = self._preempt(args, demand, type_id, base, snap, result)
+            nominated = self.nominations.get(demand.uid)
+            # the victims usually leave within a second: then the pod passes in this very call (a pod
+            # event that should wake it again can race with this scheduling cycle and be missed)
+            snap = self._await_victims(nominated) if nominated is not None else None
+            if snap is None:
+                return answer
+            base = with_nominations(self.cache.current()[1], snap, self.nominations.others(demand.uid), self.types,
+                                    now_s=self.clock())
+            result, _ = self._assess(demand, type_id, base, names)
+            if result.preempt is not None:
+                return answer
         if result.feasible and self.settings.cache.bind_wait_s > 0:
             with self._bound:  # a node passed: kube-scheduler binds the pod next
                 self._binding[demand.uid] = time.monotonic()
@@ -327,6 +370,60 @@ class ExtenderService:
         m.labels("failed").inc(len(failed))
         m.labels("unresolvable").inc(len(unresolvable))
         return ExtenderFilterResult.for_args(args, passed, failed, unresolvable)
+
+    def _await_victims(self, nominated: Any) -> Any:
+        """The snapshot once the nominated GPUs' victims have left (their reservations released),
+        polled for at most ``preemption_wait_s``; ``None`` when they have not by then."""
+        deadline = time.monotonic() + self.settings.preemption_wait_s
+        while True:
+            snap, _ = self.cache.current()
+            if not nominated.waiting(snap):
+                return snap
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+    def _preempt(self, args: ExtenderArgs, demand: PodDemand, type_id: int, base: ViewBase, snap: Any,
+                 result: FilterResult) -> ExtenderFilterResult:
+        """Carry out the policy's preemption for the pod (:mod:`iadeep.extender._preempt`): evict
+        the victims' pods, hold the GPUs for the pod; every node fails meanwhile (it passes once
+        the victims have left). Without ``preemption``, or when a victim cannot be evicted (a
+        nominated pod, no job record, a PodDisruptionBudget), the
+        pod waits as the policy would have it wait otherwise."""
+        names = args.candidate_names()
+        decision = result.preempt
+        assert decision is not None
+        victims = [base.pods[h] for h in decision.preempt if 0 <= h < len(base.pods)]
+        records = [snap.jobs.get(v) for v in victims]
+        why = ""
+        if not self.settings.preemption or self.pod_api is None:
+            why = "preemption is off (IADEEP_EXTENDER_PREEMPTION)"
+        elif len(victims) != len(decision.preempt) or any(r is None or self.nominations.is_nominated(r.pod_uid)
+                                                          for r in records):
+            why = "a victim is not a running pod with a job record"
+        else:
+            try:
+                for r in records:
+                    assert r is not None
+                    self.pod_api.evict(r.namespace, r.name, r.pod_uid)
+            except KubeError as exc:
+                why = f"eviction refused: {exc}"
+        if why:
+            return ExtenderFilterResult.for_args(args, [], {n: f"iadeep: waits (no preemption: {why})" for n in names}, {})
+        now = self.clock()
+        cost = float(getattr(self.policy, "checkpoint_cost_s", 0.0))
+        for h, r in zip(decision.preempt, records):
+            assert r is not None
+            left = max(float(base.job_work_left_s[h]) - (now - float(base.job_updated_s[h])), 0.0)  # at rate 1, as the view
+            self._resumed[(r.namespace, r.name.rsplit("-", 1)[0])] = left + cost
+        gpus = [(base.node_names[int(base.gpu_node[g])], int(base.gpu_local_index[g])) for g in decision.gpus]
+        self.nominations.add(demand.uid, self._job_record(demand, now), type_id, gpus, victims)
+        msg = f"preempted {', '.join(f'{r.namespace}/{r.name}' for r in records if r)}: {decision.reason}"
+        log.info("pod %s/%s %s", demand.namespace, demand.name, msg)
+        if self.pod_api is not None:
+            self.pod_api.event(demand.namespace, demand.name, demand.uid, "IadeepPreempted", msg)
+        self.metrics.filter_nodes.labels("failed").inc(len(names))
+        return ExtenderFilterResult.for_args(args, [], {n: f"iadeep: {msg}; waits for the GPUs held for it" for n in names}, {})
 
     def prioritize(self, args: ExtenderArgs) -> HostPriorityList:
         """Scores 0..10 of the candidate nodes (see :meth:`Policy.score`); 0 for nodes it cannot take.
@@ -347,7 +444,8 @@ class ExtenderService:
             demand, type_id = None, None
         if demand is None or type_id is None:
             return HostPriorityList(names, [0] * len(names))
-        _, base = self.cache.current()  # an unknown state fails prioritize, remembered scores or not
+        snap, base = self.cache.current()  # an unknown state fails prioritize, remembered scores or not
+        base = with_nominations(base, snap, self.nominations.others(demand.uid), self.types, now_s=self.clock())
         with self._memo_lock:
             memo = self._assessed.get(demand.uid)
         if memo is not None and time.monotonic() - memo[0] <= _ASSESSED_TTL_S and memo[1].issuperset(names):
@@ -454,6 +552,9 @@ class ExtenderService:
             return self._bind_result("released", str(exc))
         with self._memo_lock:
             self._pending_release.discard(uid)  # bound: no earlier failed attempt's release applies
+        self.nominations.drop(uid)
+        if self._resumed:
+            self._resumed.pop(self._job_of(demand), None)
         return self._bind_result("bound")
 
     @property
@@ -483,6 +584,7 @@ class ExtenderService:
                 self.metrics.retries.inc()
                 self.cache.sync()
             snap, base = self.cache.current()
+            base = with_nominations(base, snap, self.nominations.others(demand.uid), self.types, now_s=self.clock())
             existing: list[Assignment] = []
             if any(demand.uid in st.pods for st in snap.node_gpu_states(node)):
                 existing = [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
@@ -493,7 +595,7 @@ class ExtenderService:
             if existing:  # a retried bind of a pod already reserved here: reuse the reservation
                 return existing, "reservation already held", uuids, existing[0].assumed_at
             now = self.clock()
-            job = demand.job_record(now)
+            job = self._job_record(demand, now)
             view, request = self._request(demand, type_id, nb, now)
             t_lock = time.perf_counter()
             with self._policy_lock:

@@ -124,6 +124,17 @@ class ExtenderSettings(BaseSettings):
             timeouts are cut to the time left (a bind that
             runs out answers ``Error``; a reservation it may have left is released by the sweep or
             superseded by the pod's next bind). 8 s leaves 2 s of the shipped 10 s for the network.
+        preemption: carry out the policy's preemptions (iadeep's head-of-line rule for the pod
+            that nothing pending is ahead of, its ``preempt_unblocked``): the victims' pods are
+            evicted through the Eviction API (RBAC: ``pods/eviction`` create) and their GPUs held
+            for the preemptor (:mod:`iadeep.extender._preempt`). Their Jobs must tolerate it
+            (``podFailurePolicy`` ignoring ``DisruptionTarget``) and their progress be kept
+            (:class:`iadeep.state.JobCheckpoint`). Off by default.
+        preemption_hold_s: how long GPUs freed for a preemptor stay held for it (wall s).
+        preemption_wait_s: how long the filter call that preempted waits for the victims to leave
+            (wall s; below ``call_budget_s``): then the preemptor passes in that same call.
+            kube-scheduler schedules one pod at a time, so this is time it waits; a victim that
+            takes longer leaves the preemptor to the next pod event that wakes it.
         log_level: uvicorn and ``iadeep`` log level.
         workers: server processes (uvicorn workers) sharing the port. Each keeps its own copy of
             the state; etcd's transactions keep them (like several replicas) from taking the same
@@ -147,6 +158,9 @@ class ExtenderSettings(BaseSettings):
     gpu_type: str = "v100"
     bind_attempts: int = Field(3, ge=1)
     call_budget_s: float = Field(8.0, gt=0)
+    preemption: bool = False
+    preemption_hold_s: float = Field(30.0, gt=0)
+    preemption_wait_s: float = Field(2.0, ge=0)
     log_level: str = "info"
     workers: int = Field(1, ge=1)
     defaults: JobDefaults = Field(default_factory=JobDefaults)

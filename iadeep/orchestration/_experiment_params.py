@@ -63,6 +63,9 @@ PARAMS: dict[str, Param] = {
     "backfill": Param(False, type="boolean", description="Let jobs behind a waiting queue head start."),
     "queue": Param("fifo", type="string", enum=["fifo", "backfill", "kube"],
                    description="Simulator queue: strict FIFO, FIFO with backfill, or kube-scheduler's queue."),
+    "kube_preemption": Param(True, type="boolean",
+                             description="kube queue: iadeep's head-of-line preemption for the pod nothing pending is "
+                                         "ahead of (live: the extender evicts the victim; its Job replaces it, progress kept)."),
     "scheduler_config": Param(None, type=["null", "string"],
                               description="KubeSchedulerConfiguration whose pod backoff the kube queue uses; null = defaults."),
     "backend": Param("simulator", type="string", enum=["simulator", "kubernetes"],

@@ -205,9 +205,9 @@ class Placement:
         reason: a short human-readable justification.
         preempt: handles of running jobs the driver must checkpoint and put back in the queue
             (ahead of the jobs behind this one) *before* applying the placement: ``gpus`` counts
-            on the GPUs they free. Only a policy that sees a blocked FIFO queue asks for it
-            (``JobRequest.jobs_behind > 0``); a driver that cannot preempt must treat such a
-            decision as :class:`Wait`.
+            on the GPUs they free. A policy asks for it when the job blocks a FIFO queue
+            (``JobRequest.jobs_behind > 0``) or, if told so, at the head of kube-scheduler's
+            queue; a driver that cannot preempt must treat such a decision as :class:`Wait`.
     """
 
     job_id: str
@@ -251,10 +251,14 @@ class FilterResult:
         feasible: node name -> how many of its GPUs can take one worker of the job (at least
             the job's ``num_gpus``; which ones is :meth:`Policy.place`'s choice at bind time).
         failed: node name -> reason it cannot.
+        preempt: a placement that needs running jobs preempted first (:attr:`Placement.preempt`):
+            every node fails until they have left their GPUs; the driver evicts them and holds
+            ``preempt.gpus`` for the job (``None``: no preemption).
     """
 
     feasible: Mapping[str, int]
     failed: Mapping[str, str]
+    preempt: Placement | None = None
 
 
 @dataclass(frozen=True)

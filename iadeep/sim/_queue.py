@@ -26,7 +26,9 @@ Three queues:
   event wakes every unschedulable pod and the active queue pops by priority, then creation time),
   so :meth:`gpus_ahead` is the GPUs that the pending pods with a higher priority or an earlier
   creation time need: what the extender computes from the pods it follows
-  (:class:`iadeep.extender.PendingPods`), so the policy sees the same in both drivers.
+  (:class:`iadeep.extender.PendingPods`), so the policy sees the same in both drivers. A job
+  evicted and queued again (:meth:`requeue`) is its Job's replacement pod: it queues by its new
+  creation time, behind the pods created before the eviction.
 
 Handles are the engine's job indices (non-negative ints).
 """
@@ -235,8 +237,10 @@ class KubeQueue:
         self._push_active(h)
 
     def requeue(self, h: int, now_s: float, *, here: bool = False) -> None:
-        # kube-scheduler has no place in line to keep: the pod is active again, ordered by its
-        # priority and creation time like every other
+        # kube-scheduler has no place in line to keep: an evicted pod is gone and its Job's
+        # replacement pod is a new pod, created now (the Job controller makes it once the
+        # evicted one has failed), ordered by its priority and that creation time like every other
+        self.key[h] = (self.key[h][0], float(now_s))
         self.attempts[h] = 0
         self._push_active(h)
 
@@ -271,7 +275,7 @@ class KubeQueue:
 
     def placed(self, h: int, now_s: float) -> None:
         self._current = None
-        for d in (self.attempts, self.last_failed):  # the key stays: an evicted job queues by creation time
+        for d in (self.attempts, self.last_failed):  # the key stays until an eviction (:meth:`requeue`)
             d.pop(h, None)
 
     def failed(self, h: int, now_s: float) -> None:

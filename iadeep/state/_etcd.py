@@ -87,6 +87,7 @@ from iadeep.state._records import (
     Assignment,
     BatchSizeAssignment,
     WorkloadStatus,
+    JobCheckpoint,
     GpuState,
     InterferenceSampleRecord,
     JobRecord,
@@ -841,6 +842,18 @@ class EtcdStateStore:
     def workload(self, pod_uid: str) -> WorkloadStatus | None:
         kv = self._get(self.keys.workload(check_name("pod_uid", pod_uid)))
         return _parse(WorkloadStatus, kv) if kv else None
+
+    def put_checkpoint(self, checkpoint: JobCheckpoint) -> None:
+        key = self.keys.checkpoint(check_name("JobCheckpoint.job_key", checkpoint.job_key))
+        self._post("/kv/put", _put_op(key, to_json(checkpoint))["request_put"])
+
+    def checkpoint(self, job_key: str) -> JobCheckpoint | None:
+        kv = self._get(self.keys.checkpoint(check_name("job_key", job_key)))
+        return _parse(JobCheckpoint, kv) if kv else None
+
+    def delete_checkpoint(self, job_key: str) -> bool:
+        ok, responses, _ = self._txn([], [_delete_op(self.keys.checkpoint(check_name("job_key", job_key)))])
+        return int(responses[0].get("response_delete_range", {}).get("deleted", 0)) > 0
 
     def put_placement(self, placement: PlacementPolicy) -> None:
         if placement.colocation_limit < 1:

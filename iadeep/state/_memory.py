@@ -43,6 +43,7 @@ from iadeep.state._records import (
     Assignment,
     BatchSizeAssignment,
     WorkloadStatus,
+    JobCheckpoint,
     GpuState,
     InterferenceSampleRecord,
     JobRecord,
@@ -142,6 +143,9 @@ class Keys:
 
     def workload(self, pod_uid: str) -> str:
         return f"{self.prefix}/workloads/{pod_uid}"
+
+    def checkpoint(self, job_key: str) -> str:
+        return f"{self.prefix}/checkpoints/{job_key}"
 
     def placement(self) -> str:
         return f"{self.prefix}/placement"
@@ -473,6 +477,7 @@ class MemoryStateStore:
         self._samples: list[InterferenceSampleRecord] = []
         self._batch_sizes: dict[str, BatchSizeAssignment] = {}
         self._workloads: dict[str, WorkloadStatus] = {}
+        self._checkpoints: dict[str, JobCheckpoint] = {}
         self._placement: PlacementPolicy | None = None
         self._watchers: weakref.WeakSet[_MemoryWatch] = weakref.WeakSet()
         self._closed = False
@@ -717,6 +722,23 @@ class MemoryStateStore:
     def workload(self, pod_uid: str) -> WorkloadStatus | None:
         with self._lock:
             return self._workloads.get(pod_uid)
+
+    def put_checkpoint(self, checkpoint: JobCheckpoint) -> None:
+        check_name("JobCheckpoint.job_key", checkpoint.job_key)
+        with self._lock:
+            self._checkpoints[checkpoint.job_key] = checkpoint
+            self._emit("put", self.keys.checkpoint(checkpoint.job_key), to_json(checkpoint))
+
+    def checkpoint(self, job_key: str) -> JobCheckpoint | None:
+        with self._lock:
+            return self._checkpoints.get(check_name("job_key", job_key))
+
+    def delete_checkpoint(self, job_key: str) -> bool:
+        with self._lock:
+            found = self._checkpoints.pop(check_name("job_key", job_key), None) is not None
+            if found:
+                self._emit("delete", self.keys.checkpoint(job_key))
+            return found
 
     def put_placement(self, placement: PlacementPolicy) -> None:
         if placement.colocation_limit < 1:

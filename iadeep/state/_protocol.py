@@ -25,6 +25,7 @@ from iadeep.state._records import (
     Assignment,
     BatchSizeAssignment,
     WorkloadStatus,
+    JobCheckpoint,
     GpuState,
     InterferenceSampleRecord,
     JobRecord,
@@ -231,6 +232,16 @@ class StateStore(Protocol):
 
     def workload(self, pod_uid: str) -> WorkloadStatus | None:
         """A job's own status, ``None`` when it never registered."""
+
+    # a job's progress across its pods (by job, not pod)
+    def put_checkpoint(self, checkpoint: JobCheckpoint) -> None:
+        """Write a job's progress (:class:`JobCheckpoint`)."""
+
+    def checkpoint(self, job_key: str) -> JobCheckpoint | None:
+        """A job's progress, ``None`` when it has none."""
+
+    def delete_checkpoint(self, job_key: str) -> bool:
+        """Forget a job's progress (its work is done); True when there was one."""
 
     # following the state (the extender's cache: list once, then apply changes)
     def revision(self) -> int:

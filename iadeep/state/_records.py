@@ -31,6 +31,10 @@ changed; the coordinator's cue)             coordinator's cue)                  
 :class:`BatchSizeAssignment`                size; watched by the job's SDK)        (``release`` / ``delete_job``)
 ``<p>/workloads/<pod_uid>``:                the job's SDK (``iadeep.workload``,    deleted with the job record
 :class:`WorkloadStatus`                     at start and end)                      (``release`` / ``delete_job``)
+``<p>/checkpoints/<job_key>``:              whoever ends a job's pod before its    deleted when the job's last pod
+:class:`JobCheckpoint` (a job's progress    work is done (the GPU emulator; the    succeeds (``delete_checkpoint``)
+kept across its pods, by Job)               SDK's checkpoint), read by the
+                                            replacement pod
 ``<p>/placement``:                          extender (``put_placement``, at each   kept (overwritten by the next
 :class:`PlacementPolicy` (its policy and    start)                                 start); the device plugins read it
 co-location limit: the device plugins'
@@ -64,6 +68,7 @@ __all__ = [
     "InterferenceSampleRecord",
     "BatchSizeAssignment",
     "WorkloadStatus",
+    "JobCheckpoint",
     "WORKLOAD_STATES",
     "PlacementPolicy",
     "RecordError",
@@ -239,6 +244,27 @@ class WorkloadStatus:
 
 
 @dataclass(frozen=True)
+class JobCheckpoint:
+    """A job's progress kept across its pods (an evicted pod's Job creates a replacement pod,
+    which resumes from here): keyed by the job, not the pod.
+
+    Attributes:
+        job_key: the job (``<namespace>.<Job name>``; one key segment, no ``/``).
+        remaining_s: work left at the last checkpoint (seconds at dedicated speed, as
+            :attr:`JobRecord.remaining_s`), before the restart cost.
+        evictions: pods of the job that ended before its work was done.
+        updated_at: Unix seconds.
+        first_started_at: when the job's first pod started its work (Unix seconds; 0: unknown).
+    """
+
+    job_key: str
+    remaining_s: float
+    evictions: int = 1
+    updated_at: float = 0.0
+    first_started_at: float = 0.0
+
+
+@dataclass(frozen=True)
 class PlacementPolicy:
     """How the extender places jobs, as the node side needs to know it (one record per cluster).
 
@@ -365,6 +391,12 @@ def _workload_rules(w: WorkloadStatus) -> str | None:
     return None
 
 
+def _checkpoint_rules(c: JobCheckpoint) -> str | None:
+    if c.remaining_s < 0 or c.evictions < 0:
+        return "remaining_s and evictions must be >= 0"
+    return None
+
+
 def _placement_rules(p: PlacementPolicy) -> str | None:
     return None if p.colocation_limit >= 1 else f"$.colocation_limit: must be >= 1, got {p.colocation_limit}"
 
@@ -377,5 +409,6 @@ _RULES: dict[type, tuple[Callable[[Any], str | None], ...]] = {
     BatchSizeAssignment: (_batch_rules,),
     Measurement: (_measurement_rules,),
     WorkloadStatus: (_workload_rules,),
+    JobCheckpoint: (_checkpoint_rules,),
     PlacementPolicy: (_placement_rules,),
 }

@@ -29,6 +29,23 @@ def test_kube_active_queue_is_ordered_by_priority_then_creation_time():
     assert len(q) == 0
 
 
+def test_kube_an_evicted_pod_queues_by_its_replacements_creation_time():
+    """An evicted pod comes back as its Job's replacement pod, created at the eviction: the pods
+    created before that (here 1, created at 2 s, after 0 at 1 s) are tried first and count in its
+    gpus_ahead; before its eviction 0 was ahead of 1."""
+    q = KubeQueue()
+    q.add(0, created_s=1.0, now_s=1.0, gpus=2)
+    q.add(1, created_s=2.0, now_s=2.0, gpus=1)
+    assert _pass(q, 2.0, lambda h: h == 0) == [0, 1]  # 0 starts, 1 waits
+    q.requeue(0, 10.0)  # evicted at 10 s
+    q.cluster_event("pod_ended", 10.0)
+    seen = []
+    for h in q.candidates(10.0):
+        seen.append((h, q.gpus_ahead(h)))
+        q.failed(h, 10.0)
+    assert seen == [(1, 0), (0, 1)]  # 1 first; 0 counts its GPU ahead
+
+
 def test_kube_unschedulable_pod_waits_for_an_event_and_its_backoff():
     q = KubeQueue(KubeQueueSettings(initial_backoff_s=1.0, max_backoff_s=10.0))
     q.add(0, 0.0, 0.0)

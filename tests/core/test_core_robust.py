@@ -91,3 +91,26 @@ def test_under_kube_a_pod_counts_the_older_pending_pods_in_its_wait(model):
     assert out.loc["light", "start_s"] == 120 and out.loc["light", "colocations"] >= 1
     assert out.loc["big", "start_s"] == pytest.approx(1 * HOUR)  # the GPU the short job frees
     assert out.loc["light", "jct_s"] < 4 * HOUR  # not behind big (it would start at 3 h at best)
+
+
+@pytest.mark.parametrize("unblocked", [True, False])
+def test_under_kube_the_pod_at_the_head_preempts_a_gang_it_would_wait_a_day_for(model, unblocked):
+    """Four GPUs held by two 2-GPU LM gangs of 26 h; a 30-min ResNet-50/128 (measured out of memory
+    beside LM) arrives. Under kube-scheduler's queue nothing waits behind it (``jobs_behind`` = 0)
+    and nothing pending is ahead of it (``gpus_ahead`` = 0): it would wait ``W`` = 26 h for a free
+    GPU, far more than its own 30 min plus the 30-s checkpoint that preempting costs the gang
+    (``W > R_h + c``). With ``preempt_unblocked`` it preempts one gang (fewest GPUs, then the first)
+    and starts on arrival; the gang's replacement pod, queued by its new creation time, restarts
+    when the head ends, 30 min and its 30-s checkpoint later. Without it the head waits the day."""
+    jobs = _jobs([("lm2-0", 0, 26 * HOUR, 2, "LM", 5), ("lm2-1", 0, 26 * HOUR, 2, "LM", 5),
+                  ("head", 600, 0.5 * HOUR, 1, "ResNet-50", 128)])
+    out = simulate(jobs, make_policy("iadeep", model, predictor="oracle", preempt_unblocked=unblocked), model,
+                   ClusterSpec(1, 4, 24.0), SimSettings(queue="kube", measurement_noise=0.0)).jobs.set_index("job_id")
+    if not unblocked:
+        assert out["evictions"].sum() == 0 and out.loc["head", "start_s"] == pytest.approx(26 * HOUR)
+        return
+    assert out.loc["head", "start_s"] == 600 and out.loc["head", "end_s"] == pytest.approx(600 + 0.5 * HOUR)
+    assert out["evictions"].to_dict() == {"lm2-0": 1, "lm2-1": 0, "head": 0}
+    # lost: the head's 30 min on its GPUs, plus the checkpoint (the simulator's restart_penalty_s)
+    assert out.loc["lm2-0", "end_s"] == pytest.approx(26 * HOUR + 0.5 * HOUR + 30, abs=1.0)
+    assert out.loc["lm2-1", "end_s"] == pytest.approx(26 * HOUR)

@@ -59,6 +59,7 @@ def test_rbac_is_least_privilege():
     assert rules == {
         (("",), ("pods",), ("get", "list", "watch")),  # annotations come with the Binding: no patch
         (("",), ("pods/binding",), ("create",)),
+        (("",), ("pods/eviction",), ("create",)),  # preemption (IADEEP_EXTENDER_PREEMPTION): the Eviction API
         (("",), ("nodes",), ("get", "list", "watch")),
         (("", "events.k8s.io"), ("events",), ("create",)),
     }

@@ -205,3 +205,29 @@ def test_reservation_then_release_by_pod(snapshot, types):
     snap3, base3 = remove_pod(snap2, base2, "new", types, now_s=2.0)
     assert view_meaning(base3) == view_meaning(ViewBase.from_snapshot(snap3, types, slots=2))
     assert not base3.mostly_dead()
+
+
+def test_a_nominated_pod_occupies_its_held_gpus_for_every_other_pod(snapshot, types):
+    """GPUs held for a preemptor (``iadeep.extender._preempt``): every other pod's view has the
+    preemptor on them (its memory, a co-location slot, its job row), as kube-scheduler counts
+    nominated pods; its own view and a view after the hold expires do not; a nomination waits
+    while a victim still holds one of its GPUs."""
+    from iadeep.extender._preempt import Nominations, with_nominations
+
+    clock = [0.0]
+    noms = Nominations(hold_s=30.0, clock=lambda: clock[0])
+    head = _job("head", "ResNet-50", 128, mem=9.0, left=300.0)
+    noms.add("head", head, types.resolve("ResNet-50", 128), [("a", 0), ("a", 1)], victims=["p2"])
+    base = ViewBase.from_snapshot(snapshot, types, slots=2)
+    other = with_nominations(base, snapshot, noms.others("q"), types, now_s=1010.0)
+    h = other.handles["head"]
+    on = [[x for x in row if x >= 0] for row in other.slots.tolist()]
+    assert on[0] == [h] and on[1] == [base.handles["p1"], base.handles["p2"], h]  # a/1 is over its limit now
+    assert other.gpu_mem_used_gib[:2].tolist() == [9.0, 17.0]
+    assert other.job_work_left_s[h] == 300.0 and other.job_type[h] == types.resolve("ResNet-50", 128)
+    assert with_nominations(base, snapshot, noms.others("head"), types, now_s=1010.0) is base
+    assert noms.get("head").waiting(snapshot)  # p2 is still on a/1
+    gone = snapshot.with_changes(gpu_states={("a", 1): GpuState("a", 1, 4.0, ("p1",))})
+    assert not noms.get("head").waiting(gone)
+    clock[0] = 30.0  # expired: nobody is held back any more
+    assert noms.others("q") == [] and noms.get("head") is None

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from state_support import job
 
-from iadeep.state import BatchSizeAssignment, Measurement, PlacementPolicy, RecordError, WorkloadStatus, from_json, to_json
+from iadeep.state import (BatchSizeAssignment, JobCheckpoint, Measurement, PlacementPolicy, RecordError, WorkloadStatus,
+                          from_json, to_json)
 
 
 def test_batch_size_and_workload_round_trip_and_die_with_the_job(store) -> None:
@@ -54,3 +55,18 @@ def test_placement_round_trip_replace_and_refusal(store) -> None:
     with pytest.raises(RecordError, match="colocation_limit"):
         store.put_placement(PlacementPolicy("iadeep", 0))
     assert store.placement().colocation_limit == 3
+
+
+def test_a_job_checkpoint_is_kept_by_job_across_its_pods(store) -> None:
+    """An evicted pod's progress is written under its job's key; the replacement pod reads it by
+    the same key; the job's completion deletes it. A bad key or value is refused, nothing written."""
+    assert store.checkpoint("ns.job-a") is None
+    c = JobCheckpoint("ns.job-a", 2400.5, evictions=1, updated_at=1700000100.0, first_started_at=1700000000.0)
+    store.put_checkpoint(c)
+    store.put_job(job("p1"))
+    assert store.delete_job("p1")  # a pod's records go with the pod; the job's checkpoint stays
+    assert store.checkpoint("ns.job-a") == c and store.checkpoint("ns.job-b") is None
+    with pytest.raises(RecordError):
+        store.put_checkpoint(JobCheckpoint("ns/job-a", 1.0))
+    assert store.delete_checkpoint("ns.job-a") and not store.delete_checkpoint("ns.job-a")
+    assert store.checkpoint("ns.job-a") is None
