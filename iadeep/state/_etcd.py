@@ -827,29 +827,31 @@ class EtcdStateStore:
 
     # -- jobs' own records -------------------------------------------------------------------
 
+    def _put_record(self, key: str, record: Any) -> None:
+        """Write one JSON record (a job's own record: one put, no transaction)."""
+        self._post("/kv/put", _put_op(key, to_json(record))["request_put"])
+
+    def _get_record(self, cls: type[R], key: str) -> R | None:
+        kv = self._get(key)
+        return _parse(cls, kv) if kv else None
+
     def set_batch_size(self, assignment: BatchSizeAssignment) -> None:
-        key = self.keys.batch_size(check_name("BatchSizeAssignment.pod_uid", assignment.pod_uid))
-        self._post("/kv/put", _put_op(key, to_json(assignment))["request_put"])
+        self._put_record(self.keys.batch_size(check_name("BatchSizeAssignment.pod_uid", assignment.pod_uid)), assignment)
 
     def batch_size(self, pod_uid: str) -> BatchSizeAssignment | None:
-        kv = self._get(self.keys.batch_size(check_name("pod_uid", pod_uid)))
-        return _parse(BatchSizeAssignment, kv) if kv else None
+        return self._get_record(BatchSizeAssignment, self.keys.batch_size(check_name("pod_uid", pod_uid)))
 
     def put_workload(self, status: WorkloadStatus) -> None:
-        key = self.keys.workload(check_name("WorkloadStatus.pod_uid", status.pod_uid))
-        self._post("/kv/put", _put_op(key, to_json(status))["request_put"])
+        self._put_record(self.keys.workload(check_name("WorkloadStatus.pod_uid", status.pod_uid)), status)
 
     def workload(self, pod_uid: str) -> WorkloadStatus | None:
-        kv = self._get(self.keys.workload(check_name("pod_uid", pod_uid)))
-        return _parse(WorkloadStatus, kv) if kv else None
+        return self._get_record(WorkloadStatus, self.keys.workload(check_name("pod_uid", pod_uid)))
 
     def put_checkpoint(self, checkpoint: JobCheckpoint) -> None:
-        key = self.keys.checkpoint(check_name("JobCheckpoint.job_key", checkpoint.job_key))
-        self._post("/kv/put", _put_op(key, to_json(checkpoint))["request_put"])
+        self._put_record(self.keys.checkpoint(check_name("JobCheckpoint.job_key", checkpoint.job_key)), checkpoint)
 
     def checkpoint(self, job_key: str) -> JobCheckpoint | None:
-        kv = self._get(self.keys.checkpoint(check_name("job_key", job_key)))
-        return _parse(JobCheckpoint, kv) if kv else None
+        return self._get_record(JobCheckpoint, self.keys.checkpoint(check_name("job_key", job_key)))
 
     def delete_checkpoint(self, job_key: str) -> bool:
         ok, responses, _ = self._txn([], [_delete_op(self.keys.checkpoint(check_name("job_key", job_key)))])

@@ -703,31 +703,31 @@ class MemoryStateStore:
         with self._lock:
             return list(self._samples)
 
-    def set_batch_size(self, assignment: BatchSizeAssignment) -> None:
-        check_name("BatchSizeAssignment.pod_uid", assignment.pod_uid)
+    def _put_record(self, table: dict, name: str, key: str, record: Any) -> None:
+        """Keep one job's record in ``table`` under ``name`` and emit its put (``key``)."""
         with self._lock:
-            self._batch_sizes[assignment.pod_uid] = assignment
-            self._emit("put", self.keys.batch_size(assignment.pod_uid), to_json(assignment))
+            table[name] = record
+            self._emit("put", key, to_json(record))
+
+    def set_batch_size(self, assignment: BatchSizeAssignment) -> None:
+        pod = check_name("BatchSizeAssignment.pod_uid", assignment.pod_uid)
+        self._put_record(self._batch_sizes, pod, self.keys.batch_size(pod), assignment)
 
     def batch_size(self, pod_uid: str) -> BatchSizeAssignment | None:
         with self._lock:
             return self._batch_sizes.get(pod_uid)
 
     def put_workload(self, status: WorkloadStatus) -> None:
-        check_name("WorkloadStatus.pod_uid", status.pod_uid)
-        with self._lock:
-            self._workloads[status.pod_uid] = status
-            self._emit("put", self.keys.workload(status.pod_uid), to_json(status))
+        pod = check_name("WorkloadStatus.pod_uid", status.pod_uid)
+        self._put_record(self._workloads, pod, self.keys.workload(pod), status)
 
     def workload(self, pod_uid: str) -> WorkloadStatus | None:
         with self._lock:
             return self._workloads.get(pod_uid)
 
     def put_checkpoint(self, checkpoint: JobCheckpoint) -> None:
-        check_name("JobCheckpoint.job_key", checkpoint.job_key)
-        with self._lock:
-            self._checkpoints[checkpoint.job_key] = checkpoint
-            self._emit("put", self.keys.checkpoint(checkpoint.job_key), to_json(checkpoint))
+        key = check_name("JobCheckpoint.job_key", checkpoint.job_key)
+        self._put_record(self._checkpoints, key, self.keys.checkpoint(key), checkpoint)
 
     def checkpoint(self, job_key: str) -> JobCheckpoint | None:
         with self._lock:
