@@ -31,17 +31,12 @@ declare -A PKG=(
   [etcd]=./cmd/etcd
 )
 
-pins_hash() { cat go.mod go.sum build.sh cmd/etcd/main.go | sha256sum | cut -c1-16; }
+pins_hash() { cat go.mod go.sum build.sh ../lib.sh cmd/etcd/main.go | sha256sum | cut -c1-16; }
 PINS="$(pins_hash)"
 OUT="${IADEEP_CONTROLPLANE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/iadeep/controlplane/$PINS}"
 
-force=0
-case "${1:-}" in
-  --print-dir) echo "$OUT"; exit 0 ;;
-  --force) force=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--print-dir|--force]" >&2; exit 2 ;;
-esac
+source "$HERE/../lib.sh"
+build_flags --print-dir "$OUT" "$@"
 
 have_all() {
   [[ -f "$OUT/PINS" && "$(cat "$OUT/PINS")" == "$PINS" ]] || return 1
@@ -49,8 +44,6 @@ have_all() {
   for b in "${BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || return 1; done
 }
 
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-secs_since() { local d=$(( $(now_ms) - $1 )); printf '%d.%02d' $((d / 1000)) $(((d % 1000) / 10)); }
 t0=$(now_ms)
 if [[ $force == 0 ]] && have_all; then
   printf 'controlplane: up to date in %s (pins %s), skipped build in %ss\n' \

@@ -35,23 +35,16 @@ context_hash() {
     echo "$PREFIX $TAG $SUITE $ROOTFS_PACKAGES"
     find images iadeep -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z |
       xargs -0 sha256sum
-    sha256sum "$HERE/build.sh" .dockerignore pyproject.toml constraints.txt README.md
+    sha256sum "$HERE/build.sh" "$HERE/../lib.sh" .dockerignore pyproject.toml constraints.txt README.md
   } | sha256sum | cut -c1-16
 }
 HASH="$(context_hash)"
 OUT="$CACHE/builds/$HASH"
 ARCHIVE="$OUT/images.tar"
 
-force=0
-case "${1:-}" in
-  --print-archive) echo "$ARCHIVE"; exit 0 ;;
-  --force) force=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--print-archive|--force]" >&2; exit 2 ;;
-esac
+source "$HERE/../lib.sh"
+build_flags --print-archive "$ARCHIVE" "$@"
 
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-secs_since() { local d=$(( $(now_ms) - $1 )); printf '%d.%02d' $((d / 1000)) $(((d % 1000) / 10)); }
 t0=$(now_ms)
 if [[ $force == 0 && -f "$OUT/DONE" && -f "$ARCHIVE" ]]; then
   printf 'images: up to date in %s (context %s), skipped build in %ss\n' "$OUT" "$HASH" "$(secs_since "$t0")"

@@ -33,16 +33,9 @@ HASH="$({ basename "$(dirname "$base_archive")"; sha256sum "$HERE/stack.sh"; } |
 OUT="$CACHE/stack/$HASH"
 ENVFILE="$OUT/images.env"
 
-force=0
-case "${1:-}" in
-  --print-env) echo "$ENVFILE"; exit 0 ;;
-  --force) force=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--print-env|--force]" >&2; exit 2 ;;
-esac
+source "$HERE/../lib.sh"
+build_flags --print-env "$ENVFILE" "$@"
 
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-secs_since() { local d=$(( $(now_ms) - $1 )); printf '%d.%02d' $((d / 1000)) $(((d % 1000) / 10)); }
 t0=$(now_ms)
 if [[ $force == 0 && -f "$OUT/DONE" ]]; then
   printf 'stack images: up to date (%s), skipped build in %ss\n' "$ENVFILE" "$(secs_since "$t0")"

@@ -19,18 +19,13 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CP="$HERE/../controlplane"
 
-pins_hash() { cat "$CP/go.mod" "$CP/go.sum" "$HERE/build.sh" "$HERE/pause/go.mod" "$HERE/pause/main.go" | sha256sum | cut -c1-16; }
+pins_hash() { cat "$CP/go.mod" "$CP/go.sum" "$HERE/build.sh" "$HERE/../lib.sh" "$HERE/pause/go.mod" "$HERE/pause/main.go" | sha256sum | cut -c1-16; }
 PINS="$(pins_hash)"
 OUT="${IADEEP_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/iadeep/node/$PINS}"
 BINARIES=(kubelet pause)
 
-force=0
-case "${1:-}" in
-  --print-dir) echo "$OUT"; exit 0 ;;
-  --force) force=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--print-dir|--force]" >&2; exit 2 ;;
-esac
+source "$HERE/../lib.sh"
+build_flags --print-dir "$OUT" "$@"
 
 [[ "${IADEEP_NODE_SKIP_DEPS:-0}" == 1 ]] || bash "$HERE/deps.sh"
 
@@ -39,8 +34,6 @@ have_all() {
   local b
   for b in "${BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || return 1; done
 }
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-secs_since() { local d=$(( $(now_ms) - $1 )); printf '%d.%02d' $((d / 1000)) $(((d % 1000) / 10)); }
 t0=$(now_ms)
 if [[ $force == 0 ]] && have_all; then
   printf 'node: up to date in %s (pins %s), skipped build in %ss\n' "$OUT" "$PINS" "$(secs_since "$t0")"
