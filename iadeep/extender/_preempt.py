@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from iadeep.extender._view import Snapshot, TypeResolver, ViewBase
@@ -132,21 +133,5 @@ def with_nominations(base: ViewBase, snapshot: Snapshot, nominations: Sequence[N
                 states[key] = GpuState(key[0], key[1], old.mem_used_gib + n.job.mem_gib, (*old.pods, n.pod_uid))
         jobs[n.pod_uid] = n.job
         type_ids[n.pod_uid] = n.type_id
-    return base.with_gpu_states(states, _Chain(jobs, snapshot.jobs), types, now_s=now_s, type_ids=type_ids)
+    return base.with_gpu_states(states, ChainMap(jobs, snapshot.jobs), types, now_s=now_s, type_ids=type_ids)
 
-
-class _Chain(Mapping[str, JobRecord]):
-    """Two job mappings read as one (the first wins), without copying the snapshot's."""
-
-    def __init__(self, first: Mapping[str, JobRecord], second: Mapping[str, JobRecord]):
-        self.first, self.second = first, second
-
-    def __getitem__(self, key: str) -> JobRecord:
-        return self.first[key] if key in self.first else self.second[key]
-
-    def __iter__(self):
-        yield from self.first
-        yield from (k for k in self.second if k not in self.first)
-
-    def __len__(self) -> int:
-        return len(set(self.first) | set(self.second))

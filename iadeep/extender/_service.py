@@ -255,16 +255,16 @@ class ExtenderService:
         return view, (replace(request, gpus_ahead=ahead) if ahead else request)
 
     @staticmethod
-    def _job_of(demand: PodDemand) -> tuple[str, str]:
+    def _job_of(namespace: str, pod_name: str) -> tuple[str, str]:
         """``(namespace, Job name)`` of a Job's pod: the Job controller names its pods
         ``<Job name>-<suffix>`` (``generateName``), a replacement pod as the evicted one."""
-        return demand.namespace, demand.name.rsplit("-", 1)[0]
+        return namespace, pod_name.rsplit("-", 1)[0]
 
     def _job_record(self, demand: PodDemand, now: float) -> JobRecord:
         """The pod's job record; a Job's replacement pod after a preemption here resumes the work
         its evicted pod had left, plus the checkpoint cost (what the simulator charges)."""
         job = demand.job_record(now)
-        left = self._resumed.get(self._job_of(demand)) if self._resumed else None
+        left = self._resumed.get(self._job_of(demand.namespace, demand.name)) if self._resumed else None
         return job if left is None else replace(job, remaining_s=left)
 
     def _node_lock(self, node: str) -> threading.Lock:
@@ -415,7 +415,7 @@ class ExtenderService:
         for h, r in zip(decision.preempt, records):
             assert r is not None
             left = max(float(base.job_work_left_s[h]) - (now - float(base.job_updated_s[h])), 0.0)  # at rate 1, as the view
-            self._resumed[(r.namespace, r.name.rsplit("-", 1)[0])] = left + cost
+            self._resumed[self._job_of(r.namespace, r.name)] = left + cost
         gpus = [(base.node_names[int(base.gpu_node[g])], int(base.gpu_local_index[g])) for g in decision.gpus]
         self.nominations.add(demand.uid, self._job_record(demand, now), type_id, gpus, victims)
         msg = f"preempted {', '.join(f'{r.namespace}/{r.name}' for r in records if r)}: {decision.reason}"
@@ -554,7 +554,7 @@ class ExtenderService:
             self._pending_release.discard(uid)  # bound: no earlier failed attempt's release applies
         self.nominations.drop(uid)
         if self._resumed:
-            self._resumed.pop(self._job_of(demand), None)
+            self._resumed.pop(self._job_of(demand.namespace, demand.name), None)
         return self._bind_result("bound")
 
     @property
