@@ -42,6 +42,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,6 +160,14 @@ def _job_record(pod: dict[str, Any], gpus: tuple[int, ...], remaining_s: float) 
         return None
 
 
+def _log_failure(done: Future[None]) -> None:
+    """A completion that failed in a way :meth:`EmulatorService._complete` does not handle is
+    logged (a worker thread's exception would otherwise vanish with its future)."""
+    exc = None if done.cancelled() else done.exception()
+    if exc is not None:
+        log.error("completing a pod failed: %r", exc)
+
+
 class EmulatorService:
     """Emulated GPUs for the nodes matching the settings' selector (see the module docstring).
 
@@ -190,6 +199,7 @@ class EmulatorService:
         self._listed = {"nodes": threading.Event(), "pods": threading.Event()}
         self._assigned: dict[str, BatchSizeAssignment] = {}  # pod -> latest batch-size assignment
         self.resized = 0
+        self._completer: ThreadPoolExecutor | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -197,6 +207,7 @@ class EmulatorService:
         if self._threads:
             return
         self._stop.clear()
+        self._completer = ThreadPoolExecutor(self.settings.complete_workers, thread_name_prefix="iadeep-emulator-completer")
         selector = {"label_selector": self.settings.node_selector} if self.settings.node_selector else {}
         for name, target in (("nodes", lambda: self._follow("nodes", self._on_node, selector)),
                              ("pods", lambda: self._listed["nodes"].wait() and self._follow("pods", self._on_pod, {})),
@@ -219,6 +230,9 @@ class EmulatorService:
         for t in self._threads:
             t.join(timeout=2)
         self._threads = []
+        if self._completer is not None:
+            self._completer.shutdown(wait=False, cancel_futures=True)
+            self._completer = None
 
     def status(self) -> dict[str, Any]:
         """Counts for humans and tests: nodes, running jobs, completed pods, measurements, errors."""
@@ -488,8 +502,12 @@ class EmulatorService:
                     self._lock.wait(wait)
                     continue
             self._report(changes, now)
-            for pod, started, finished, batch, trials, evictions, first in todo:
-                self._complete(pod, started, finished, batch, trials, evictions, first)
+            # the API calls run beside this loop, so that the next finished jobs leave their GPUs on time
+            completer = self._completer
+            for args in todo:
+                if completer is None:
+                    return
+                completer.submit(self._complete, *args).add_done_callback(_log_failure)
 
     def _complete(self, pod: dict[str, Any], started: float, finished: float, batch: int, trials: int,
                   evictions: int = 0, first_started: float = 0.0) -> None:

@@ -62,6 +62,8 @@ class EmulatorSettings(BaseSettings):
             ``trial >= 0``), its throughput is reported this often (wall s; the SDK reports once
             per second); outside sessions a job reports when its co-located set changes.
         inventory_ttl_s: lease of each published node inventory (renewed at a third of it).
+        complete_workers: pods completed at once (each completion is two API calls; one at a
+            time, the 1,000-job live benchmark's completions fell minutes behind the work).
         checkpoint_cost_s: work (s at dedicated speed) added to a job resumed in a new pod of
             its Job after its pod was evicted (checkpoint and restart): the simulator's
             ``SimSettings.restart_penalty_s`` and iadeep's ``checkpoint_cost_s``, 30 s.
@@ -83,6 +85,7 @@ class EmulatorSettings(BaseSettings):
     report_interval_s: float = Field(1.0, gt=0)
     checkpoint_cost_s: float = Field(30.0, ge=0)
     inventory_ttl_s: int = Field(120, ge=3)
+    complete_workers: int = Field(8, ge=1)
     default_model: str = "ResNet-50"
     default_batch_size: int = Field(64, ge=1)
     default_duration_s: float = Field(3600.0, ge=0)
