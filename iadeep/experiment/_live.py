@@ -7,8 +7,8 @@ plots and ``summary.json`` are the simulator backend's. Per trace job it creates
 (``iadeep.io/gpu-mem``, whole GiB: extended resources are integers), ``iadeep.io/gpu-count``, and
 the annotations the extender and the emulator read (model, batch size, duration,
 ``iadeep.io/emulated``, speedup). The Job is created ``LiveSettings.ahead_s`` before its arrival
-with its pod gated, and the gate removed at ``t0 + (submit - first submit) / speedup`` wall
-seconds (:class:`~iadeep.experiment._replay.GatedSubmitter`: Job creation and the Job
+with its pod gated (those of the first ``ahead_s`` before the clock starts at ``t0``), and the
+gate removed at ``t0 + (submit - first submit) / speedup`` wall seconds (:class:`~iadeep.experiment._replay.GatedSubmitter`: Job creation and the Job
 controller's latency are off the arrival path). It waits for every Job's ``Complete`` or
 ``Failed`` condition through a watch (reopened until a deadline), then reads the times back:
 
@@ -86,8 +86,9 @@ class LiveSettings:
         namespace: namespace of the Jobs (created; a fresh one per policy when ``None``).
         reservations_wait_s: how long to wait at the end for the extender to release every reservation.
         ahead_s: how long (wall s) before its arrival a Job is created, its pod gated until the
-            arrival (:class:`~iadeep.experiment._replay.GatedSubmitter`); the first arrival is
-            this long after the start.
+            arrival (:class:`~iadeep.experiment._replay.GatedSubmitter`); the Jobs arriving in
+            the first ``ahead_s`` are created, and their pods seen, before the arrival clock
+            starts (``prefill_s`` in the metrics).
     """
 
     speedup: float = 1000.0
@@ -499,23 +500,26 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
 
     import threading
 
-    t0 = time.time() + settings.ahead_s  # the first arrival: after its Job was created ahead
-    deadline = t0 + timeout
-    errors: list[BaseException] = []
     selector = f"{RUN_LABEL}={run}"
-    waiter = threading.Thread(target=lambda: _guard(errors, watch_jobs, api_client, ns, selector, len(jobs), deadline,
-                                                    on_done), name="iadeep-live-wait", daemon=True)
-    waiter.start()
-    bodies = []
+    named = []
     for i in order:
         row = jobs.iloc[i]
         mem = float(model.mem_gib[model.type_id(JobType(str(row.model), int(row.batch_size)))])
-        bodies.append((t0 + (float(row.submit_time) - submit0) / speedup,
-                       job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, pin_nodes=pin_nodes,
-                                    gated=True)))
+        named.append(((float(row.submit_time) - submit0) / speedup,
+                      job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, pin_nodes=pin_nodes,
+                                   gated=True)))
     submitter = GatedSubmitter(api_client, ns, selector, ahead_s=settings.ahead_s)
+    errors: list[BaseException] = []
     try:
-        lags = submitter.run(bodies, deadline)
+        p0 = time.time()
+        created = submitter.prefill(named, p0 + timeout)  # the first window's Jobs, before the clock starts
+        prefill_s = time.time() - p0
+        t0 = time.time() + 0.5  # the first arrival
+        deadline = t0 + timeout
+        waiter = threading.Thread(target=lambda: _guard(errors, watch_jobs, api_client, ns, selector, len(jobs), deadline,
+                                                        on_done), name="iadeep-live-wait", daemon=True)
+        waiter.start()
+        lags = submitter.run([(t0 + offset, body) for offset, body in named], deadline, created=created)
         waiter.join(timeout=max(deadline - time.time(), 0) + 30)
     finally:
         submitter.close()
@@ -534,7 +538,8 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
                "reservations_left": left, "failed_jobs": sum(k == "Failed" for k, _ in done_at.values()),
                "replacement_pods": submitter.replacements,
                "submit_lag_s_median": float(np.median(lags)) if lags else 0.0,
-               "submit_lag_s_p90": float(np.percentile(lags, 90)) if lags else 0.0, "create_ahead_s": settings.ahead_s, "breakdown_s": breakdown, "namespace": ns}
+               "submit_lag_s_p90": float(np.percentile(lags, 90)) if lags else 0.0, "create_ahead_s": settings.ahead_s,
+               "prefilled_jobs": created, "prefill_s": prefill_s, "breakdown_s": breakdown, "namespace": ns}
     return result, metrics
 
 
