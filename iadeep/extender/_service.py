@@ -35,7 +35,7 @@ from iadeep.extender._cache import StateCache
 from iadeep.extender._metrics import ExtenderMetrics
 from iadeep.extender._podwatch import PendingPods, PodFollower
 from iadeep.extender._preempt import Nominations, with_nominations
-from iadeep.extender._pods import PodDemand, PodSpecError, load_quantity_parser, pod_demand
+from iadeep.extender._pods import PodDemand, PodSpecError, job_of, load_quantity_parser, pod_demand
 from iadeep.extender._settings import ExtenderSettings
 from iadeep.extender._view import TypeResolver, ViewBase
 from iadeep.extender._wire import (
@@ -248,17 +248,13 @@ class ExtenderService:
     def _request(self, demand: PodDemand, type_id: int, base: ViewBase, now: float) -> tuple[ClusterView, JobRequest]:
         """The policy's inputs for the pod: the view with it added, and its request, whose
         ``gpus_ahead`` counts the pending pods kube-scheduler tries before it (:class:`PendingPods`)."""
-        view, request = base.with_job(self._job_record(demand, now), type_id, now_s=now)
+        view, request = base.with_job(self._job_record(demand, now), type_id, now_s=now, jobs=self.cache.current()[0].jobs)
         nominated = [n.pod_uid for n in self.nominations.others(demand.uid)]
         ahead = self.pending.gpus_ahead(demand.uid, demand.priority, demand.created_s, demand.namespace, demand.name,
                                         exclude=nominated)
         return view, (replace(request, gpus_ahead=ahead) if ahead else request)
 
-    @staticmethod
-    def _job_of(namespace: str, pod_name: str) -> tuple[str, str]:
-        """``(namespace, Job name)`` of a Job's pod: the Job controller names its pods
-        ``<Job name>-<suffix>`` (``generateName``), a replacement pod as the evicted one."""
-        return namespace, pod_name.rsplit("-", 1)[0]
+    _job_of = staticmethod(job_of)
 
     def _job_record(self, demand: PodDemand, now: float) -> JobRecord:
         """The pod's job record; a Job's replacement pod after a preemption here resumes the work
