@@ -145,3 +145,30 @@ def test_under_kube_the_pod_at_the_head_preempts_a_gang_it_would_wait_a_day_for(
     # lost: the head's 30 min on its GPUs, plus the checkpoint (the simulator's restart_penalty_s)
     assert out.loc["lm2-0", "end_s"] == pytest.approx(26 * HOUR + 0.5 * HOUR + 30, abs=1.0)
     assert out.loc["lm2-1", "end_s"] == pytest.approx(26 * HOUR)
+
+
+@pytest.mark.parametrize("behind", [0, 3])
+def test_a_head_counts_every_job_it_holds_back_under_fifo(model, behind):
+    """Two GPUs: a 10-h ResNet-18/256 and a 30-min LM run. A 1-h ResNet-50/128 arrives: it cannot
+    share with the LM (measured out of memory) and forms a good pair with the ResNet-18 (measured
+    normalised throughputs 0.67 and 0.51, sum 1.18 >= 1). Co-locating costs the two jobs about
+    1.22 h together (the head finishes in 1.49 h instead of 1 h, the ResNet-18 0.73 h late);
+    waiting costs the head ``W`` = 0.5 h, until the LM frees its GPU. Alone it waits (1.22 h > 0.5 h).
+    With more ResNet-50/128 queueing behind it (one a second), FIFO holds each of them at least as
+    long: with one behind waiting costs 2 x 0.5 h = 1 h < 1.22 h, with two 1.5 h > 1.22 h, so it
+    co-locates when the second arrives (at 62 s). No GPU could take one of them
+    now (the only other GPU holds the LM), so counting only the jobs that could start on another
+    shareable GPU (the rule before) would see none of them and wait. No preemption either way: the
+    LM frees its GPU sooner than the head's run, and the ResNet-18's 10 h would cost
+    ``(R + c) + R B`` = 3 h against ``W (1 + B)`` = 1.5 h (``B`` = 2: GPUs with room)."""
+    rows = [("rn18", 0, 10 * HOUR, 1, "ResNet-18", 256), ("lm", 0, 0.5 * HOUR, 1, "LM", 10),
+            ("head", 60, HOUR, 1, "ResNet-50", 128),
+            *((f"b{i}", 60 + i + 1, HOUR, 1, "ResNet-50", 128) for i in range(behind))]
+    out = simulate(_jobs(rows), make_policy("iadeep", model, predictor="oracle"), model, ClusterSpec(1, 2, 24.0),
+                   SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
+    assert out["evictions"].sum() == 0
+    if behind == 0:
+        assert out.loc["head", "start_s"] == pytest.approx(0.5 * HOUR) and out.loc["head", "colocations"] == 0
+        return
+    assert out.loc["head", "start_s"] == 62  # when the second job behind it arrives
+    assert out.loc["head", "placement"] == out.loc["rn18", "placement"]
