@@ -471,10 +471,17 @@ class ExtenderService:
         try:
             return self._bind_pod(args)
         finally:
-            if self._binding:
-                with self._bound:
-                    if self._binding.pop(args.pod_uid, None) is not None:
-                        self._bound.notify_all()
+            self._placed(args.pod_uid)
+
+    def _placed(self, uid: str) -> None:
+        """The filters waiting for ``uid``'s bind may go on: its reservation is in the copy of the
+        state (or it failed). Called once the reservation is applied, before the API's Binding
+        (before, every filter waited for the previous pod's whole bind, API call included: the
+        1,000-job live benchmark on the loaded 2-core machine bound 2-4 pods per second)."""
+        if self._binding:
+            with self._bound:
+                if self._binding.pop(uid, None) is not None:
+                    self._bound.notify_all()
 
     def binds_in_flight(self, uid: str) -> bool:
         """Whether pods other than ``uid`` passed a filter and wait for their bind."""
@@ -538,6 +545,7 @@ class ExtenderService:
                 outcome = "wait" if placed.startswith("wait:") else "conflict"
                 return self._bind_result(outcome, f"{node}: {placed.removeprefix('wait: ')}")
             assignments, reason, uuids, now = placed
+        self._placed(uid)  # the copy holds the reservation: the next pods' filters see it
         annotations = bind_annotations(assignments, node=node, uuids=uuids, reason=reason, now_s=now)
         try:
             with self.metrics.phase("kube"):
