@@ -248,7 +248,11 @@ class ExtenderService:
     def _request(self, demand: PodDemand, type_id: int, base: ViewBase, now: float) -> tuple[ClusterView, JobRequest]:
         """The policy's inputs for the pod: the view with it added, and its request, whose
         ``gpus_ahead`` counts the pending pods kube-scheduler tries before it (:class:`PendingPods`)."""
-        view, request = base.with_job(self._job_record(demand, now), type_id, now_s=now, jobs=self.cache.current()[0].jobs)
+        try:
+            jobs = self.cache.current()[0].jobs  # the pods' Jobs name the view's job keys
+        except StoreUnavailable:
+            jobs = None  # (keys fall back to pod UIDs; the caller's own read of the copy decides)
+        view, request = base.with_job(self._job_record(demand, now), type_id, now_s=now, jobs=jobs)
         nominated = [n.pod_uid for n in self.nominations.others(demand.uid)]
         ahead = self.pending.gpus_ahead(demand.uid, demand.priority, demand.created_s, demand.namespace, demand.name,
                                         exclude=nominated)
