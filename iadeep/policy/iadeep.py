@@ -90,6 +90,15 @@ def finish_times(r_new: np.ndarray, r_partner: np.ndarray, a: np.ndarray, b: np.
     return t_new, t_part
 
 
+def _smallest(x: np.ndarray, n: int) -> np.ndarray:
+    """Positions of the ``n`` smallest values of ``x`` (no NaN), ties to the lower position:
+    ``np.argsort(x, kind="stable")[:n]``, with ``np.argmin`` for the common ``n = 1`` (the
+    first minimum: the same position without sorting every shareable GPU)."""
+    if n == 1 and len(x):
+        return np.array([np.argmin(x)])
+    return np.argsort(x, kind="stable")[:n]
+
+
 @register
 class IADeep(Policy):
     """Interference-aware placement and tuning.
@@ -204,7 +213,7 @@ class IADeep(Policy):
         good = a + b >= 1.0
         need = k - n_free
         good_base = np.where(good, base, np.inf)
-        order = np.argsort(good_base, kind="stable")[:need]
+        order = _smallest(good_base, need)
         cost = float(good_base[order].sum())
         if cost < 0:  # sharing beats even an immediate free GPU: no need to estimate the wait
             reason = f"co-located: predicted saving {-cost:.0f} job-seconds"
@@ -214,13 +223,15 @@ class IADeep(Policy):
             blocked = min(job.jobs_behind, max(len(shared) - need, 0))
             wait = self.expected_wait_s(job, view, n_free)
             delta = base - wait * np.where(good, 1.0 + blocked / need, 1.0 if self.bad_pairs_when_waiting else 0.0)
-            order = np.argsort(delta, kind="stable")[:need]
+            order = _smallest(delta, need)
             gain = -float(delta[order].sum())
             if gain <= 0:
                 return self._preempt_or_wait(job, view, free, Wait(
                     job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU"), wait)
             reason = f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s"
         best = shared[order]
+        if k == 1:  # one GPU, the one chosen (n_free = 0 here): choose_gpus's pick without its utilities
+            return Placement(job.job_id, (int(best[0]),), reason)
         chosen = np.zeros(view.n_gpus, dtype=bool)
         chosen[best] = True
         chosen |= free
