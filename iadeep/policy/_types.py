@@ -94,7 +94,9 @@ class ClusterView:
         if slots.ndim != 2 or slots.shape[0] != self.gpu_node.shape[0]:
             raise ValueError(f"slots must have shape (G, S) with G = {self.gpu_node.shape[0]}, got {slots.shape}")
         if slots.shape[1] > 1:
-            gap = (slots[:, 1:] >= 0) & (slots[:, :-1] < 0)  # (G, S-1): slot s occupied, s-1 empty
+            occupied = slots >= 0
+            gap = occupied[:, 1:] & ~occupied[:, :-1]  # (G, S-1): slot s occupied, s-1 empty
+            self.__dict__["occupied"] = _frozen(occupied)  # computed here anyway: the cached property's value
             if gap.any():
                 g, s = (int(x) + d for x, d in zip(np.argwhere(gap)[0], (0, 1)))
                 raise ValueError(f"slot contract broken on GPU {g}: slot {s} is occupied but slot {s - 1} is empty "

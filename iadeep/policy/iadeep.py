@@ -189,10 +189,12 @@ class IADeep(Policy):
         """Free GPUs first; otherwise co-locate only where it beats waiting (module docstring)."""
         njobs = view.njobs
         free = mask & (njobs == 0)
-        n_free = int(free.sum())
+        n_free = int(np.count_nonzero(free))
         k = job.num_gpus
         if n_free >= k:
-            return Placement(job.job_id, choose_gpus(k, free, np.ones(view.n_gpus), view), "free GPU")
+            # one GPU: choose_gpus's pick among equal utilities is the lowest id, the first free one
+            gpus = (int(np.argmax(free)),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view)
+            return Placement(job.job_id, gpus, "free GPU")
         shared = np.flatnonzero(mask & (njobs > 0))
         if n_free + len(shared) < k:
             return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
@@ -263,13 +265,13 @@ class IADeep(Policy):
         alone = np.flatnonzero(njobs == 1)
         if len(alone) == 0:
             return holds(ANY_BEHIND)
-        n_free = int(free.sum())
+        n_free = int(np.count_nonzero(free))
         run_s = job.remaining_s  # the head at dedicated speed on free GPUs
         c = self.checkpoint_cost_s
         w = self.expected_wait_s(job, view, n_free) if wait_s is None else wait_s
         # the jobs behind that could start once the head is out of the way: as many as there are
         # GPUs with room for one more job (the same notion of "blocked" as the placement rule)
-        roomy = int(((njobs > 0) & (njobs < self.limit)).sum())
+        roomy = int(np.count_nonzero((njobs > 0) & (njobs < self.limit)))
         b = min(job.jobs_behind, roomy)
         if w * (1 + b) <= (run_s + c) + run_s * b:  # decided before the per-GPU loop below
             return holds(ANY_BEHIND if job.jobs_behind >= roomy else job.jobs_behind)
