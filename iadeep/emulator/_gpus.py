@@ -50,6 +50,9 @@ class EmulatedJob:
         updated_s: wall time of ``work_left_s``.
         rate: current progress rate (work per emulated second).
         version: increases with every rate change (stale completion entries are skipped).
+        done_s: wall time its work reached zero (``None`` while work is left). Kept exact however
+            late the job is brought up to date: the service stops a done job only when its
+            completer gets to it, and a sync after the finish must not move the finish.
     """
 
     uid: str
@@ -63,6 +66,7 @@ class EmulatedJob:
     updated_s: float
     rate: float = 0.0
     version: int = 0
+    done_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,11 @@ class EmulatedGpus:
     # -- changes of the co-located sets -------------------------------------------------------
     def _sync(self, job: EmulatedJob, now_s: float) -> None:
         elapsed = max(now_s - job.updated_s, 0.0) * job.speedup
-        job.work_left_s = max(job.work_left_s - job.rate * elapsed, 0.0)
-        job.updated_s = now_s
+        done = job.rate * elapsed
+        if job.done_s is None and job.rate > 0 and done >= job.work_left_s:
+            job.done_s = job.updated_s + job.work_left_s / (job.rate * job.speedup)
+        job.work_left_s = max(job.work_left_s - done, 0.0)
+        job.updated_s = max(now_s, job.updated_s)
 
     def _rerate(self, uids: Iterable[str], now_s: float) -> list[RateChange]:
         out = []
@@ -123,7 +130,10 @@ class EmulatedGpus:
         return float(self.model.normalised([self.jobs[u].type_id for u in occupants])[occupants.index(job.uid)])
 
     def finish_time(self, job: EmulatedJob) -> float:
-        """Wall time (Unix s) the job's work is done at its current rate (inf when it makes no progress)."""
+        """Wall time (Unix s) the job's work is done at its current rate (inf when it makes no
+        progress); once done, the exact time its work reached zero, whenever it was synced since."""
+        if job.done_s is not None:
+            return job.done_s
         if job.rate <= 0:
             return float("inf")
         return job.updated_s + job.work_left_s / (job.rate * job.speedup)

@@ -55,6 +55,9 @@ class EmulatorSettings(BaseSettings):
         progress_interval_s: how often every running job's record is brought up to date besides
             the co-location changes (wall s; 0: never). The extender's view has no emulated
             clock: it projects remaining work at rate 1 per wall second from the last record.
+        progress_tolerance / progress_tolerance_s: a job's record is rewritten by the progress
+            pass when the extender's projection of it is further from the truth than this share of
+            the work left, and at least this many seconds of work (emulated s).
         follow_batch_sizes: apply the batch sizes the node coordinator writes
             (``batchsizes/<pod>``, followed through a watch, as the SDK does in a training job): the
             job's rate changes to its new type's, with the goodput gain of the new size.
@@ -62,6 +65,8 @@ class EmulatorSettings(BaseSettings):
             ``trial >= 0``), its throughput is reported this often (wall s; the SDK reports once
             per second); outside sessions a job reports when its co-located set changes.
         inventory_ttl_s: lease of each published node inventory (renewed at a third of it).
+        complete_workers: pods completed at once (each completion is two API calls; one at a
+            time, the 1,000-job live benchmark's completions fell minutes behind the work).
         checkpoint_cost_s: work (s at dedicated speed) added to a job resumed in a new pod of
             its Job after its pod was evicted (checkpoint and restart): the simulator's
             ``SimSettings.restart_penalty_s`` and iadeep's ``checkpoint_cost_s``, 30 s.
@@ -79,10 +84,13 @@ class EmulatorSettings(BaseSettings):
     report_measurements: bool = True
     update_job_records: bool = True
     progress_interval_s: float = Field(1.0, ge=0)
+    progress_tolerance: float = Field(0.05, ge=0)
+    progress_tolerance_s: float = Field(60.0, ge=0)
     follow_batch_sizes: bool = True
     report_interval_s: float = Field(1.0, gt=0)
     checkpoint_cost_s: float = Field(30.0, ge=0)
     inventory_ttl_s: int = Field(120, ge=3)
+    complete_workers: int = Field(8, ge=1)
     default_model: str = "ResNet-50"
     default_batch_size: int = Field(64, ge=1)
     default_duration_s: float = Field(3600.0, ge=0)

@@ -7,8 +7,8 @@ plots and ``summary.json`` are the simulator backend's. Per trace job it creates
 (``iadeep.io/gpu-mem``, whole GiB: extended resources are integers), ``iadeep.io/gpu-count``, and
 the annotations the extender and the emulator read (model, batch size, duration,
 ``iadeep.io/emulated``, speedup). The Job is created ``LiveSettings.ahead_s`` before its arrival
-with its pod gated, and the gate removed at ``t0 + (submit - first submit) / speedup`` wall
-seconds (:class:`~iadeep.experiment._replay.GatedSubmitter`: Job creation and the Job
+with its pod gated (those of the first ``ahead_s`` before the clock starts at ``t0``), and the
+gate removed at ``t0 + (submit - first submit) / speedup`` wall seconds (:class:`~iadeep.experiment._replay.GatedSubmitter`: Job creation and the Job
 controller's latency are off the arrival path). It waits for every Job's ``Complete`` or
 ``Failed`` condition through a watch (reopened until a deadline), then reads the times back:
 
@@ -18,7 +18,7 @@ controller's latency are off the arrival path). It waits for every Job's ``Compl
   extender's ``iadeep.io/assume-time`` is the bind);
 - end: the emulator's ``iadeep.io/emulated-end``;
 
-and converts them to emulated seconds, ``submit_0 + (wall - t0) x speedup``. Placement and
+and converts them to emulated seconds, ``submit_0 + (wall - t0) x speedup`` (:mod:`._readback`). Placement and
 co-location partners come from the pods' ``iadeep.io/gpu-index`` and nodes (two jobs are
 partners when their runs overlap on a GPU). At the end the reservations left in etcd are counted
 (the extender releases each when its pod ends). The per-job overhead breakdown (submission lag,
@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from iadeep.experiment._readback import JOB_ID_ANNOTATION, live_result
 from iadeep.experiment._replay import ARRIVAL_GATE, SUBMIT_ANNOTATION, GatedSubmitter, api_json, watch_jobs
 from iadeep.interference import InterferenceModel
 from iadeep.sim import ClusterSpec, SimResult
@@ -65,7 +66,6 @@ log = logging.getLogger("iadeep.experiment")
 
 SCHEDULER = "iadeep-scheduler"
 RUN_LABEL = "iadeep.io/run"
-JOB_ID_ANNOTATION = "iadeep.io/job-id"
 REPO = Path(__file__).resolve().parents[2]
 SCHEDULER_CONFIG = REPO / "k8s" / "extender" / "kube-scheduler-config.control-plane.yaml"
 TUNED_POLICIES = frozenset({"iadeep"})
@@ -86,8 +86,9 @@ class LiveSettings:
         namespace: namespace of the Jobs (created; a fresh one per policy when ``None``).
         reservations_wait_s: how long to wait at the end for the extender to release every reservation.
         ahead_s: how long (wall s) before its arrival a Job is created, its pod gated until the
-            arrival (:class:`~iadeep.experiment._replay.GatedSubmitter`); the first arrival is
-            this long after the start.
+            arrival (:class:`~iadeep.experiment._replay.GatedSubmitter`); the Jobs arriving in
+            the first ``ahead_s`` are created, and their pods seen, before the arrival clock
+            starts (``prefill_s`` in the metrics).
     """
 
     speedup: float = 1000.0
@@ -499,23 +500,26 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
 
     import threading
 
-    t0 = time.time() + settings.ahead_s  # the first arrival: after its Job was created ahead
-    deadline = t0 + timeout
-    errors: list[BaseException] = []
     selector = f"{RUN_LABEL}={run}"
-    waiter = threading.Thread(target=lambda: _guard(errors, watch_jobs, api_client, ns, selector, len(jobs), deadline,
-                                                    on_done), name="iadeep-live-wait", daemon=True)
-    waiter.start()
-    bodies = []
+    named = []
     for i in order:
         row = jobs.iloc[i]
         mem = float(model.mem_gib[model.type_id(JobType(str(row.model), int(row.batch_size)))])
-        bodies.append((t0 + (float(row.submit_time) - submit0) / speedup,
-                       job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, pin_nodes=pin_nodes,
-                                    gated=True)))
+        named.append(((float(row.submit_time) - submit0) / speedup,
+                      job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, pin_nodes=pin_nodes,
+                                   gated=True)))
     submitter = GatedSubmitter(api_client, ns, selector, ahead_s=settings.ahead_s)
+    errors: list[BaseException] = []
     try:
-        lags = submitter.run(bodies, deadline)
+        p0 = time.time()
+        created = submitter.prefill(named, p0 + timeout)  # the first window's Jobs, before the clock starts
+        prefill_s = time.time() - p0
+        t0 = time.time() + 0.5  # the first arrival
+        deadline = t0 + timeout
+        waiter = threading.Thread(target=lambda: _guard(errors, watch_jobs, api_client, ns, selector, len(jobs), deadline,
+                                                        on_done), name="iadeep-live-wait", daemon=True)
+        waiter.start()
+        lags = submitter.run([(t0 + offset, body) for offset, body in named], deadline, created=created)
         waiter.join(timeout=max(deadline - time.time(), 0) + 30)
     finally:
         submitter.close()
@@ -534,7 +538,8 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
                "reservations_left": left, "failed_jobs": sum(k == "Failed" for k, _ in done_at.values()),
                "replacement_pods": submitter.replacements,
                "submit_lag_s_median": float(np.median(lags)) if lags else 0.0,
-               "submit_lag_s_p90": float(np.percentile(lags, 90)) if lags else 0.0, "create_ahead_s": settings.ahead_s, "breakdown_s": breakdown, "namespace": ns}
+               "submit_lag_s_p90": float(np.percentile(lags, 90)) if lags else 0.0, "create_ahead_s": settings.ahead_s,
+               "prefilled_jobs": created, "prefill_s": prefill_s, "breakdown_s": breakdown, "namespace": ns}
     return result, metrics
 
 
@@ -567,138 +572,6 @@ def _reservations_left(store: Any | None, wait_s: float) -> int | None:
         if n == 0 or time.monotonic() > deadline:
             return n
         time.sleep(0.1)
-
-
-def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[dict[str, Any]],
-                done_at: dict[str, tuple[str, float]], *, cluster: ClusterSpec, policy: str, run: str, t0: float,
-                submit0: float, speedup: float, model: InterferenceModel) -> tuple[SimResult, dict[str, float]]:
-    """The simulator-shaped result of a live run from the Jobs and pods read back (module docstring).
-
-    Returns:
-        ``(result, breakdown)``: breakdown holds medians and p90s (wall s) of bind latency (bind -
-        submit), start lag (emulated start - bind) and completion lag (Job condition - emulated
-        end), as ``<name>_s_median`` / ``<name>_s_p90``.
-
-    Raises:
-        RuntimeError: a finished Job has no pod with the emulator's times (the message names it).
-    """
-    def emu(t: float) -> float:
-        return submit0 + (t - t0) * speedup
-
-    by_id = {str(j): i for i, j in enumerate(jobs["job_id"].astype(str))}
-    submit_wall = {}  # the arrival: on the pod (gate removed), else on the Job (created at its arrival)
-    for d in [*jobs_doc, *pods]:
-        ann = (d.get("metadata") or {}).get("annotations") or {}
-        if SUBMIT_ANNOTATION in ann:
-            submit_wall[ann.get(JOB_ID_ANNOTATION)] = float(ann[SUBMIT_ANNOTATION])
-    n = len(jobs)
-    start, end, submit = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-    placement = [""] * n
-    final_batch = jobs["batch_size"].to_numpy(dtype=np.int64).copy()
-    trials = np.zeros(n, dtype=np.int64)
-    evictions = np.zeros(n, dtype=np.int64)
-    runs: list[tuple[int, str, float, float]] = []  # (job, "node/gpu", start, end)
-    bind_lat, start_lag, done_lag = [], [], []
-
-    def where(p: dict[str, Any], ann: dict[str, str]) -> tuple[str, list[str]]:
-        node = (p.get("spec") or {}).get("nodeName") or ""
-        return node[len(run) + 1:] if node.startswith(f"{run}-") else node, [g for g in ann.get("iadeep.io/gpu-index", "").split(",") if g]
-
-    first_wall: dict[str, float] = {}  # a job's first start: its first pod's, when a pod of it was evicted
-    for p in pods:  # pods evicted for a preemption (the emulator wrote their start and eviction times)
-        ann = (p.get("metadata") or {}).get("annotations") or {}
-        jid = ann.get(JOB_ID_ANNOTATION)
-        if jid in by_id and "iadeep.io/emulated-evicted" in ann and "iadeep.io/emulated-start" in ann:
-            s_wall, e_wall = float(ann["iadeep.io/emulated-start"]), float(ann["iadeep.io/emulated-evicted"])
-            first_wall[jid] = min(first_wall.get(jid, math.inf), s_wall)
-            node, gpus = where(p, ann)
-            runs += [(by_id[jid], f"{node}/{g}", emu(s_wall), emu(e_wall)) for g in gpus]
-    for p in pods:
-        meta = p.get("metadata") or {}
-        ann = meta.get("annotations") or {}
-        jid = ann.get(JOB_ID_ANNOTATION)
-        if jid not in by_id or "iadeep.io/emulated-end" not in ann:
-            continue
-        i = by_id[jid]
-        s_wall, e_wall = float(ann["iadeep.io/emulated-start"]), float(ann["iadeep.io/emulated-end"])
-        first = min(s_wall, first_wall.get(jid, math.inf), float(ann.get("iadeep.io/emulated-first-start") or math.inf))
-        start[i], end[i], submit[i] = emu(first), emu(e_wall), emu(submit_wall.get(jid, math.nan))
-        final_batch[i] = int(ann.get("iadeep.io/emulated-batch-size") or final_batch[i])
-        trials[i] = int(ann.get("iadeep.io/emulated-trials") or 0)
-        evictions[i] = int(ann.get("iadeep.io/emulated-evictions") or 0)
-        node, gpus = where(p, ann)
-        placement[i] = ";".join(f"{node}/{g}" for g in gpus)
-        runs += [(i, f"{node}/{g}", emu(s_wall), end[i]) for g in gpus]
-        if "iadeep.io/assume-time" in ann:
-            bound = int(ann["iadeep.io/assume-time"]) / 1e9
-            bind_lat.append(bound - submit_wall.get(jid, math.nan))
-            start_lag.append(s_wall - bound)
-        owner = [o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job"]
-        if owner and owner[0] in done_at:
-            done_lag.append(done_at[owner[0]][1] - e_wall)
-    missing = [str(jobs["job_id"].iloc[i]) for i in range(n) if np.isnan(end[i])]
-    if missing:
-        raise RuntimeError(f"{len(missing)} job(s) have no completed pod with emulator times, e.g. {missing[:3]}")
-    coloc = np.zeros(n, dtype=np.int64)
-    partners: list[set[int]] = [set() for _ in range(n)]
-    by_gpu: dict[str, list[tuple[int, float, float]]] = {}
-    for i, g, s, e in runs:
-        by_gpu.setdefault(g, []).append((i, s, e))
-    for rows in by_gpu.values():
-        for a in range(len(rows)):
-            for b in range(a + 1, len(rows)):
-                (i, s1, e1), (j, s2, e2) = rows[a], rows[b]
-                if i != j and s1 < e2 and s2 < e1:
-                    coloc[i] += 1
-                    coloc[j] += 1
-                    partners[i].add(j)
-                    partners[j].add(i)
-    ids = jobs["job_id"].astype(str).to_numpy()
-    jct = end - submit
-    duration = jobs["duration"].to_numpy(dtype=float)
-    table = pd.DataFrame({
-        "job_id": ids, "submit_s": submit, "start_s": start, "end_s": end, "jct_s": jct, "queueing_s": start - submit,
-        "duration_s": duration, "slowdown": jct / duration, "num_gpus": jobs["num_gpus"].to_numpy(),
-        "model": jobs["model"].to_numpy(), "batch_size": jobs["batch_size"].to_numpy(),
-        "final_batch_size": final_batch, "colocations": coloc,
-        "tuning_trials": trials, "evictions": evictions,
-        "placement": placement, "partners": [";".join(sorted(ids[o] for o in ps)) for ps in partners],
-    })
-    timeline, busy = _timeline(table, runs)
-    breakdown = {}
-    for key, values in (("bind_latency", bind_lat), ("start_lag", start_lag), ("completion_lag", done_lag)):
-        breakdown[f"{key}_s_median"] = float(np.nanmedian(values)) if values else math.nan
-        breakdown[f"{key}_s_p90"] = float(np.nanpercentile(values, 90)) if values else math.nan
-    return SimResult(policy, table, timeline, cluster.total_gpus, busy), breakdown
-
-
-def _timeline(table: pd.DataFrame, runs: list[tuple[int, str, float, float]]) -> tuple[pd.DataFrame, float]:
-    """``t_s, queue_len, busy_gpus, running_jobs`` at every submit/start/end, and busy GPU-seconds."""
-    events: list[tuple[float, int, int, int]] = []  # (t, d_queue, d_running, 0)
-    for s, st, e in zip(table["submit_s"], table["start_s"], table["end_s"]):
-        events += [(s, 1, 0, 0), (st, -1, 1, 0), (e, 0, -1, 0)]
-    gpu_events: list[tuple[float, str, int]] = []
-    for _, g, s, e in runs:
-        gpu_events += [(s, g, 1), (e, g, -1)]
-    gpu_events.sort()
-    times = sorted({t for t, *_ in events})
-    events.sort()
-    rows, q, r, k, gi = [], 0, 0, 0, 0
-    occupied: dict[str, int] = {}
-    busy_s, last_t = 0.0, times[0] if times else 0.0
-    for t in times:
-        busy_s += sum(1 for v in occupied.values() if v > 0) * (t - last_t)
-        last_t = t
-        while k < len(events) and events[k][0] <= t:
-            q += events[k][1]
-            r += events[k][2]
-            k += 1
-        while gi < len(gpu_events) and gpu_events[gi][0] <= t:
-            _, g, d = gpu_events[gi]
-            occupied[g] = occupied.get(g, 0) + d
-            gi += 1
-        rows.append((t, q, sum(1 for v in occupied.values() if v > 0), r))
-    return pd.DataFrame(rows, columns=["t_s", "queue_len", "busy_gpus", "running_jobs"]), busy_s
 
 
 def iter_runs(policies: list[str]) -> Iterator[tuple[str, str]]:

@@ -39,6 +39,7 @@ from iadeep.extender._wire import Container, Pod
 from iadeep.state import JobRecord
 
 __all__ = [
+    "job_of",
     "ANNOTATION_MODEL",
     "ANNOTATION_BATCH_SIZE",
     "ANNOTATION_DURATION",
@@ -124,6 +125,12 @@ class PodDemand:
         """The :class:`~iadeep.state.JobRecord` stored with the reservation."""
         return JobRecord(self.uid, self.namespace, self.name, self.model, self.batch_size, self.num_gpus,
                          self.mem_gib, remaining_s=self.duration_s, submitted_at=now_s, gpu_models=self.gpu_models)
+
+
+def job_of(namespace: str, pod_name: str) -> tuple[str, str]:
+    """``(namespace, Job name)`` of a Job's pod: the Job controller names its pods
+    ``<Job name>-<suffix>`` (``generateName``), a replacement pod as the evicted one."""
+    return namespace, pod_name.rsplit("-", 1)[0]
 
 
 def api_time_s(value: str) -> float:

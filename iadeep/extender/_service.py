@@ -35,7 +35,7 @@ from iadeep.extender._cache import StateCache
 from iadeep.extender._metrics import ExtenderMetrics
 from iadeep.extender._podwatch import PendingPods, PodFollower
 from iadeep.extender._preempt import Nominations, with_nominations
-from iadeep.extender._pods import PodDemand, PodSpecError, load_quantity_parser, pod_demand
+from iadeep.extender._pods import PodDemand, PodSpecError, job_of, load_quantity_parser, pod_demand
 from iadeep.extender._settings import ExtenderSettings
 from iadeep.extender._view import TypeResolver, ViewBase
 from iadeep.extender._wire import (
@@ -248,17 +248,13 @@ class ExtenderService:
     def _request(self, demand: PodDemand, type_id: int, base: ViewBase, now: float) -> tuple[ClusterView, JobRequest]:
         """The policy's inputs for the pod: the view with it added, and its request, whose
         ``gpus_ahead`` counts the pending pods kube-scheduler tries before it (:class:`PendingPods`)."""
-        view, request = base.with_job(self._job_record(demand, now), type_id, now_s=now)
+        view, request = base.with_job(self._job_record(demand, now), type_id, now_s=now, jobs=self.cache.current()[0].jobs)
         nominated = [n.pod_uid for n in self.nominations.others(demand.uid)]
         ahead = self.pending.gpus_ahead(demand.uid, demand.priority, demand.created_s, demand.namespace, demand.name,
                                         exclude=nominated)
         return view, (replace(request, gpus_ahead=ahead) if ahead else request)
 
-    @staticmethod
-    def _job_of(namespace: str, pod_name: str) -> tuple[str, str]:
-        """``(namespace, Job name)`` of a Job's pod: the Job controller names its pods
-        ``<Job name>-<suffix>`` (``generateName``), a replacement pod as the evicted one."""
-        return namespace, pod_name.rsplit("-", 1)[0]
+    _job_of = staticmethod(job_of)
 
     def _job_record(self, demand: PodDemand, now: float) -> JobRecord:
         """The pod's job record; a Job's replacement pod after a preemption here resumes the work
@@ -471,10 +467,17 @@ class ExtenderService:
         try:
             return self._bind_pod(args)
         finally:
-            if self._binding:
-                with self._bound:
-                    if self._binding.pop(args.pod_uid, None) is not None:
-                        self._bound.notify_all()
+            self._placed(args.pod_uid)
+
+    def _placed(self, uid: str) -> None:
+        """The filters waiting for ``uid``'s bind may go on: its reservation is in the copy of the
+        state (or it failed). Called once the reservation is applied, before the API's Binding
+        (before, every filter waited for the previous pod's whole bind, API call included: the
+        1,000-job live benchmark on the loaded 2-core machine bound 2-4 pods per second)."""
+        if self._binding:
+            with self._bound:
+                if self._binding.pop(uid, None) is not None:
+                    self._bound.notify_all()
 
     def binds_in_flight(self, uid: str) -> bool:
         """Whether pods other than ``uid`` passed a filter and wait for their bind."""
@@ -538,6 +541,7 @@ class ExtenderService:
                 outcome = "wait" if placed.startswith("wait:") else "conflict"
                 return self._bind_result(outcome, f"{node}: {placed.removeprefix('wait: ')}")
             assignments, reason, uuids, now = placed
+        self._placed(uid)  # the copy holds the reservation: the next pods' filters see it
         annotations = bind_annotations(assignments, node=node, uuids=uuids, reason=reason, now_s=now)
         try:
             with self.metrics.phase("kube"):

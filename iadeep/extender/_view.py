@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from iadeep.extender._pods import PodSpecError
+from iadeep.extender._pods import PodSpecError, job_of
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
 from iadeep.policy import ClusterView, JobRequest
@@ -151,6 +151,26 @@ class TypeResolver:
             return self.resolve(family, batch_size)
         except PodSpecError:
             return self.default_type
+
+
+@dataclass(frozen=True)
+class _JobKeys:
+    """Handle -> ``(namespace, Job name)`` (:func:`~iadeep.extender._pods.job_of`), computed
+    when a policy asks (rarely: what it remembers between calls); a pod without a record: its UID."""
+
+    pods: tuple[str, ...]  # the placed jobs' pods (handles 0..J-1)
+    jobs: Mapping[str, JobRecord]
+    asking: JobRecord  # handle J
+
+    def __getitem__(self, handle: int) -> object:
+        if handle == len(self.pods):
+            rec: JobRecord | None = self.asking
+        else:
+            rec = self.jobs.get(self.pods[handle])
+        return self.pods[handle] if rec is None else job_of(rec.namespace, rec.name)
+
+    def __len__(self) -> int:
+        return len(self.pods) + 1
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -332,8 +352,11 @@ class ViewBase:
         jtype[idx], jgpus[idx], jleft[idx], jupd[idx] = t, n, left, now_s
         return replace(self, job_type=_ro(jtype), job_num_gpus=_ro(jgpus), job_work_left_s=_ro(jleft), job_updated_s=_ro(jupd))
 
-    def with_job(self, job: JobRecord, type_id: int, *, now_s: float) -> tuple[ClusterView, JobRequest]:
-        """The policy's inputs for ``job`` asking to be placed (it becomes handle ``J``)."""
+    def with_job(self, job: JobRecord, type_id: int, *, now_s: float,
+                 jobs: Mapping[str, JobRecord] | None = None) -> tuple[ClusterView, JobRequest]:
+        """The policy's inputs for ``job`` asking to be placed (it becomes handle ``J``); the
+        view's job keys (:meth:`~iadeep.policy.ClusterView.job_key`) are the pods' Jobs, from
+        their records in ``jobs`` (a pod without one: its UID)."""
         n = len(self.pods)
         jtype = np.append(self.job_type, type_id)
         jgpus = np.append(self.job_num_gpus, max(job.num_gpus, 1))
@@ -343,7 +366,8 @@ class ViewBase:
         rate[n] = 0.0
         view = ClusterView(now_s, self.node_names, self.gpu_node, self.gpu_local_index, self.gpu_mem_total_gib,
                            self.gpu_mem_used_gib, self.slots, _ro(jtype), _ro(jtype.copy()), _ro(jgpus), _ro(jleft),
-                           _ro(updated), _ro(rate), gpu_model=self.gpu_model, node_pos=self.node_pos)
+                           _ro(updated), _ro(rate), gpu_model=self.gpu_model, node_pos=self.node_pos,
+                           job_keys=_JobKeys(self.pods, jobs or {}, job))
         request = JobRequest(n, job.pod_uid, type_id, max(job.num_gpus, 1), float(job.mem_gib), max(job.remaining_s, 0.0),
                              gpu_models=tuple(job.gpu_models))
         return view, request
@@ -393,4 +417,4 @@ def build_view(snapshot: Snapshot, job: JobRecord, types: TypeResolver, *, now_s
         PodSpecError: the job's model family is unknown to the interference model.
     """
     type_id = types.resolve(job.model, job.batch_size)
-    return ViewBase.from_snapshot(snapshot, types, slots=slots).with_job(job, type_id, now_s=now_s)
+    return ViewBase.from_snapshot(snapshot, types, slots=slots).with_job(job, type_id, now_s=now_s, jobs=snapshot.jobs)

@@ -12,7 +12,7 @@ Notations:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 
@@ -70,6 +70,8 @@ class ClusterView:
             ``(G,)``; ``None`` (default): unknown (every model constraint then fails).
         node_pos: node name -> position in ``node_names``; optional (built on first use by
             :meth:`node_positions` when a driver does not hand over one it keeps anyway).
+        job_keys: each handle's job identity across views, indexable by handle (:meth:`job_key`);
+            ``None`` (default): the handle itself, for a driver whose handles are stable.
     """
 
     now_s: float
@@ -88,6 +90,15 @@ class ClusterView:
     gpu_share_used_milli: np.ndarray | None = None
     gpu_model: np.ndarray | None = None
     node_pos: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
+    job_keys: Sequence[Hashable] | None = field(default=None, compare=False, repr=False)
+
+    def job_key(self, handle: int) -> Hashable:
+        """A job's identity across views, for what a policy remembers about a job between calls
+        (e.g. how often it was preempted). The simulator's handles are its jobs' indices, stable
+        for the whole run, so the handle itself (``job_keys`` unset); the extender renumbers its
+        handles when it rebuilds its view and a Job's replacement pod is a new pod, so it gives
+        ``(namespace, Job name)`` (:mod:`iadeep.extender._view`)."""
+        return handle if self.job_keys is None else self.job_keys[handle]
 
     def __post_init__(self) -> None:
         slots = self.slots

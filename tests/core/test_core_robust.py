@@ -35,24 +35,50 @@ def test_a_blocked_head_preempts_a_gang_instead_of_holding_the_queue_for_a_day(m
     """Without preemption the head waits until the 4-GPU gangs end (26 h) and FIFO holds all ten jobs
     behind it: each waits about a day. With it, the head preempts a 4-GPU gang (fewest GPUs first),
     starts on arrival, and the preempted gang, queued ahead of the others, restarts when the head
-    ends; the next head preempts the next gang, and so on until every gang has been preempted once
-    (the thrash guard): four short jobs run half an hour after another instead of a day later, and
-    each gang loses only that half hour (plus its 30 s checkpoint)."""
+    ends; the next head preempts that same gang again (fewest GPUs, then the longest hold: it has
+    lost the most), and so on: each preemption charges it half an hour and 30 s, far within its
+    26 h of remaining work (the thrash guard's budget), so the head and nine short jobs run half an
+    hour after another instead of a day later. The last short job has nobody behind it (no blocked
+    queue, no preemption under FIFO) and waits for a gang. The other gangs lose nothing; the one
+    preempted loses ten half hours and ten checkpoints, less than its remaining work."""
     jobs = _head_of_line_trace()
     out = simulate(jobs, make_policy("iadeep", model, preempt=preempt, predictor="oracle"), model,
                    ClusterSpec(5, 4, 24.0), SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
-    first = ["head", "short-0", "short-1", "short-2"]
+    first = ["head", *(f"short-{i}" for i in range(9))]
     if not preempt:
-        assert (out.loc[first, "queueing_s"] > 20 * HOUR).all()
+        assert (out.loc[first[:4], "queueing_s"] > 20 * HOUR).all()
         assert out["evictions"].sum() == 0
         return
     gangs = ["lm8", *(f"lm4-{i}" for i in range(3))]
     assert out.loc["head", "start_s"] == 600
-    assert (out.loc[gangs, "evictions"] == 1).all() and out.loc[first, "evictions"].sum() == 0
-    for n, job in enumerate(first):  # one after another, each on the GPUs of the next gang preempted
+    assert out.loc[gangs, "evictions"].to_dict() == {"lm8": 0, "lm4-0": 10, "lm4-1": 0, "lm4-2": 0}
+    assert out.loc[first, "evictions"].sum() == 0
+    for n, job in enumerate(first):  # one after another, each on the GPUs of the gang preempted again
         assert out.loc[job, "end_s"] == pytest.approx(600 + (n + 1) * 0.5 * HOUR, abs=2.0)
-    delay = out.loc[gangs, "jct_s"] - jobs.set_index("job_id").loc[gangs, "duration"]
-    assert (delay <= 0.5 * HOUR + 30 + 1e-6).all()
+    assert out.loc["short-9", "start_s"] == pytest.approx(26 * HOUR)  # nobody behind it: it waits
+    delay = out.loc["lm4-0", "jct_s"] - jobs.set_index("job_id").loc["lm4-0", "duration"]
+    assert delay == pytest.approx(10 * (0.5 * HOUR + 30), abs=2.0)  # each head's run plus a checkpoint
+
+
+def test_a_job_is_preempted_again_only_within_its_budget(model):
+    """One GPU held by a 2-h LM; six 30-min ResNet-50/128 (measured out of memory beside LM) queue
+    behind each other. Each head with jobs behind it preempts the LM (``W`` = 2 h, far above its own
+    30 min): the first three preemptions charge the LM 3 x (30 min + 30 s) = 5,490 s, within its
+    remaining work (7,140 s after its first minute, plus the 30-s checkpoints: it never runs in
+    between); a fourth would charge 7,320 s, above its 7,230 s left, so the fourth head waits for the
+    LM to finish. A
+    preemption per head, unbounded, would take the LM off five times; once per job (the old guard)
+    once, leaving five jobs waiting for the whole 2 h."""
+    rows = [("lm", 0, 2 * HOUR, 1, "LM", 10), *((f"s{i}", 60 + i, 0.5 * HOUR, 1, "ResNet-50", 128) for i in range(6))]
+    out = simulate(_jobs(rows), make_policy("iadeep", model, predictor="oracle"), model, ClusterSpec(1, 1, 24.0),
+                   SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
+    assert out.loc["lm", "evictions"] == 3
+    for n in range(3):  # the three preemptors run back to back from their arrival
+        assert out.loc[f"s{n}", "start_s"] == pytest.approx(60 + n * 0.5 * HOUR, abs=2.0)
+    lm_end = 60 + 1.5 * HOUR + (2 * HOUR - 60) + 3 * 30  # ran 60 s, restarts after the third, 3 checkpoints
+    assert out.loc["lm", "end_s"] == pytest.approx(lm_end, abs=2.0)
+    assert out.loc["s3", "start_s"] == pytest.approx(lm_end, abs=2.0)
+    assert out.loc["lm", "jct_s"] <= 2 * 2 * HOUR  # at most double its run
 
 
 def test_no_preemption_without_a_blocked_queue(model):
@@ -67,14 +93,19 @@ def test_no_preemption_without_a_blocked_queue(model):
 @pytest.mark.parametrize(("running_s", "preempted"), [(5 * HOUR, True), (0.5 * HOUR, False)])
 def test_only_a_job_holding_its_gpu_longer_than_the_head_needs_is_preempted(model, running_s, preempted):
     """Shortest remaining time first: the head (1 h) with jobs behind it preempts a job that would
-    hold the only GPU for 5 h, never one that frees it in half an hour (sooner than the head's run)."""
+    hold the only GPU for 5 h, never one that frees it in half an hour (sooner than the head's run).
+    The 5-h job is preempted again by the next two 10-min heads, which still have jobs behind them
+    (charges 1 h + 2 x 10 min + 3 checkpoints, far within its 5 h); the last has nobody behind it.
+    When the running job frees the GPU first, the 1-h head takes it and is itself preempted by those
+    two 10-min heads in the same way."""
     rows = [("running", 0, running_s, 1, "LM", 10), ("head", 60, HOUR, 1, "ResNet-50", 128),
             *((f"b{i}", 60, 600, 1, "ResNet-50", 128) for i in range(3))]
     out = simulate(_jobs(rows), make_policy("iadeep", model, predictor="oracle"), model, ClusterSpec(1, 1, 24.0),
                    SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
-    assert out.loc["running", "evictions"] == int(preempted)
+    assert out.loc["running", "evictions"] == (3 if preempted else 0)
     assert out.loc["head", "start_s"] == (60 if preempted else running_s)
-    assert out["evictions"].max() <= 1
+    assert out.loc["head", "evictions"] == (0 if preempted else 2)
+    assert out.loc[["b0", "b1", "b2"], "evictions"].sum() == 0
 
 
 def test_under_kube_a_pod_counts_the_older_pending_pods_in_its_wait(model):
@@ -114,3 +145,30 @@ def test_under_kube_the_pod_at_the_head_preempts_a_gang_it_would_wait_a_day_for(
     # lost: the head's 30 min on its GPUs, plus the checkpoint (the simulator's restart_penalty_s)
     assert out.loc["lm2-0", "end_s"] == pytest.approx(26 * HOUR + 0.5 * HOUR + 30, abs=1.0)
     assert out.loc["lm2-1", "end_s"] == pytest.approx(26 * HOUR)
+
+
+@pytest.mark.parametrize("behind", [0, 3])
+def test_a_head_counts_every_job_it_holds_back_under_fifo(model, behind):
+    """Two GPUs: a 10-h ResNet-18/256 and a 30-min LM run. A 1-h ResNet-50/128 arrives: it cannot
+    share with the LM (measured out of memory) and forms a good pair with the ResNet-18 (measured
+    normalised throughputs 0.67 and 0.51, sum 1.18 >= 1). Co-locating costs the two jobs about
+    1.22 h together (the head finishes in 1.49 h instead of 1 h, the ResNet-18 0.73 h late);
+    waiting costs the head ``W`` = 0.5 h, until the LM frees its GPU. Alone it waits (1.22 h > 0.5 h).
+    With more ResNet-50/128 queueing behind it (one a second), FIFO holds each of them at least as
+    long: with one behind waiting costs 2 x 0.5 h = 1 h < 1.22 h, with two 1.5 h > 1.22 h, so it
+    co-locates when the second arrives (at 62 s). No GPU could take one of them
+    now (the only other GPU holds the LM), so counting only the jobs that could start on another
+    shareable GPU (the rule before) would see none of them and wait. No preemption either way: the
+    LM frees its GPU sooner than the head's run, and the ResNet-18's 10 h would cost
+    ``(R + c) + R B`` = 3 h against ``W (1 + B)`` = 1.5 h (``B`` = 2: GPUs with room)."""
+    rows = [("rn18", 0, 10 * HOUR, 1, "ResNet-18", 256), ("lm", 0, 0.5 * HOUR, 1, "LM", 10),
+            ("head", 60, HOUR, 1, "ResNet-50", 128),
+            *((f"b{i}", 60 + i + 1, HOUR, 1, "ResNet-50", 128) for i in range(behind))]
+    out = simulate(_jobs(rows), make_policy("iadeep", model, predictor="oracle"), model, ClusterSpec(1, 2, 24.0),
+                   SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
+    assert out["evictions"].sum() == 0
+    if behind == 0:
+        assert out.loc["head", "start_s"] == pytest.approx(0.5 * HOUR) and out.loc["head", "colocations"] == 0
+        return
+    assert out.loc["head", "start_s"] == 62  # when the second job behind it arrives
+    assert out.loc["head", "placement"] == out.loc["rn18", "placement"]

@@ -21,6 +21,21 @@ def test_a_job_alone_finishes_after_its_work_divided_by_the_speedup(model):
     assert gpus.due(103.5) == [] and gpus.due(103.6) == ["a"]
 
 
+def test_a_job_brought_up_to_date_after_its_finish_keeps_its_finish_time(model):
+    """The service completes a done job only when its completer gets to it; meanwhile the
+    progress writer (``progress_of``) and its partners' changes sync the job to later times.
+    Its finish time must stay the moment its work reached zero (seen in the 1,000-job live
+    benchmark: jobs alone on a GPU ended up to 500 x their work later, as late as the completer)."""
+    a, b = _t(model, "ResNet-50", 64), _t(model, "ResNet-18", 16)
+    gpus = EmulatedGpus(model)
+    gpus.start("a", "n", [0], a, 3600.0, now_s=100.0, speedup=1000.0)
+    assert gpus.progress_of("a", 110.0) == 0.0  # synced 6.4 s after the finish
+    gpus.start("b", "n", [0], b, 3600.0, now_s=120.0, speedup=1000.0)  # a partner arrives later still
+    job = gpus.jobs["a"]
+    assert gpus.finish_time(job) == pytest.approx(103.6)
+    assert gpus.due(125.0) == ["a"]
+
+
 def test_colocated_jobs_run_at_the_models_rate_and_speed_up_when_the_partner_leaves(model):
     a, b = _t(model, "ResNet-50", 64), _t(model, "ResNet-18", 16)
     na, nb = model.normalised([a, b])

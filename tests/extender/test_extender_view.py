@@ -44,6 +44,29 @@ def snapshot() -> Snapshot:
     return Snapshot(inventories, states, jobs, taken_at_s=1000.0)
 
 
+def test_job_keys_name_the_pods_jobs_across_rebuilds_and_replacement_pods(types):
+    """What a policy remembers about a job between calls (how often it was preempted) is keyed by
+    ``ClusterView.job_key``: the extender renumbers handles when it rebuilds its view, and a Job's
+    replacement pod (after an eviction) is a new pod of the same Job."""
+    def rec(uid, name):
+        return JobRecord(uid, "ns", name, "ResNet-18", 64, 1, 4.0, remaining_s=100.0)
+
+    inv = {"a": _inv("a", 2)}
+    first = Snapshot(inv, {("a", 0): GpuState("a", 0, 4.0, ("u1",)), ("a", 1): GpuState("a", 1, 4.0, ("u2",))},
+                     {"u1": rec("u1", "train-a-x7k2p"), "u2": rec("u2", "train-b-q9m4z")})
+    # later: train-a's pod was evicted and replaced (new UID, new suffix), now listed after train-b's
+    later = Snapshot(inv, {("a", 0): GpuState("a", 0, 4.0, ("u2",)), ("a", 1): GpuState("a", 1, 4.0, ("u9",))},
+                     {"u2": rec("u2", "train-b-q9m4z"), "u9": rec("u9", "train-a-r2d2c")})
+    asking = rec("u5", "train-c-aaaaa")
+    v1, r1 = build_view(first, asking, types, now_s=0.0, slots=2)
+    v2, r2 = build_view(later, asking, types, now_s=0.0, slots=2)
+    keys1 = {v1.job_key(h) for h in (0, 1)}
+    assert keys1 == {("ns", "train-a"), ("ns", "train-b")}
+    assert v1.job_key(int(v1.slots[0, 0])) == v2.job_key(int(v2.slots[1, 0])) == ("ns", "train-a")
+    assert int(v1.slots[0, 0]) != int(v2.slots[1, 0])  # same Job, another handle
+    assert v1.job_key(r1.handle) == v2.job_key(r2.handle) == ("ns", "train-c")
+
+
 def test_build_view_translates_the_snapshot(snapshot, types, model):
     asking = _job("new", "LM", 20, mem=5.0, left=30.0)
     view, req = build_view(snapshot, asking, types, now_s=1010.0, slots=2)

@@ -11,6 +11,7 @@ import pytest
 
 from iadeep.experiment import ExperimentConfig
 from iadeep.experiment._compare import run_compare
+from iadeep.experiment._live import LiveSettings
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +40,10 @@ def test_every_job_completes_and_every_reservation_is_released(compared):
     assert (live["end_s"] - live["start_s"] >= live["duration_s"] * 0.999 - 5 * SPEEDUP * 1e-3).all()
     metrics = json.loads((out / "live" / "metrics-iadeep.json").read_text())
     assert metrics["reservations_left"] == 0 and metrics["failed_jobs"] == 0
+    # the Jobs arriving within ``ahead_s`` of the first were created before the arrival clock started
+    sim = pd.read_csv(out / "sim" / "jobs-iadeep.csv")
+    offsets = (sim["submit_s"] - sim["submit_s"].min()) / SPEEDUP
+    assert metrics["prefilled_jobs"] == int((offsets < LiveSettings().ahead_s).sum()) > 0
 
 
 def test_summary_has_the_simulators_schema(compared):
