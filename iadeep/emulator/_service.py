@@ -161,11 +161,11 @@ def _job_record(pod: dict[str, Any], gpus: tuple[int, ...], remaining_s: float) 
 
 
 def _log_failure(done: Future[None]) -> None:
-    """A completion that failed in a way :meth:`EmulatorService._complete` does not handle is
-    logged (a worker thread's exception would otherwise vanish with its future)."""
+    """A background call (a completion, a batch of writes) that failed in a way it does not handle
+    itself is logged (a worker thread's exception would otherwise vanish with its future)."""
     exc = None if done.cancelled() else done.exception()
     if exc is not None:
-        log.error("completing a pod failed: %r", exc)
+        log.error("emulator background call failed: %r", exc)
 
 
 class EmulatorService:
@@ -200,6 +200,7 @@ class EmulatorService:
         self._assigned: dict[str, BatchSizeAssignment] = {}  # pod -> latest batch-size assignment
         self.resized = 0
         self._completer: ThreadPoolExecutor | None = None
+        self._writer: ThreadPoolExecutor | None = None
         self._written: dict[str, tuple[float, float]] = {}  # pod -> (remaining_s written, wall time)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -209,6 +210,7 @@ class EmulatorService:
             return
         self._stop.clear()
         self._completer = ThreadPoolExecutor(self.settings.complete_workers, thread_name_prefix="iadeep-emulator-completer")
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="iadeep-emulator-writer")
         selector = {"label_selector": self.settings.node_selector} if self.settings.node_selector else {}
         for name, target in (("nodes", lambda: self._follow("nodes", self._on_node, selector)),
                              ("pods", lambda: self._listed["nodes"].wait() and self._follow("pods", self._on_pod, {})),
@@ -234,6 +236,9 @@ class EmulatorService:
         if self._completer is not None:
             self._completer.shutdown(wait=False, cancel_futures=True)
             self._completer = None
+        if self._writer is not None:
+            self._writer.shutdown(wait=False)
+            self._writer = None
 
     def status(self) -> dict[str, Any]:
         """Counts for humans and tests: nodes, running jobs, completed pods, measurements, errors."""
@@ -384,6 +389,17 @@ class EmulatorService:
                     measured.append(Measurement(c.uid, self.gpus.measure(c.uid), self.model.types[job.type_id].batch_size, now))
                 if s.update_job_records:
                     records.append(_job_record(pod.obj, job.gpus, self.gpus.progress_of(c.uid, now)))
+        writer = self._writer
+        if writer is None:  # not started (a caller driving the service by hand): write now
+            self._write(measured, records, now)
+        else:  # off the calling thread: the pod watch must not wait for etcd
+            writer.submit(self._write, measured, records, now).add_done_callback(_log_failure)
+
+    def _write(self, measured: list[Measurement], records: list[JobRecord | None], now: float) -> None:
+        """The state-store writes of :meth:`_report`, in order (one writer thread while the
+        service runs): the pod watch hands each event's writes over and goes on (the 1,000-job live
+        benchmark measured a median 35 s from a pod's bind to its start while the watch thread made
+        them itself)."""
         try:
             for m in measured:
                 self.store.add_measurement(m)

@@ -86,6 +86,7 @@ the batch sizes of all jobs on it; a job left alone returns to its submitted bat
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import replace
 
 import numpy as np
@@ -169,7 +170,7 @@ class IADeep(Policy):
         self.preempt = preempt
         self.checkpoint_cost_s = checkpoint_cost_s
         self.preempt_unblocked = preempt_unblocked
-        self._preempted: dict[int, float] = {}  # handle -> delay its preemptions have cost it so far (s)
+        self._preempted: dict[Hashable, float] = {}  # job (ClusterView.job_key) -> delay its preemptions have cost it so far (s)
 
     def predicted(self) -> np.ndarray:
         """Predicted pairwise normalised throughput, shape ``(n_types, n_types)``."""
@@ -319,7 +320,7 @@ class IADeep(Policy):
             hold_s = left_s / max(float(view.job_rate[h]), 1e-3)
             if hold_s <= run_s + c:  # never preempt a job that frees its GPUs sooner than the head would
                 continue
-            if self._preempted.get(h, 0.0) + run_s + c > left_s:  # the victim's preemption budget (docstring)
+            if self._preempted.get(view.job_key(h), 0.0) + run_s + c > left_s:  # the victim's preemption budget (docstring)
                 continue
             if best is None or (len(gs), -hold_s, h) < best:
                 best = (len(gs), -hold_s, h)
@@ -329,7 +330,8 @@ class IADeep(Policy):
         freed = free.copy()
         freed[gpus_of[victim]] = True
         gpus = choose_gpus(job.num_gpus, freed, np.ones(view.n_gpus), view)
-        self._preempted[victim] = self._preempted.get(victim, 0.0) + run_s + c
+        key = view.job_key(victim)  # the same job in later views (the extender renumbers handles)
+        self._preempted[key] = self._preempted.get(key, 0.0) + run_s + c
         return Placement(job.job_id, gpus, f"preempted a job holding {best[0]} GPU(s) for {-best[1]:.0f}s: the head "
                          f"would wait {w:.0f}s with {b} job(s) behind it", preempt=(victim,))
 
