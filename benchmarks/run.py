@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
           f"peak RSS {rss_gib:.2f} GiB")
     print(f"  avg JCT {s['avg_jct_s'] / 3600:.2f} h, p99 {s['p99_jct_s'] / 3600:.1f} h, makespan {s['makespan_s'] / 86400:.1f} d, "
           f"GPU utilisation {s['gpu_utilisation']:.2f}, mean slowdown {s['mean_slowdown']:.2f}")
+    print(f"  outcome to the last digit (compare code versions with it): avg_jct_s {s['avg_jct_s']!r} "
+          f"p99_jct_s {s['p99_jct_s']!r} makespan_s {s['makespan_s']!r}")
     c = sim.calls
     print(f"  policy calls: {c['place']:,} place ({c['place'] / len(jobs):.1f} per job; {c['skipped_by_hint']:,} retries skipped by "
           f"the queueing hint), {c['tune']:,} tune")

@@ -118,7 +118,7 @@ class OnlineInterferenceLearner:
             n = self._count
             own = np.divide(self._sum, n, out=base.copy(), where=n > 0)
             pred = base + n / (n + self._shrink) * (own - base)
-            self._cache = np.clip(pred, 0.0, 1.0)
+            self._cache = np.minimum(np.maximum(pred, 0.0, out=pred), 1.0, out=pred)  # np.clip's values, without its wrapper
             self._cache.setflags(write=False)
         return self._cache
 

@@ -93,7 +93,7 @@ class Policy(ABC):
     def _eligible(self, job: JobRequest, view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
         occupied = view.occupied
         njobs = view.njobs
-        if int((njobs < self.limit).sum()) < job.num_gpus:  # fast path: not enough open slots at all
+        if np.count_nonzero(njobs < self.limit) < job.num_gpus:  # fast path: not enough open slots at all
             return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
         occ_types = view.slot_types  # (G, S); meaningful where occupied
         t = job.type_id
@@ -214,7 +214,7 @@ class Policy(ABC):
 
     def _place(self, job: JobRequest, view: ClusterView, mask: np.ndarray, reason: np.ndarray) -> Placement | Wait:
         """:meth:`place` given :meth:`eligible`'s answer (subclasses override this one)."""
-        if int(mask.sum()) < job.num_gpus:
+        if np.count_nonzero(mask) < job.num_gpus:
             return Wait(job.job_id, _wait_reason(job, mask, reason))
         util = self.utility(job, view, mask)
         gpus = choose_gpus(job.num_gpus, mask, util, view)

@@ -66,11 +66,13 @@ class BatchSizeTuner:
     def jobs(self, gpu: int, view: ClusterView) -> list[TunedJob]:
         """The GPU's occupants as a session's jobs (key: the job handle as a string)."""
         types = self.model.types
+        job_type, base_type, num_gpus = view.job_type.item, view.job_base_type.item, view.job_num_gpus.item
         out = []
-        for h in view.occupants(gpu):
-            current, base = types[int(view.job_type[h])], types[int(view.job_base_type[h])]
-            out.append(TunedJob(str(int(h)), current.model, base.batch_size, current.batch_size,
-                                tunable=bool(view.job_num_gpus[h] == 1)))
+        for h in view.slots[gpu].tolist():  # the occupants, in placement order (ClusterView's slot contract)
+            if h < 0:
+                break
+            current, base = types[job_type(h)], types[base_type(h)]
+            out.append(TunedJob(str(h), current.model, base.batch_size, current.batch_size, tunable=num_gpus(h) == 1))
         return out
 
     def session(self, gpu: int, view: ClusterView, predicted: np.ndarray) -> TuningStudy:
@@ -93,13 +95,14 @@ class BatchSizeTuner:
         """
         study = self.session(gpu, view, predicted)
         space = study.space
-        handles = [int(k) for k in space.options]
+        keys = list(space.options)
+        handles = [int(k) for k in keys]
         samples = []
         while (proposal := study.ask()) is not None:
             config = space.type_ids(proposal.config)
             obs = measure(dict(zip(handles, config)))
             norm = [float(obs[h]) for h in handles]
-            study.tell(proposal.trial, {str(h): x for h, x in zip(handles, norm)})
+            study.tell(proposal.trial, dict(zip(keys, norm)))
             for i, h in enumerate(handles):
                 for j, p in enumerate(handles):
                     if i != j:

@@ -13,7 +13,7 @@ Notations:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 
 import numpy as np
@@ -105,7 +105,9 @@ class ClusterView:
         if slots.ndim != 2 or slots.shape[0] != self.gpu_node.shape[0]:
             raise ValueError(f"slots must have shape (G, S) with G = {self.gpu_node.shape[0]}, got {slots.shape}")
         if slots.shape[1] > 1:
-            gap = (slots[:, 1:] >= 0) & (slots[:, :-1] < 0)  # (G, S-1): slot s occupied, s-1 empty
+            occupied = slots >= 0
+            gap = occupied[:, 1:] & ~occupied[:, :-1]  # (G, S-1): slot s occupied, s-1 empty
+            self.__dict__["occupied"] = _frozen(occupied)  # computed here anyway: the cached property's value
             if gap.any():
                 g, s = (int(x) + d for x, d in zip(np.argwhere(gap)[0], (0, 1)))
                 raise ValueError(f"slot contract broken on GPU {g}: slot {s} is occupied but slot {s - 1} is empty "
@@ -159,8 +161,30 @@ class ClusterView:
     @cached_property
     def memo(self) -> dict:
         """Answers a policy computed from this view, keyed by what they depend on besides it
-        (e.g. :meth:`~iadeep.policy.Policy.eligible` per job needs); lives as long as the view."""
+        (e.g. :meth:`~iadeep.policy.Policy.eligible` per job needs); lives as long as the view
+        and its :meth:`at` copies, so it holds only answers that do not depend on ``now_s``."""
         return {}
+
+    def at(self, now_s: float) -> ClusterView:
+        """This view at another clock ``now_s``, sharing its arrays.
+
+        The copy skips the slot contract check this view passed and carries over the derived
+        entries that do not depend on the clock (:attr:`occupied`, :attr:`njobs`,
+        :attr:`slot_types`, and :attr:`memo` with e.g. the eligibility answers);
+        :attr:`gpu_free_in_s` and :meth:`remaining_s` follow ``now_s``.
+
+        **Invalidation** is the driver's: it may call this only while what those entries derive
+        from is unchanged since this view was built (which job sits in which slot, the jobs'
+        types and GPU counts, the GPUs' memory, shares and models); after any such change it
+        must build a new view. Rates and remaining work are read from the shared arrays, as a
+        new view would. The simulator calls it when only its clock moved (its state epoch,
+        bumped by every placement, release and batch-size change, is unchanged).
+        """
+        new = object.__new__(ClusterView)
+        d = new.__dict__
+        d.update({f: v for f, v in self.__dict__.items() if f in _HANDED_ON})
+        d["now_s"] = float(now_s)
+        return new
 
     def gpu_njobs(self) -> np.ndarray:
         """Jobs on each GPU, shape ``(G,)``."""
@@ -330,6 +354,11 @@ def fits_when_empty(job: JobRequest, view: ClusterView) -> np.ndarray:
 #: simulator injects a noisy model; the live coordinator injects one that sets batch sizes and
 #: reads the throughput the jobs report.
 Measure = Callable[[Mapping[int, int]], Mapping[int, float]]
+
+
+#: What :meth:`ClusterView.at` hands on: every field but the clock, and the derived entries that do
+#: not depend on it (a derived entry added to ClusterView is recomputed by a copy unless listed here).
+_HANDED_ON = frozenset({f.name for f in fields(ClusterView) if f.name != "now_s"} | {"occupied", "njobs", "slot_types", "memo"})
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

@@ -118,6 +118,15 @@ def finish_times(r_new: np.ndarray, r_partner: np.ndarray, a: np.ndarray, b: np.
     return t_new, t_part
 
 
+def _smallest(x: np.ndarray, n: int) -> np.ndarray:
+    """Positions of the ``n`` smallest values of ``x`` (no NaN), ties to the lower position:
+    ``np.argsort(x, kind="stable")[:n]``, with ``np.argmin`` for the common ``n = 1`` (the
+    first minimum: the same position without sorting every shareable GPU)."""
+    if n == 1 and len(x):
+        return np.array([np.argmin(x)])
+    return np.argsort(x, kind="stable")[:n]
+
+
 @register
 class IADeep(Policy):
     """Interference-aware placement and tuning.
@@ -208,10 +217,12 @@ class IADeep(Policy):
         """Free GPUs first; otherwise co-locate only where it beats waiting (module docstring)."""
         njobs = view.njobs
         free = mask & (njobs == 0)
-        n_free = int(free.sum())
+        n_free = int(np.count_nonzero(free))
         k = job.num_gpus
         if n_free >= k:
-            return Placement(job.job_id, choose_gpus(k, free, np.ones(view.n_gpus), view), "free GPU")
+            # one GPU: choose_gpus's pick among equal utilities is the lowest id, the first free one
+            gpus = (int(np.argmax(free)),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view)
+            return Placement(job.job_id, gpus, "free GPU")
         shared = np.flatnonzero(mask & (njobs > 0))
         if n_free + len(shared) < k:
             return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
@@ -232,7 +243,7 @@ class IADeep(Policy):
         good = a + b >= 1.0
         need = k - n_free
         good_base = np.where(good, base, np.inf)
-        order = np.argsort(good_base, kind="stable")[:need]
+        order = _smallest(good_base, need)
         cost = float(good_base[order].sum())
         if cost < 0:  # sharing beats even an immediate free GPU: no need to estimate the wait
             reason = f"co-located: predicted saving {-cost:.0f} job-seconds"
@@ -242,13 +253,15 @@ class IADeep(Policy):
             wait = self.expected_wait_s(job, view, n_free)
             blocked = job.jobs_behind
             delta = base - wait * np.where(good, 1.0 + blocked / need, 1.0 if self.bad_pairs_when_waiting else 0.0)
-            order = np.argsort(delta, kind="stable")[:need]
+            order = _smallest(delta, need)
             gain = -float(delta[order].sum())
             if gain <= 0:
                 return self._preempt_or_wait(job, view, free, Wait(
                     job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU"), wait)
             reason = f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s"
         best = shared[order]
+        if k == 1:  # one GPU, the one chosen (n_free = 0 here): choose_gpus's pick without its utilities
+            return Placement(job.job_id, (int(best[0]),), reason)
         chosen = np.zeros(view.n_gpus, dtype=bool)
         chosen[best] = True
         chosen |= free
@@ -281,13 +294,13 @@ class IADeep(Policy):
         alone = np.flatnonzero(njobs == 1)
         if len(alone) == 0:
             return holds(ANY_BEHIND)
-        n_free = int(free.sum())
+        n_free = int(np.count_nonzero(free))
         run_s = job.remaining_s  # the head at dedicated speed on free GPUs
         c = self.checkpoint_cost_s
         w = self.expected_wait_s(job, view, n_free) if wait_s is None else wait_s
         # the jobs behind that could start once the head is out of the way: as many as there are
         # GPUs with room for one more job (the same notion of "blocked" as the placement rule)
-        roomy = int(((njobs > 0) & (njobs < self.limit)).sum())
+        roomy = int(np.count_nonzero((njobs > 0) & (njobs < self.limit)))
         b = min(job.jobs_behind, roomy)
         if w * (1 + b) <= (run_s + c) + run_s * b:  # decided before the per-GPU loop below
             return holds(ANY_BEHIND if job.jobs_behind >= roomy else job.jobs_behind)

@@ -175,6 +175,9 @@ class Simulator:
                     ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate",
                      "share_used", "gpu_models")}
         self._mem_of = model.mem_gib
+        # scalar readers for the per-trial arithmetic (plain floats: the same values as the arrays')
+        self._norm_of, self._gain_of, self._speed_of = model.norm.item, self.gain.item, self.gpu_speed.item
+        self._has_share, self._base_of = self.has_share.tolist(), base.tolist()
         self._node_names = cluster.node_names()
 
     # -- event plumbing ------------------------------------------------------------------------
@@ -187,6 +190,12 @@ class Simulator:
         clock nor the state epoch moved: its derived arrays are then computed once)."""
         key = (self.now, self._epoch)
         if self._view is not None and self._view_key == key:
+            return self._view
+        if self._view is not None and self._view_key[1] == self._epoch:
+            # only the clock moved: the state epoch is bumped by every other change of what a
+            # view shows, so the last view's clock-free parts (eligibility answers) still hold
+            self._view_key = key
+            self._view = self._view.at(self.now)
             return self._view
         r = self._ro
         self._view_key = key
@@ -220,19 +229,29 @@ class Simulator:
         occ = self._occupants(g)
         if not occ:
             return
-        norm = self._normalised(occ, [int(self.type[h]) for h in occ])
-        for h, x in zip(occ, norm):
-            self.gpu_rate[g, self._slot(g, h)] = self._true_rate(g, h, int(self.type[h]), x)
+        types = [int(self.type[h]) for h in occ]
+        row = self.gpu_rate[g]
+        # occupant i sits in slot i (ClusterView's slot contract: occupied slots first)
+        for i, (h, t, x) in enumerate(zip(occ, types, self._normalised(occ, types))):
+            row[i] = self._true_rate(g, h, t, x)
             affected.add(h)
 
-    def _normalised(self, handles: list[int], types: list[int]) -> np.ndarray:
-        """Normalised throughputs of ``handles`` running ``types`` together; 1 for share holders (see the module doc)."""
-        norm = np.asarray(self.model.normalised(types), dtype=float)
-        return np.where(self.has_share[handles], 1.0, norm) if len(handles) else norm
+    def _normalised(self, handles: list[int], types: list[int]) -> list[float]:
+        """Normalised throughputs of ``handles`` running ``types`` together; 1 for share holders (see the module doc).
+
+        Plain floats (the values of :meth:`InterferenceModel.normalised`): a pair, the common case,
+        is read from the table without building arrays."""
+        if len(types) == 2:
+            a, b = types
+            norm = [self._norm_of(a, b), self._norm_of(b, a)]
+        else:
+            norm = np.asarray(self.model.normalised(types), dtype=float).tolist()
+        share = self._has_share
+        return [1.0 if share[h] else x for h, x in zip(handles, norm)]
 
     def _true_rate(self, g: int, h: int, t: int, x: float) -> float:
         """Progress rate of job ``h`` as type ``t`` at normalised throughput ``x`` on GPU ``g``."""
-        return progress(x, self.gain[t, self.base_type[h]]) * float(self.gpu_speed[g, t])
+        return progress(x, self._gain_of(t, self._base_of[h])) * self._speed_of(g, t)
 
     # -- applying decisions --------------------------------------------------------------------
     def _apply_placement(self, h: int, p: Placement) -> set[int]:
@@ -292,9 +311,12 @@ class Simulator:
 
         def measure(config):
             handles = list(config)
-            norm = self._normalised(handles, [int(config[x]) for x in handles])
-            trial_rates.append({x: self._true_rate(g, x, int(config[x]), n) for x, n in zip(handles, norm)})
-            return {x: float(n * self.rng.lognormal(0.0, noise)) for x, n in zip(handles, norm)}
+            types = [int(config[x]) for x in handles]
+            norm = self._normalised(handles, types)
+            trial_rates.append({x: self._true_rate(g, x, t, n) for x, t, n in zip(handles, types, norm)})
+            # one draw per job in handle order (a sized draw is the same stream as single draws)
+            noisy = self.rng.lognormal(0.0, noise, size=len(handles)).tolist()
+            return {x: n * e for x, n, e in zip(handles, norm, noisy)}
 
         return measure
 
@@ -425,7 +447,8 @@ class Simulator:
         while self.events and done < n:  # stale finish/tuning events may outlive the last job
             t = self.events[0][0]
             if self._busy[0] != self._epoch:
-                self._busy = (self._epoch, int((self.slots >= 0).any(axis=1).sum()))
+                # a GPU is busy iff its slot 0 is occupied (ClusterView's slot contract)
+                self._busy = (self._epoch, int(np.count_nonzero(self.slots[:, 0] >= 0)) if self.slots.shape[1] else 0)
             busy = self._busy[1]
             self.busy_gpu_seconds += busy * (t - last_t)
             last_t = t

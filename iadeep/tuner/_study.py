@@ -205,6 +205,12 @@ class TuningStudy:
 
     def ask(self) -> Proposal | None:
         """The next configuration to measure, or ``None`` when the session is done."""
+        if self._study is None and (not self._log or self._log[-1].value is not None):
+            # in memory, the fast path: nothing in flight (only the last trial can be)
+            if self._outcome_of(self._log).done:
+                return None
+            n = len(self._log)
+            return self._start(self._queue[n]) if n < len(self._queue) else self._sample(self._log)
         trials = self.trials()
         flight = self._in_flight(trials)
         if flight is not None:
@@ -242,7 +248,10 @@ class TuningStudy:
             KeyError: ``trial`` is not the trial in flight, or a job's throughput is missing.
             ValueError: a throughput is negative or not finite.
         """
-        flight = self._in_flight(self.trials())
+        if self._study is None:  # in memory only the last trial can be in flight
+            flight = self._log[-1] if self._log and self._log[-1].value is None else None
+        else:
+            flight = self._in_flight(self.trials())
         if flight is None or flight.number != trial:
             raise KeyError(f"trial {trial} of session {self.name!r} is not in flight")
         for j in self.space.jobs:
