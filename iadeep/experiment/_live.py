@@ -512,7 +512,8 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
     errors: list[BaseException] = []
     try:
         p0 = time.time()
-        created = submitter.prefill(named, p0 + timeout)  # the first window's Jobs, before the clock starts
+        # the first window's Jobs, before the clock starts (the pod watch outlives the run's deadline)
+        created = submitter.prefill(named, p0 + timeout, watch_until=p0 + 2 * timeout + 60.0)
         prefill_s = time.time() - p0
         t0 = time.time() + 0.5  # the first arrival
         deadline = t0 + timeout

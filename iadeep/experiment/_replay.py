@@ -242,10 +242,11 @@ class GatedSubmitter:
                 self._closed.is_set))
             self._watcher.start()
 
-    def prefill(self, bodies: Sequence[tuple[float, dict[str, Any]]], deadline: float) -> int:
+    def prefill(self, bodies: Sequence[tuple[float, dict[str, Any]]], deadline: float, *, watch_until: float) -> int:
         """Before the arrival clock starts: create the Jobs arriving within ``ahead_s`` of the
         first arrival (``(arrival offset in wall s, Job body)``, in arrival order) and wait until
-        the Job controller made their pods.
+        the Job controller made their pods. The pod watch started here runs until
+        ``watch_until`` (Unix s; at least the replay's deadline) or :meth:`close`.
 
         Returns:
             How many Jobs were created (pass it to :meth:`run` as ``created``).
@@ -255,7 +256,7 @@ class GatedSubmitter:
         """
         first = bodies[0][0] if bodies else 0.0
         head = [body for offset, body in bodies if offset - first < self.ahead_s]
-        self._watch_pods(deadline)
+        self._watch_pods(watch_until)
         for f in [self._creators.submit(self._create, body) for body in head]:
             f.result()
         names = [b["metadata"]["name"] for b in head]
