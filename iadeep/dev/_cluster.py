@@ -488,7 +488,7 @@ class ControlPlane:
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
                 f"--cidr={POD_CIDR}",
-                "--node-ip=10.0.0.1",
+                "--node-ip=127.0.0.1",  # the fake nodes' pods report it as their hostIP: loopback, as everything here
                 "--node-lease-duration-seconds=40",
             ],
             env=env,

@@ -33,7 +33,7 @@ def test_settings_defaults(clean_env):
 
 def test_settings_from_environment(clean_env, tmp_path):
     env = {
-        "IADEEP_ETCD_ENDPOINTS": "http://10.0.0.1:2379, https://etcd.example,10.0.0.3",
+        "IADEEP_ETCD_ENDPOINTS": "http://127.0.0.2:2379, https://etcd.example,127.0.0.3",
         "IADEEP_ETCD_PREFIX": "prod/iadeep/",
         "IADEEP_ETCD_TLS__CA_FILE": str(tmp_path / "ca.crt"),
         "IADEEP_ETCD_TLS__CERT_FILE": str(tmp_path / "c.crt"),
@@ -48,7 +48,7 @@ def test_settings_from_environment(clean_env, tmp_path):
     for k, v in env.items():
         clean_env.setenv(k, v)
     s = StateSettings()
-    assert s.endpoints == ["http://10.0.0.1:2379", "https://etcd.example:2379", "http://10.0.0.3:2379"]
+    assert s.endpoints == ["http://127.0.0.2:2379", "https://etcd.example:2379", "http://127.0.0.3:2379"]
     assert s.prefix == "/prod/iadeep"
     assert s.tls.cert_file == tmp_path / "c.crt" and s.auth.username == "iadeep"
     assert s.auth.password.get_secret_value() == "hunter2" and "hunter2" not in repr(s)
