@@ -40,7 +40,7 @@ def run(settings: object) -> None:
     try:
         if not settings.throughputs_file.is_file():
             raise FileNotFoundError(f"throughputs file {settings.throughputs_file} does not exist")
-        model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type)
+        model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type).whole_gib()  # live reservations: whole GiB
         store = EtcdStateStore(settings.etcd)
     except Exception as exc:  # noqa: BLE001 - one line, no traceback
         typer.echo(f"iadeep coordinator: cannot start: {type(exc).__name__}: {exc}", err=True)

@@ -2,8 +2,16 @@
 
 A session follows a :class:`~iadeep.state.TuningRequest` (a GPU whose co-location set changed):
 
-1. the jobs are read from their records (model, submitted batch size, memory reserved for the
-   pod) and their current batch sizes; a session of one job returns it to its submitted size;
+1. the jobs are read from their records (model, submitted batch size, the pod's memory request)
+   and their current batch sizes; a session of one job returns it to its submitted size and its
+   reservation to its request. The session may use the GPU memory no pod outside it reserves
+   (the GPU's memory from the node's inventory, less the other pods' reservations): a job may
+   grow into memory nobody reserved, never below its request
+   (:class:`iadeep.tuner.SearchSpace`), and before the jobs switch to a configuration the pods'
+   reservations move with it in one transaction (:meth:`iadeep.state.StateStore.resize`), so the
+   extender never places a pod into memory a tuned job holds (a shrinking job keeps its old
+   memory until its next step boundary, within its old reservation: the co-location limit keeps
+   new pods off the GPU meanwhile when it is 2);
 2. the tuner gets a session named after the request (``<node>.<gpu>.<requested_at µs>``: the same
    name after a coordinator restart, so the tuner's stored study resumes) and a warm start, the
    configurations the learned interference model predicts best
@@ -37,6 +45,7 @@ import numpy as np
 from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
 from iadeep.jobtypes import JobType
 from iadeep.state import (
+    AllocationConflict,
     BatchSizeAssignment,
     InterferenceSampleRecord,
     Measurement,
@@ -58,7 +67,7 @@ class TunerApi(Protocol):
     """What a session needs of the tuner (:class:`iadeep.tuner.TunerClient` over HTTP)."""
 
     def open(self, name: str, jobs: Sequence[TunedJob], warm_start: Sequence[Mapping[str, int]] = (),
-             stop: StopRule | None = None) -> Outcome: ...
+             stop: StopRule | None = None, *, gpu_mem_gib: float | None = None) -> Outcome: ...
 
     def ask(self, name: str) -> tuple[Proposal | None, Outcome]: ...
 
@@ -122,6 +131,7 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         for p in pods:
             job = records[p]
             size = _nearest(model, job.model, job.batch_size)
+            _resize(store, request, {p: float(job.mem_gib)})  # back to its request before the job switches
             store.set_batch_size(BatchSizeAssignment(p, size, name, -1, clock()))
             applied[p] = size
         store.complete_tuning(request)
@@ -131,16 +141,17 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         job = records[p]
         base = _nearest(model, job.model, job.batch_size)
         current = store.batch_size(p)
-        jobs.append(TunedJob(p, job.model, base, current.batch_size if current else base, job.mem_gib,
-                             tunable=job.num_gpus == 1))
+        jobs.append(TunedJob(p, job.model, base, current.batch_size if current else base, tunable=job.num_gpus == 1,
+                             mem_request_gib=float(job.mem_gib)))
+    cap = _session_memory(store, request, pods, records)
     try:
-        space = SearchSpace(model, jobs)
+        space = SearchSpace(model, jobs, gpu_mem_gib=cap)
     except SpaceError as exc:  # a job the measurements do not cover: nothing to tune, ever
         log.warning("session %s: not tunable: %s", name, exc)
         store.complete_tuning(request)
         return SessionResult("untunable")
     warm = _warm_start(space, store, model, rounds.warm_start)
-    tuner.open(name, jobs, warm)
+    tuner.open(name, jobs, warm, gpu_mem_gib=cap)
     done_rounds = 0
     outcome: Outcome | None = None
     samples: list[InterferenceSampleRecord] = []
@@ -152,6 +163,9 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
             if proposal is None:
                 break
             r0 = time.monotonic()
+            if not _resize(store, request, space.reservations_gib(proposal.config)):
+                _check_still_valid(request, store, pods)
+                raise _Superseded("superseded", "the GPU's memory changed under the session")
             normalised = _measure(name, proposal, jobs, store, model, rounds, clock, metrics)
             if normalised is None:
                 if metrics:
@@ -177,9 +191,13 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
     result = SessionResult(ending, rounds=done_rounds)
     if ending == "superseded":
         result.restored = _restore(jobs, store, name, clock)
+        _resize(store, request, space.reservations_gib(space.current()))
     else:
         best = outcome.best if outcome is not None else space.current()
         live = [j for j in jobs if j.key in best and _alive(store, j.key)]
+        if not _resize(store, request, {j.key: space.reservations_gib(best)[j.key] for j in live}):
+            best = space.current()  # the memory is no longer there: back to what ran before the session
+            _resize(store, request, {j.key: space.reservations_gib(best)[j.key] for j in live})
         for j in live:
             store.set_batch_size(BatchSizeAssignment(j.key, best[j.key], name, -1, clock()))
         result.applied = {j.key: best[j.key] for j in live}
@@ -206,6 +224,34 @@ def _restore(jobs: Sequence[TunedJob], store: StateStore, name: str, clock: Call
             store.set_batch_size(BatchSizeAssignment(j.key, j.batch_size, name, -1, clock()))
             restored[j.key] = j.batch_size
     return restored
+
+
+def _session_memory(store: StateStore, request: TuningRequest, pods: Sequence[str], records: Mapping) -> float:
+    """GPU memory (GiB) left to a session's jobs: the GPU's, from its node's inventory, less what
+    pods outside the session reserve on it; without an inventory, what the session's pods
+    reserve now (no job grows)."""
+    held = [a for a in store.assignments(request.node) if a.gpu == request.gpu]
+    inventory = store.inventories().get(request.node)
+    gpu = next((g for g in inventory.gpus if g.index == request.gpu), None) if inventory else None
+    if gpu is None:
+        return sum(a.mem_gib for a in held if a.pod_uid in pods) or sum(float(records[p].mem_gib) for p in pods)
+    return float(gpu.mem_gib) - sum(a.mem_gib for a in held if a.pod_uid not in pods)
+
+
+def _resize(store: StateStore, request: TuningRequest, sizes: Mapping[str, float]) -> bool:
+    """Move the reservations of the session's pods on its GPU to ``sizes`` (GiB per pod; only
+    those that change and still hold one there); False when the store refused (the memory was
+    taken, a pod left)."""
+    now = {a.pod_uid: a.mem_gib for a in store.assignments(request.node) if a.gpu == request.gpu}
+    change = {p: float(v) for p, v in sizes.items() if p in now and abs(now[p] - float(v)) > 1e-9}
+    if not change:
+        return True
+    try:
+        store.resize(request.node, request.gpu, change)
+    except AllocationConflict as exc:
+        log.warning("tuning of %s/gpu%d: reservations not moved: %s", request.node, request.gpu, exc)
+        return False
+    return True
 
 
 def _alive(store: StateStore, pod: str) -> bool:

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from iadeep.experiment._cluster_cli import REGISTRY_CLUSTERS, registry_cluster
@@ -216,10 +215,8 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
             ``{"colocation_limit": 1}``; the regression DAG uses it to try a changed parameter).
     """
     model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
-    if cfg.whole_gib:  # as the live backend requests it: extended resources are whole numbers
-        whole = np.ceil(model.mem_gib - 1e-9)
-        whole.setflags(write=False)
-        model.mem_gib = whole
+    if cfg.whole_gib:  # as the live backend requests and reserves it
+        model = model.whole_gib()
     kwargs: dict[str, Any] = {"predictor": cfg.predictor, **policy_flags(cfg)} if name == "iadeep" else {}
     policy = make_policy(name, model, **{**kwargs, **(options or {})})
     settings = sim_settings(cfg)

@@ -15,6 +15,7 @@ Notations:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,6 +61,18 @@ class InterferenceModel:
     def from_file(cls, path: str | Path, gpu_type: str = "v100") -> "InterferenceModel":
         """Build from Gavel's ``simulation_throughputs.json`` (see :class:`GavelMeasurements`)."""
         return cls(GavelMeasurements.load(path, gpu_type))
+
+    def whole_gib(self) -> "InterferenceModel":
+        """A copy whose memory estimates are rounded up to whole GiB, as the live system reserves
+        memory: a pod requests ``iadeep.io/gpu-mem`` in whole GiB (extended resources are
+        integers; the device plugin advertises one device per GiB), and a tuned job's reservation
+        follows its batch size in the same unit. The live tuner and coordinator use it, and the
+        simulator when it checks parity with them."""
+        out = copy.copy(self)
+        whole = np.ceil(self.mem_gib - 1e-9)
+        whole.setflags(write=False)
+        out.mem_gib = whole
+        return out
 
     def type_id(self, job_type: JobType) -> int:
         """Integer id of ``job_type``.

@@ -64,7 +64,9 @@ class BatchSizeTuner:
         return float(sum(progress(n, self.gain[t, b]) for t, b, n in zip(types, bases, norm)))
 
     def jobs(self, gpu: int, view: ClusterView) -> list[TunedJob]:
-        """The GPU's occupants as a session's jobs (key: the job handle as a string)."""
+        """The GPU's occupants as a session's jobs (key: the job handle as a string), each with its
+        submitted batch size's memory as its request (``mem_request_gib``: it reserves at least
+        that, as a pod its ``iadeep.io/gpu-mem``; the live coordinator passes the pod's)."""
         types = self.model.types
         job_type, base_type, num_gpus = view.job_type.item, view.job_base_type.item, view.job_num_gpus.item
         out = []
@@ -72,7 +74,9 @@ class BatchSizeTuner:
             if h < 0:
                 break
             current, base = types[job_type(h)], types[base_type(h)]
-            out.append(TunedJob(str(h), current.model, base.batch_size, current.batch_size, tunable=num_gpus(h) == 1))
+            # it reserves at least its submitted size's memory (its pod's request), as live
+            out.append(TunedJob(str(h), current.model, base.batch_size, current.batch_size, tunable=num_gpus(h) == 1,
+                                mem_request_gib=float(self.model.mem_gib[base_type(h)])))
         return out
 
     def session(self, gpu: int, view: ClusterView, predicted: np.ndarray) -> TuningStudy:

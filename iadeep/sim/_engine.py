@@ -17,6 +17,12 @@ re-queued (a placement may also preempt running jobs: they are re-queued the sam
 the jobs behind the placed one) (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
 session interrupted by another change is discarded. Measurements the policy sees are noisy; the simulator uses the true values.
 
+Memory is reserved as the live system reserves it: a job holds, on each of its GPUs, the larger
+of its submitted batch size's memory (its pod's ``iadeep.io/gpu-mem`` request, which the extender
+reserves at placement) and its current batch size's: a tuning session may grow a job into memory
+no other job reserved (the coordinator moves the pod's reservation with it,
+:meth:`iadeep.state.StateStore.resize`), and a smaller batch size frees nothing below the request.
+
 GPU shares and models (openb): a job with a ``gpu_milli`` share takes that much of each of its
 GPUs (shares on a GPU sum to at most 1000, on top of the memory check); a job with a
 ``gpu_spec`` runs only on GPUs of those models. **Rule for shares** (an assumption, as in the
@@ -267,7 +273,7 @@ class Simulator:
                 self.partners[h].add(other)
                 self.partners[other].add(h)
             self.slots[g, free[0]] = h
-            self.mem_used[g] += self._mem_of[self.type[h]]
+            self.mem_used[g] += self._reserved(h)
             self.share_used[g] += self.share[h]
             if self.mem_used[g] > self.mem_total[g] + 1e-9 or self.share_used[g] > 1000 + 1e-9:
                 raise RuntimeError(f"policy {self.policy.name} over-committed GPU {g} memory or shares")
@@ -299,7 +305,7 @@ class Simulator:
             self.slots[g, -1] = -1
             self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
             self.gpu_rate[g, -1] = 0.0
-            self.mem_used[g] = max(self.mem_used[g] - self._mem_of[self.type[h]], 0.0)
+            self.mem_used[g] = max(self.mem_used[g] - self._reserved(h), 0.0)
             self.share_used[g] = max(self.share_used[g] - self.share[h], 0.0)
             self.gpu_version[g] += 1
             self.sessions.pop(g, None)
@@ -354,7 +360,8 @@ class Simulator:
     def _apply_config(self, g: int, config: dict[int, int], affected: set[int]) -> None:
         self._epoch += 1
         occ = self._occupants(g)
-        new_mem = sum(self._mem_of[config.get(h, self.type[h])] for h in occ)
+        # the reservations follow the configuration (module docstring)
+        new_mem = sum(max(self._mem_of[config.get(h, self.type[h])], self._mem_of[self.base_type[h]]) for h in occ)
         if new_mem > self.mem_total[g] + 1e-9:
             raise RuntimeError(f"policy {self.policy.name} chose a configuration over GPU {g}'s memory")
         for h in occ:
@@ -363,6 +370,10 @@ class Simulator:
                 self.type[h] = config[h]
         self.mem_used[g] = new_mem
         self._refresh_gpu(g, affected)
+
+    def _reserved(self, h: int) -> float:
+        """GPU memory ``h`` reserves on each of its GPUs (GiB; module docstring)."""
+        return max(self._mem_of[self.type[h]], self._mem_of[self.base_type[h]])
 
     def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
         """Take ``h`` off its GPUs and queue it again (:meth:`SchedulingQueue.requeue`: at the head,

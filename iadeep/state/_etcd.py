@@ -71,6 +71,7 @@ from iadeep.state._memory import (
     new_seqs,
     plan_release,
     plan_reserve,
+    plan_resize,
     reservation_from_json,
     reservation_json,
 )
@@ -778,6 +779,47 @@ class EtcdStateStore:
         raise StoreUnavailable(
             f"etcd at {self._where()}: release of {pod_uid} lost {attempts} races to concurrent changes"
         )
+
+    def resize(self, node: str, gpu: int, sizes: Mapping[str, float]) -> GpuState:
+        """See :meth:`StateStore.resize`: the node's inventory, the GPU's state and each pod's
+        reservation and job record are read at one revision, decided by
+        :func:`~iadeep.state._memory.plan_resize` and written in one transaction that compares
+        their mod revisions (a lost race reads and decides again)."""
+        check_name("node", node)
+        pods = [check_name("pod_uid", p) for p in sizes]
+        k_node, k_gpu = self.keys.node(node), self.keys.gpu(node, int(gpu))
+        k_res = [self.keys.reservation(p) for p in pods]
+        k_job = [self.keys.job(p) for p in pods]
+        keys = [k_node, k_gpu, *k_res, *k_job]
+        reads = [_range_op(k) for k in keys]
+        attempts = self.settings.retry.conflict_attempts
+        snapshot = self._read(reads)
+        for attempt in range(attempts):
+            kvs = [_first(r) for r in snapshot]
+            inv_kv, gpu_kv = kvs[0], kvs[1]
+            res_kvs, job_kvs = kvs[2:2 + len(pods)], kvs[2 + len(pods):]
+            plan = plan_resize(
+                node, int(gpu), sizes,
+                inventory=_parse(NodeInventory, inv_kv) if inv_kv else None,
+                state=_parse(GpuState, gpu_kv) if gpu_kv else None,
+                held={p: reservation_from_json(kv.value)[0] if kv else None for p, kv in zip(pods, res_kvs, strict=True)},
+                requests={p: _parse(JobRecord, kv) if kv else None for p, kv in zip(pods, job_kvs, strict=True)},
+            )
+            compare = [_same_rev(k, kv) for k, kv in zip(keys, kvs, strict=True)]
+            ops = [_put_op(k_gpu, to_json(plan.gpu_state))]
+            for p, k in zip(pods, k_res, strict=True):
+                assignments = plan.reservations[p]
+                ops += [_put_op(self.keys.assignment(a.node, a.gpu, a.pod_uid), to_json(a))
+                        for a in assignments if (a.node, a.gpu) == (node, int(gpu))]
+                ops.append(_put_op(k, reservation_json(assignments, secrets.token_hex(8))))
+            ok, responses, _ = self._txn(compare, ops, reads)
+            if ok:
+                return plan.gpu_state
+            snapshot = responses
+            with self._lock:
+                self._stats["txn_conflicts"] += 1
+            time.sleep(random.uniform(0, 0.001 * min(attempt + 1, 8)))
+        raise AllocationConflict(f"{node}/gpu{gpu}: resize gave up after {attempts} transactions lost to concurrent changes")
 
     def assignments(self, node: str | None = None) -> list[Assignment]:
         folder = "assignments/" if node is None else f"assignments/{check_name('node', node)}/"

@@ -28,7 +28,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from iadeep.state._protocol import (
     AllocationConflict,
@@ -65,6 +65,8 @@ __all__ = [
     "ReleasePlan",
     "plan_reserve",
     "plan_release",
+    "ResizePlan",
+    "plan_resize",
     "check_name",
     "reservation_gpu_limit",
 ]
@@ -398,6 +400,72 @@ def plan_release(
     return ReleasePlan(list(held), new_states, put, delete, gone)
 
 
+@dataclass(frozen=True)
+class ResizePlan:
+    """What :func:`plan_resize` decided: each resized pod's whole reservation (its assignments on
+    every GPU, the resized one changed) and the GPU's new state."""
+
+    reservations: dict[str, list[Assignment]]
+    gpu_state: GpuState
+
+
+def plan_resize(
+    node: str,
+    gpu: int,
+    sizes: Mapping[str, float],
+    *,
+    inventory: NodeInventory | None,
+    state: GpuState | None,
+    held: Mapping[str, Sequence[Assignment] | None],
+    requests: Mapping[str, JobRecord | None],
+) -> ResizePlan:
+    """Decide new reservations of pods on one GPU (a tuning session's configuration).
+
+    A tuning session may grow a job's batch size into the GPU memory no other pod reserved, so the
+    memory a pod holds follows its batch size; it never falls below the pod's request (its job
+    record's ``mem_gib``, the ``iadeep.io/gpu-mem`` the kubelet counted for it), so the
+    extender's books never show memory free that the kubelet's do not.
+
+    Args:
+        node, gpu: the GPU.
+        sizes: new reservation per pod on that GPU (GiB); pods not named keep theirs.
+        inventory: the node's published GPUs.
+        state: the GPU's current state.
+        held: each named pod's reservation (its assignments on all its GPUs).
+        requests: each named pod's job record.
+
+    Raises:
+        AllocationConflict: the node or GPU is unknown, a pod holds nothing on that GPU, a size
+            is below the pod's request, or the sizes exceed the GPU's memory (the message names
+            the GPU and the sizes).
+        RecordError: a size that is not a positive finite number (names the pod).
+    """
+    check_name("node", node)
+    where = f"{node}/gpu{gpu}"
+    if inventory is None:
+        raise AllocationConflict(f"node {node!r} has no published GPU inventory (unknown node or agent gone)")
+    capacity = {g.index: g.mem_gib for g in inventory.gpus}.get(gpu)
+    if capacity is None or state is None:
+        raise AllocationConflict(f"{where}: no such GPU in use")
+    mem = state.mem_used_gib
+    out: dict[str, list[Assignment]] = {}
+    for pod, size in sizes.items():
+        if not (isinstance(size, int | float) and math.isfinite(size) and size > 0):
+            raise RecordError(f"sizes[{pod!r}]: expected a positive number of GiB, got {size!r}")
+        mine = [a for a in held.get(pod) or () if a.node == node and a.gpu == gpu]
+        if pod not in state.pods or not mine:
+            raise AllocationConflict(f"{where}: pod {pod} holds no reservation there")
+        job = requests.get(pod)
+        if job is not None and size < job.mem_gib - MEM_EPSILON_GIB:
+            raise AllocationConflict(f"{where}: pod {pod}: {size:g} GiB is below its request of {job.mem_gib:g} GiB")
+        mem += float(size) - mine[0].mem_gib
+        out[pod] = [replace(a, mem_gib=float(size)) if a is mine[0] else a for a in held[pod]]  # type: ignore[index]
+    if mem > capacity + MEM_EPSILON_GIB:
+        asked = ", ".join(f"{p} {v:g} GiB" for p, v in sizes.items())
+        raise AllocationConflict(f"{where}: not enough memory for {asked}: {mem:g} of {capacity:g} GiB in all")
+    return ResizePlan(out, GpuState(node, gpu, max(mem, 0.0), state.pods))
+
+
 # -- the store --------------------------------------------------------------------------------
 
 
@@ -638,6 +706,23 @@ class MemoryStateStore:
                 return []
             self._release_locked(pod_uid, held, now_s=now_s, end_of_life=True)
             return list(held)
+
+    def resize(self, node: str, gpu: int, sizes: Mapping[str, float]) -> GpuState:
+        """See :meth:`StateStore.resize`."""
+        with self._lock:
+            self._expire()
+            plan = plan_resize(node, gpu, sizes, inventory=self._inventories.get(node), state=self._gpus.get((node, gpu)),
+                               held={p: self._reservations.get(p) for p in sizes},
+                               requests={p: self._jobs.get(p) for p in sizes})
+            for pod, assignments in plan.reservations.items():
+                for a in assignments:
+                    if (a.node, a.gpu) == (node, gpu):
+                        self._assignments[(a.node, a.gpu, a.pod_uid)] = a
+                        self._emit("put", self.keys.assignment(a.node, a.gpu, a.pod_uid), to_json(a))
+                self._reservations[pod] = list(assignments)
+                self._emit("put", self.keys.reservation(pod), reservation_json(assignments, secrets.token_hex(8)))
+            self._put_gpu(plan.gpu_state)
+            return plan.gpu_state
 
     def _release_locked(self, pod_uid: str, held: list[Assignment], *, now_s: float, end_of_life: bool) -> None:
         """Drop ``held``; with ``end_of_life`` also the pod's job record and measurements."""

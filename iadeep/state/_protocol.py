@@ -197,6 +197,20 @@ class StateStore(Protocol):
         a pod's records; no-op when it holds none); returns what was released. A GPU left empty
         has its state and tuning request deleted."""
 
+    def resize(self, node: str, gpu: int, sizes: Mapping[str, float]) -> GpuState:
+        """Atomically set the memory the named pods reserve on one GPU (GiB per pod UID): a tuning
+        session's configuration, whose batch sizes may grow into memory no other pod reserved.
+        Updates the pods' assignments, their reservation records and the GPU's state in one
+        transaction, and no tuning request (the co-location set did not change). Returns the
+        GPU's new state.
+
+        Raises:
+            AllocationConflict: unknown node or GPU, a pod without a reservation there, a size
+                below the pod's request (its job record's ``mem_gib``), or more than the GPU's
+                memory in all.
+            RecordError: a size that is not a positive number.
+        """
+
     def assignments(self, node: str | None = None) -> list[Assignment]:
         """Reservations, optionally of one node."""
 

@@ -53,6 +53,7 @@ class JobSpec(BaseModel):
     batch_size: int = Field(ge=1)
     mem_limit_gib: float | None = Field(None, gt=0, allow_inf_nan=False)
     tunable: bool = True
+    mem_request_gib: float | None = Field(None, gt=0, allow_inf_nan=False)
 
 
 class SessionRequest(BaseModel):
@@ -62,6 +63,8 @@ class SessionRequest(BaseModel):
     jobs: list[JobSpec] = Field(min_length=1)
     warm_start: list[dict[str, int]] = Field(default_factory=list)
     stop: StopSettings | None = None
+    gpu_mem_gib: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """GPU memory left to the session's jobs (GiB): the GPU's less what other pods reserve."""
 
 
 class TellRequest(BaseModel):
@@ -116,7 +119,7 @@ def create_app(service: TunerService) -> FastAPI:
                 return _error(400, f"warm_start.{i}: must name exactly the jobs {sorted(keys)}")
         stop = StopRule(**req.stop.model_dump()) if req.stop else None
         try:
-            study = service.open(req.name, jobs, req.warm_start, stop)
+            study = service.open(req.name, jobs, req.warm_start, stop, gpu_mem_gib=req.gpu_mem_gib)
         except SpaceError as exc:
             return _error(400, f"jobs: {exc}")
         except StudyMismatch as exc:

@@ -43,7 +43,7 @@ def run(settings: object) -> None:
         typer.echo(f"iadeep tuner: {what} (--throughputs-file or IADEEP_TUNER_THROUGHPUTS_FILE)", err=True)
         raise typer.Exit(2)
     try:
-        model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type)
+        model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type).whole_gib()  # live reservations: whole GiB
         service = TunerService(model, settings.storage_url or default_storage_url(),
                                stop=StopRule(**settings.stop.model_dump()), seed=settings.seed)
     except Exception as exc:  # noqa: BLE001 - one line, no traceback, for any unusable configuration

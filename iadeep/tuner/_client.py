@@ -82,10 +82,13 @@ class TunerClient:
         raise AssertionError("unreachable")
 
     def open(self, name: str, jobs: Sequence[TunedJob], warm_start: Sequence[Mapping[str, int]] = (),
-             stop: StopRule | None = None) -> Outcome:
+             stop: StopRule | None = None, *, gpu_mem_gib: float | None = None) -> Outcome:
+        """Open (or reopen) session ``name``; ``gpu_mem_gib``: GPU memory left to its jobs (GiB)."""
         body: dict[str, Any] = {"name": name, "jobs": [asdict(j) for j in jobs], "warm_start": [dict(c) for c in warm_start]}
         if stop is not None:
             body["stop"] = asdict(stop)
+        if gpu_mem_gib is not None:
+            body["gpu_mem_gib"] = gpu_mem_gib
         return _outcome(self._call("POST", "/sessions", body)["outcome"])
 
     def ask(self, name: str) -> tuple[Proposal | None, Outcome]:

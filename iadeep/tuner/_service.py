@@ -52,15 +52,16 @@ class TunerService:
             return self._locks.setdefault(name, threading.Lock())
 
     def open(self, name: str, jobs: Sequence[TunedJob], warm_start: Sequence[Mapping[str, int]] = (),
-             stop: StopRule | None = None) -> TuningStudy:
-        """Create a session, or reopen the stored one of that name (same jobs).
+             stop: StopRule | None = None, *, gpu_mem_gib: float | None = None) -> TuningStudy:
+        """Create a session, or reopen the stored one of that name (same jobs and GPU memory
+        ``gpu_mem_gib``, GiB left to its jobs: :class:`~iadeep.tuner.SearchSpace`).
 
         Raises:
             SpaceError: unknown model or batch size. StudyMismatch: same name, other jobs.
         """
         with self._session_lock(name):
             study = TuningStudy(self.model, jobs, name=name, storage=self.storage, warm_start=warm_start,
-                                stop=stop or self.stop, seed=self.seed)
+                                stop=stop or self.stop, seed=self.seed, gpu_mem_gib=gpu_mem_gib)
             self._sessions[name] = study
             return study
 

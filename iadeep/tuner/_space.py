@@ -5,12 +5,16 @@ Notations:
 
 A session tunes the batch size of every co-located job (not only the newest). Job ``j`` may run
 at any batch size the interference model measured for its model family (``iadeep.jobtypes``)
-whose estimated memory (:func:`iadeep.interference.memory_gib`) fits the GPU memory left to its
-pod (``mem_limit_gib``: what the extender reserved for it, not the whole GPU). A job that is not
-tunable (a gang, a fixed-batch family) keeps its size. A configuration whose pairs were measured
-not to fit on one GPU is infeasible (objective 0: it would run out of memory), and so is one whose
-memory estimates sum above the GPU's memory when the driver gives it (``gpu_mem_gib``; the
-simulator does, where jobs have no per-pod reservation).
+whose estimated memory (:func:`iadeep.interference.memory_gib`) fits the GPU memory left to the
+session's jobs (``gpu_mem_gib``: the GPU's memory less what pods outside the session reserve), and
+a per-pod cap when the driver gives one (``mem_limit_gib``). A job reserves the larger of its
+batch size's memory and its pod's request (``mem_request_gib``: what the kubelet counted for the
+pod never falls), so a configuration is feasible when those reservations sum within
+``gpu_mem_gib``: a session may grow a job into memory no pod reserved, and the driver moves the
+reservations with the configuration (live: :meth:`iadeep.state.StateStore.resize`; the
+simulator's GPU memory follows the same rule). A job that is not tunable (a gang, a fixed-batch
+family) keeps its size. A configuration whose pairs were measured not to fit on one GPU is
+infeasible (objective 0: it would run out of memory).
 
 The objective is the policy core's (:class:`iadeep.policy._tuning.BatchSizeTuner`): the sum of
 the jobs' progress rates, ``sum_j min(x_j * gain[t_j, b_j], 1)`` with ``x_j`` the measured
@@ -47,8 +51,11 @@ class TunedJob:
         model: Gavel model family, e.g. ``"ResNet-50"``.
         base_batch_size: the batch size it was submitted with (its progress rate is relative to it).
         batch_size: the batch size it runs at now.
-        mem_limit_gib: GPU memory left to its pod (GiB); ``None``: no limit beyond the GPU's.
+        mem_limit_gib: the most GPU memory its pod may hold (GiB); ``None``: no cap beyond the
+            session's ``gpu_mem_gib``.
         tunable: False keeps ``batch_size`` (gangs, fixed-batch families).
+        mem_request_gib: its pod's request (GiB): it reserves at least this much whatever its
+            batch size; ``None``: its batch size's memory alone.
     """
 
     key: str
@@ -57,6 +64,7 @@ class TunedJob:
     batch_size: int
     mem_limit_gib: float | None = None
     tunable: bool = True
+    mem_request_gib: float | None = None
 
 
 class SearchSpace:
@@ -65,8 +73,9 @@ class SearchSpace:
     Args:
         model: the interference model (types, isolated steps/s, which pairs fit, memory).
         jobs: the co-located jobs, shape ``(J,)``, keys unique.
-        gpu_mem_gib: the GPU's memory (GiB): configurations whose memory estimates sum above it
-            are infeasible; ``None``: only the per-pod limits apply.
+        gpu_mem_gib: the GPU memory left to the session's jobs (GiB): configurations whose
+            reservations (module docstring) sum above it are infeasible; ``None``: only the
+            per-pod caps apply.
 
     Raises:
         SpaceError: a repeated key, or a job whose submitted or current type was not measured.
@@ -84,6 +93,7 @@ class SearchSpace:
         self._tables = tables
         self.gain = tables.gain
         self.base_ids = [self._tid(j, j.base_batch_size) for j in jobs]
+        self._floors = tuple(float(j.mem_request_gib or 0.0) for j in jobs)
         self.options: dict[str, tuple[int, ...]] = {}
         for j in jobs:
             current = self._tid(j, j.batch_size)
@@ -109,7 +119,7 @@ class SearchSpace:
         memory give the same set: a simulated trace repeats a few hundred pairs)."""
         if self._feasible_set is None:
             opt_ids = tuple(tuple((b, self._tid(j, b)) for b in self.options[j.key]) for j in self.jobs)
-            memo_key = (opt_ids, self.gpu_mem_gib)
+            memo_key = (opt_ids, self.gpu_mem_gib, self._floors)
             found = self._tables.feasible.get(memo_key)
             if found is None:
                 combos, rows = [], []
@@ -129,7 +139,18 @@ class SearchSpace:
     def _ids_feasible(self, ids: Sequence[int]) -> bool:
         if not self.model.set_fits(ids):
             return False
-        return self.gpu_mem_gib is None or sum(self._tables.mem[t] for t in ids) <= self.gpu_mem_gib + 1e-9
+        return self.gpu_mem_gib is None or self.reserved_gib(ids) <= self.gpu_mem_gib + 1e-9
+
+    def reserved_gib(self, ids: Sequence[int]) -> float:
+        """GPU memory (GiB) the jobs reserve at type ids ``ids`` (job order): each the larger of
+        its type's estimate and its pod's request (module docstring)."""
+        mem = self._tables.mem
+        return sum([max(mem[t], f) for t, f in zip(ids, self._floors, strict=True)])
+
+    def reservations_gib(self, config: Mapping[str, int]) -> dict[str, float]:
+        """Per job key, the memory (GiB) it reserves at ``config`` (key -> batch size)."""
+        mem = self._tables.mem
+        return {j.key: max(mem[t], f) for j, t, f in zip(self.jobs, self.type_ids(config), self._floors, strict=True)}
 
     def _combo(self, config: Mapping[str, int]) -> tuple[int, ...]:
         return tuple([int(config[k]) for k in self._keys])
@@ -146,7 +167,7 @@ class SearchSpace:
         return [self._tid(j, int(config[j.key])) for j in self.jobs]
 
     def feasible(self, config: Mapping[str, int]) -> bool:
-        """All sizes allowed, every pair measured to fit on one GPU, and within ``gpu_mem_gib``."""
+        """All sizes allowed, every pair measured to fit on one GPU, and reservations within ``gpu_mem_gib``."""
         return self._combo(config) in self._feasible().ids
 
     def configurations(self) -> list[dict[str, int]]:

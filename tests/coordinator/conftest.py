@@ -13,7 +13,9 @@ from iadeep.testing.services import EmulatedJobs, TunerProcess
 
 @pytest.fixture(scope="session")
 def interference_model(throughputs_path) -> InterferenceModel:
-    return InterferenceModel.from_file(throughputs_path)
+    """The model as ``iadeep coordinator serve`` and ``iadeep tuner serve`` load it (memory in
+    whole GiB, as live reservations are), so the in-process coordinator and the tuner process agree."""
+    return InterferenceModel.from_file(throughputs_path).whole_gib()
 
 
 TUNER_ENV = {"IADEEP_TUNER_STOP__BUDGET": "4", "IADEEP_TUNER_STOP__PATIENCE": "3"}

@@ -6,6 +6,7 @@ SIGKILLed mid-session and restarted."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -286,3 +287,59 @@ def test_node_and_all_nodes_are_exclusive(throughputs_path) -> None:
     for kw in ({}, {"node": "n1", "all_nodes": True}):
         with pytest.raises(ValidationError, match="either node"):
             CoordinatorSettings(tuner_url="http://127.0.0.1:1", throughputs_file=throughputs_path, **kw)
+
+
+def test_a_job_grows_into_memory_nobody_reserved_and_its_reservation_moves_first(etcd_store, etcd_settings, tuner, jobs,
+                                                                                  interference_model,
+                                                                                  throughputs_path) -> None:
+    """The pods ask little beyond their sizes' memory (A: ResNet-50/64, 7 GiB; B: Transformer/64,
+    4 GiB) and stored samples favour larger batches, so the session's trials grow a job beyond its
+    request (ResNet-50/128 needs 13 GiB, Transformer/128 7) into the 32-GiB GPU's unreserved memory,
+    which the pods' own requests would never allow. Every time a batch size is written, the
+    pod's reservation (one etcd watch over assignments and batch sizes, in revision order) already
+    holds that size's memory; at the end each pod reserves max(request, its final size's memory),
+    the GPU's state their sum, and the release frees all of it."""
+    from iadeep.state import InterferenceSampleRecord
+
+    m = interference_model
+    a, b = ("pod-a", "ResNet-50", 64, 7.0), ("pod-b", "Transformer", 64, 4.0)
+    place(store := etcd_store, a, b)
+    store.add_samples([InterferenceSampleRecord("ResNet-50", 128, "Transformer", 64, 0.95, 0.0),
+                       InterferenceSampleRecord("Transformer", 64, "ResNet-50", 128, 0.95, 0.0)])
+    for pod, model, batch, _ in (a, b):
+        jobs.start(pod, model, batch)
+    reporting(store, "pod-a", "pod-b")
+    events = store.watch(["assignments/", "batchsizes/"], timeout_s=2.0)
+    svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
+                             tuner=TunerClient(tuner.url), model=m).start()
+    try:
+        wait_for(lambda: svc.results, bool, timeout=120, what="a finished session")
+    finally:
+        svc.stop(timeout_s=30)
+    reserved = {"pod-a": 7.0, "pod-b": 4.0}  # as the watch saw them, in revision order
+    written = []
+    for ev in events:
+        if ev.get("type") != "put":
+            continue
+        if "/assignments/" in ev["key"]:
+            rec = json.loads(ev["value"])
+            reserved[rec["pod_uid"]] = rec["mem_gib"]
+        elif "/batchsizes/" in ev["key"]:
+            rec = json.loads(ev["value"])
+            pod, size = rec["pod_uid"], rec["batch_size"]
+            need = float(m.mem_gib[m.type_id(JobType(dict((a[:2], b[:2]))[pod], size))])
+            assert reserved[pod] >= need - 1e-9, f"{pod} ran {size} ({need} GiB) holding {reserved[pod]} GiB"
+            written.append((pod, size))
+    requests = {"pod-a": a[3], "pod-b": b[3]}
+    grown = [(p, size) for p, size in written
+             if float(m.mem_gib[m.type_id(JobType(dict((a[:2], b[:2]))[p], size))]) > requests[p]]
+    assert grown, f"no trial grew a job beyond its request: {written}"
+    _, result = svc.results[0]
+    final = {p: a_.mem_gib for a_ in store.assignments(NODE) for p in [a_.pod_uid]}
+    for pod, model, _, request in (a, b):
+        size = result.applied[pod]
+        assert final[pod] == max(request, float(m.mem_gib[m.type_id(JobType(model, size))]))
+    assert store.gpu_states()[(NODE, 0)].mem_used_gib == sum(final.values()) <= 32.0
+    store.release("pod-a", now_s=time.time())
+    store.release("pod-b", now_s=time.time())
+    assert store.gpu_states() == {} and store.assignments() == []

@@ -183,3 +183,70 @@ def test_assignments_by_node_do_not_leak_across_prefixes(store):
     store.reserve(job("b"), "n10", [0], colocation_limit=2, now_s=0.0)
     assert [a.pod_uid for a in store.assignments("n1")] == ["a"]
     assert [a.pod_uid for a in store.assignments("n10")] == ["b"]
+
+
+def test_resize_follows_a_tuned_batch_size_within_the_gpu(two_nodes):
+    """A tuning session grows one job into memory nobody reserved and shrinks it back: the GPU's
+    state, the pod's assignment and its reservation follow, and the release frees what it holds
+    then; no tuning request is written (the co-location set did not change)."""
+    s = two_nodes
+    s.reserve(job("a", 10.0, 2), "n1", [0, 1], colocation_limit=2, now_s=1.0)
+    s.reserve(job("b", 8.0), "n1", [1], colocation_limit=2, now_s=2.0)
+    tuning = s.tuning_requests()
+    st = s.resize("n1", 1, {"b": 20.0})
+    assert st == GpuState("n1", 1, 30.0, ("a", "b")) == s.gpu_states()[("n1", 1)]
+    assert Assignment("b", "n1", 1, 20.0, 2.0) in s.assignments()
+    assert Assignment("a", "n1", 0, 10.0, 1.0) in s.assignments()  # the gang's GPUs are untouched
+    assert s.tuning_requests() == tuning
+    before = snapshot(s)
+    with pytest.raises(AllocationConflict, match=r"n1/gpu1: not enough memory for b 23 GiB: 33 of 32 GiB"):
+        s.resize("n1", 1, {"b": 23.0})
+    with pytest.raises(AllocationConflict, match=r"pod b: 6 GiB is below its request of 8 GiB"):
+        s.resize("n1", 1, {"b": 6.0})  # never below what the kubelet counted for the pod
+    with pytest.raises(AllocationConflict, match="pod b holds no reservation there"):
+        s.resize("n1", 0, {"b": 9.0})
+    with pytest.raises(AllocationConflict, match="n2/gpu0: no such GPU in use"):
+        s.resize("n2", 0, {"b": 9.0})
+    with pytest.raises(RecordError, match=r"sizes\['b'\]"):
+        s.resize("n1", 1, {"b": float("nan")})
+    assert snapshot(s) == before  # a refused resize writes nothing
+    # both at once: a shrinks nothing below its request, b returns to its own
+    s.resize("n1", 1, {"a": 12.0, "b": 8.0})
+    assert s.gpu_states()[("n1", 1)].mem_used_gib == pytest.approx(20.0)
+    s.release("b", now_s=3.0)
+    assert s.gpu_states()[("n1", 1)] == GpuState("n1", 1, 12.0, ("a",))
+    s.release("a", now_s=4.0)
+    assert s.gpu_states() == {}
+    s.reserve(job("c", 32.0), "n1", [1], colocation_limit=2, now_s=5.0)  # all of it is free again
+
+
+def test_a_resize_and_a_reservation_racing_for_the_same_memory_never_overcommit(two_nodes):
+    """The coordinator grows b while the extender places c on the same GPU: one of them loses,
+    and the GPU never holds more than its memory."""
+    s = two_nodes
+    s.reserve(job("b", 8.0), "n1", [2], colocation_limit=3, now_s=1.0)
+    outcomes = []
+
+    def grow() -> None:
+        try:
+            s.resize("n1", 2, {"b": 20.0})
+            outcomes.append("resized")
+        except AllocationConflict:
+            outcomes.append("resize refused")
+
+    def place() -> None:
+        try:
+            s.reserve(job("c", 16.0), "n1", [2], colocation_limit=3, now_s=2.0)
+            outcomes.append("reserved")
+        except AllocationConflict:
+            outcomes.append("reserve refused")
+
+    threads = [threading.Thread(target=grow), threading.Thread(target=place)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    st = s.gpu_states()[("n1", 2)]
+    assert st.mem_used_gib <= 32.0 + 1e-9
+    assert sorted(outcomes) in (["reserve refused", "resized"], ["reserved", "resize refused"])
+    assert st.mem_used_gib == pytest.approx(sum(a.mem_gib for a in s.assignments() if (a.node, a.gpu) == ("n1", 2)))

@@ -22,7 +22,10 @@ from iadeep.state import MemoryStateStore, InterferenceSampleRecord
 from iadeep.tuner import SearchSpace, StopRule, TunedJob, TunerService, TuningStudy, create_app
 
 
-def view_of(model: InterferenceModel, occupants: list[JobType], base: list[JobType], gpu_gib: float = 24.0,
+GPU_GIB = 24.0  # the GPU of the simulated view; live, the session's GPU memory (nothing else on the GPU)
+
+
+def view_of(model: InterferenceModel, occupants: list[JobType], base: list[JobType], gpu_gib: float = GPU_GIB,
             gang: int | None = None) -> ClusterView:
     """One GPU holding ``occupants`` (current types; submitted ``base``), handles 0..n-1."""
     cur = np.array([model.type_id(t) for t in occupants])
@@ -69,10 +72,11 @@ def simulated(model, view, predicted, trials: int, stop: StopRule | None):
     return order, tuner.tune(0, view, predicted, measure)
 
 
-def live(model, http: TestClient, jobs: list[TunedJob], warm, stop: StopRule):
+def live(model, http: TestClient, jobs: list[TunedJob], warm, stop: StopRule, gpu_mem_gib: float):
     """The live session through the tuner's HTTP API: (type-id configurations, final outcome)."""
-    space = SearchSpace(model, jobs)
-    body = {"name": "node-0.0.1", "jobs": [vars(j) for j in jobs], "warm_start": warm, "stop": vars(stop)}
+    space = SearchSpace(model, jobs, gpu_mem_gib=gpu_mem_gib)
+    body = {"name": "node-0.0.1", "jobs": [vars(j) for j in jobs], "warm_start": warm, "stop": vars(stop),
+            "gpu_mem_gib": gpu_mem_gib}
     assert http.post("/sessions", json=body).status_code == 200
     order: list[tuple[int, ...]] = []
     while (ask := http.post("/sessions/node-0.0.1/ask").json())["config"] is not None:
@@ -103,22 +107,25 @@ def test_simulated_and_live_sessions_agree(interference_model, tmp_path, current
     predicted = np.where(m.fits, learner.matrix(), 0.0)
     sim_order, decision = simulated(m, view, predicted, trials, stop)
 
-    # the live side: jobs as the coordinator describes them, its warm start from the stored samples
-    jobs = [TunedJob(str(h), c.model, b.batch_size, c.batch_size, tunable=True) for h, (c, b) in enumerate(zip(current, base))]
+    # the live side: jobs as the coordinator describes them (each with its pod's request, the job
+    # record's mem_gib: its submitted size's memory; the GPU's memory left to the session), its warm
+    # start from the stored samples
+    jobs = [TunedJob(str(h), c.model, b.batch_size, c.batch_size, tunable=True, mem_request_gib=float(m.mem_gib[m.type_id(b)]))
+            for h, (c, b) in enumerate(zip(current, base))]
     store = MemoryStateStore()
     store.add_samples(records)
-    warm = _warm_start(SearchSpace(m, jobs), store, m, trials)
+    warm = _warm_start(SearchSpace(m, jobs, gpu_mem_gib=GPU_GIB), store, m, trials)
     rule = stop or StopRule(budget=trials)
     with TestClient(create_app(TunerService(m, f"sqlite:///{tmp_path / 'tuner.db'}"))) as http:
-        live_order, outcome = live(m, http, jobs, warm, rule)
+        live_order, outcome = live(m, http, jobs, warm, rule, GPU_GIB)
 
     assert sim_order == live_order  # the same trials in the same order
     assert len(sim_order) == decision.trials == outcome["trials"]
-    final = SearchSpace(m, jobs).type_ids(outcome["best"])
+    final = SearchSpace(m, jobs, gpu_mem_gib=GPU_GIB).type_ids(outcome["best"])
     assert [decision.type_ids[h] for h in range(len(jobs))] == final
     assert decision.progress == pytest.approx(outcome["best_objective"], abs=1e-6)
     if stop is None:  # the simulator's default: exactly its warm start, the running configuration among it
-        assert len(sim_order) == min(trials, len(SearchSpace(m, jobs).configurations()))
+        assert len(sim_order) == min(trials, len(SearchSpace(m, jobs, gpu_mem_gib=GPU_GIB).configurations()))
         assert tuple(m.type_id(t) for t in current) in sim_order
     else:
         assert len(sim_order) > len(warm)  # the sampler's phase was compared too
