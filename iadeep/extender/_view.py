@@ -88,7 +88,9 @@ class Snapshot:
 
     def without_pod_states(self, pod_uid: str) -> dict[tuple[str, int], GpuState]:
         """The GPU states once ``pod_uid`` holds nothing (its memory is its job record's ``mem_gib``
-        per GPU); only the GPUs that change."""
+        per GPU); only the GPUs that change. A pod whose reservation a tuning session grew
+        (:meth:`iadeep.state.StateStore.resize`) held more: the copy then shows less memory free
+        than there is, the safe side, until the store's new state arrives."""
         job = self.jobs.get(pod_uid)
         mem = job.mem_gib if job is not None else 0.0
         return {key: GpuState(st.node, st.gpu, max(st.mem_used_gib - mem, 0.0), tuple(p for p in st.pods if p != pod_uid))
