@@ -43,6 +43,8 @@ def test_session_round_trip(http) -> None:
     ({"name": "s", "jobs": []}, "jobs:"),
     ({"name": "s", "jobs": JOBS, "warm_start": [{"a": 16}]}, "warm_start.0"),
     ({"name": "s", "jobs": [{**JOBS[0], "batch_size": 60}]}, "job a"),
+    ({"name": "s", "jobs": JOBS, "gpu_mem_gib": 0}, "gpu_mem_gib"),
+    ({"name": "s", "jobs": [{**JOBS[0], "mem_request_gib": -1}]}, "jobs.0.mem_request_gib"),
 ])
 def test_malformed_session_is_400_naming_the_field(http, body, field) -> None:
     r = http.post("/sessions", json=body)

@@ -35,6 +35,28 @@ def test_space_follows_the_memory_left_to_each_pod(interference_model) -> None:
         assert m.set_fits(space.type_ids(c))
 
 
+def test_a_job_reserves_at_least_its_request_so_a_shrunk_partner_frees_nothing(interference_model) -> None:
+    """Reservations are max(request, size's memory): on 16 GiB left to the session, ResNet-50/32
+    (3.91 GiB, its request) beside Transformer/128 (6.66 GiB, its request) fits, and so does A grown
+    to 64 (6.92 GiB, beyond its request); A grown to 128 (12.93 GiB) beside B shrunk to 16 does not,
+    because B still reserves its 6.66 GiB request (by the estimates alone it would: 14.55 GiB)."""
+    m = interference_model
+
+    def mem(f: str, b: int) -> float:
+        return float(m.mem_gib[m.type_id(JobType(f, b))])
+
+    jobs = [TunedJob("a", "ResNet-50", 32, 32, mem_request_gib=mem("ResNet-50", 32)),
+            TunedJob("b", "Transformer", 128, 128, mem_request_gib=mem("Transformer", 128))]
+    space = SearchSpace(m, jobs, gpu_mem_gib=16.0)
+    assert space.feasible({"a": 32, "b": 128}) and space.feasible({"a": 64, "b": 128})
+    assert not space.feasible({"a": 128, "b": 16})
+    assert space.reservations_gib({"a": 128, "b": 16}) == {"a": mem("ResNet-50", 128), "b": mem("Transformer", 128)}
+    bare = [TunedJob("a", "ResNet-50", 32, 32), TunedJob("b", "Transformer", 128, 128)]
+    assert SearchSpace(m, bare, gpu_mem_gib=16.0).feasible({"a": 128, "b": 16})  # without requests: estimates only
+    for c in space.configurations():
+        assert sum(space.reservations_gib(c).values()) <= 16.0 + 1e-9
+
+
 def test_objective_is_the_policy_cores(interference_model) -> None:
     m = interference_model
     space = SearchSpace(m, pair())
