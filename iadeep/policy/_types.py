@@ -13,7 +13,7 @@ Notations:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cached_property
 
 import numpy as np
@@ -164,6 +164,31 @@ class ClusterView:
         (e.g. :meth:`~iadeep.policy.Policy.eligible` per job needs); lives as long as the view
         and its :meth:`at` copies, so it holds only answers that do not depend on ``now_s``."""
         return {}
+
+    @classmethod
+    def with_occupancy(cls, *args, occupied: np.ndarray, njobs: np.ndarray, slot_types: np.ndarray,
+                       **kwargs) -> ClusterView:
+        """A view (arguments as the constructor's) whose :attr:`occupied`, :attr:`njobs` and
+        :attr:`slot_types` the driver hands over, kept up to date across its changes, instead of
+        computing them from ``slots``: per-GPU state that changes on a few GPUs per event, where
+        every view would otherwise rederive it over all ``G`` GPUs.
+
+        The driver vouches for them and for the slot contract (neither is checked here): they
+        must equal what a view built from the same state computes (``slot_types`` also in empty
+        slots: ``job_type[0]``, as ``job_type[max(slots, 0)]`` gives), and they must be
+        read-only. The simulator keeps them (:mod:`iadeep.sim`); ``tests/core/test_core_view_at.py``
+        compares every view it hands out with one built afresh, whose construction checks the
+        contract.
+
+        Shapes: ``occupied`` ``(G, S)`` bool, ``njobs`` ``(G,)`` int64, ``slot_types`` ``(G, S)`` int64.
+        """
+        new = object.__new__(cls)
+        d = new.__dict__
+        d.update(_FIELD_DEFAULTS)
+        d.update(zip(_FIELD_NAMES, args))
+        d.update(kwargs)
+        d["occupied"], d["njobs"], d["slot_types"] = occupied, njobs, slot_types
+        return new
 
     def at(self, now_s: float) -> ClusterView:
         """This view at another clock ``now_s``, sharing its arrays.
@@ -359,6 +384,8 @@ Measure = Callable[[Mapping[int, int]], Mapping[int, float]]
 #: What :meth:`ClusterView.at` hands on: every field but the clock, and the derived entries that do
 #: not depend on it (a derived entry added to ClusterView is recomputed by a copy unless listed here).
 _HANDED_ON = frozenset({f.name for f in fields(ClusterView) if f.name != "now_s"} | {"occupied", "njobs", "slot_types", "memo"})
+_FIELD_NAMES = tuple(f.name for f in fields(ClusterView))  # constructor order, for :meth:`ClusterView.with_occupancy`
+_FIELD_DEFAULTS = {f.name: f.default for f in fields(ClusterView) if f.default is not MISSING}
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

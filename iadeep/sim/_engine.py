@@ -129,6 +129,11 @@ class Simulator:
         S = policy.limit
         self.slots = np.full((G, S), -1, dtype=np.int64)
         self.gpu_rate = np.zeros((G, S))  # progress rate each occupant makes on this GPU
+        # kept per GPU across events (ClusterView.with_occupancy): slots >= 0, jobs per GPU, the
+        # current job type in each slot (type[max(slots, 0)]: job 0's type in empty slots)
+        self.occupied = np.zeros((G, S), dtype=bool)
+        self.njobs = np.zeros(G, dtype=np.int64)
+        self.slot_types = np.full((G, S), base[0] if n else 0, dtype=np.int64)
         self.mem_used = np.zeros(G)
         self.share_used = np.zeros(G)
         self.gpu_node, self.gpu_local, self.mem_total, self.gpu_models = gpu_node, gpu_local, gpu_mem, gpu_models
@@ -173,7 +178,7 @@ class Simulator:
         self.peak_mem_over = 0.0
         self._ro = {name: _readonly(getattr(self, name)) for name in
                     ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate",
-                     "share_used", "gpu_models")}
+                     "share_used", "gpu_models", "occupied", "njobs", "slot_types")}
         self._mem_of = model.mem_gib
         # scalar readers for the per-trial arithmetic (plain floats: the same values as the arrays')
         self._norm_of, self._gain_of, self._speed_of = model.norm.item, self.gain.item, self.gpu_speed.item
@@ -199,9 +204,10 @@ class Simulator:
             return self._view
         r = self._ro
         self._view_key = key
-        self._view = ClusterView(self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
-                                 r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"],
-                                 gpu_share_used_milli=r["share_used"], gpu_model=r["gpu_models"])
+        self._view = ClusterView.with_occupancy(
+            self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
+            r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"], gpu_share_used_milli=r["share_used"],
+            gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"])
         return self._view
 
     def _sync(self, h: int) -> None:
@@ -217,6 +223,21 @@ class Simulator:
         self._epoch += 1
         if rate > 0:
             self._push(self.now + self.work_left[h] / rate, _FINISH, h, int(self.version[h]))
+
+    def _gpu_changed(self, g: int) -> None:
+        """Bring GPU ``g``'s kept occupancy, job count and slot types up to date with its slots."""
+        row = self.slots[g]
+        occ = row >= 0
+        self.occupied[g] = occ
+        self.njobs[g] = np.count_nonzero(occ)
+        self.slot_types[g] = self.type[np.maximum(row, 0)]
+
+    def _type_changed(self, h: int) -> None:
+        """Job ``h``'s type changed: its GPUs' kept slot types (and, for job 0, the empty slots')."""
+        for g in self.gpus[h]:
+            self.slot_types[g] = self.type[np.maximum(self.slots[g], 0)]
+        if h == 0:
+            self.slot_types[~self.occupied] = self.type[0]
 
     def _slot(self, g: int, h: int) -> int:
         return self.slots[g].tolist().index(h)
@@ -267,6 +288,7 @@ class Simulator:
                 self.partners[h].add(other)
                 self.partners[other].add(h)
             self.slots[g, free[0]] = h
+            self._gpu_changed(g)
             self.mem_used[g] += self._mem_of[self.type[h]]
             self.share_used[g] += self.share[h]
             if self.mem_used[g] > self.mem_total[g] + 1e-9 or self.share_used[g] > 1000 + 1e-9:
@@ -297,6 +319,7 @@ class Simulator:
             s = self._slot(g, h)
             self.slots[g, s:-1] = self.slots[g, s + 1:].copy()
             self.slots[g, -1] = -1
+            self._gpu_changed(g)
             self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
             self.gpu_rate[g, -1] = 0.0
             self.mem_used[g] = max(self.mem_used[g] - self._mem_of[self.type[h]], 0.0)
@@ -361,6 +384,7 @@ class Simulator:
             if h in config:
                 self._sync(h)
                 self.type[h] = config[h]
+                self._type_changed(h)
         self.mem_used[g] = new_mem
         self._refresh_gpu(g, affected)
 
@@ -372,6 +396,7 @@ class Simulator:
             self._refresh_gpu(g, affected)
         affected.discard(h)
         self.type[h] = self.base_type[h]
+        self._type_changed(h)
         self.work_left[h] += self.settings.restart_penalty_s
         self._epoch += 1
         self.evictions[h] += 1
