@@ -162,12 +162,14 @@ class ClusterView:
     def memo(self) -> dict:
         """Answers a policy computed from this view, keyed by what they depend on besides it
         (e.g. :meth:`~iadeep.policy.Policy.eligible` per job needs); lives as long as the view
-        and its :meth:`at` copies, so it holds only answers that do not depend on ``now_s``."""
+        and its :meth:`at` copies (and later views a driver hands it on to:
+        :meth:`with_occupancy`), so it holds only answers that do not depend on ``now_s``, the jobs'
+        rates or their remaining work."""
         return {}
 
     @classmethod
     def with_occupancy(cls, *args, occupied: np.ndarray, njobs: np.ndarray, slot_types: np.ndarray,
-                       **kwargs) -> ClusterView:
+                       memo: dict | None = None, **kwargs) -> ClusterView:
         """A view (arguments as the constructor's) whose :attr:`occupied`, :attr:`njobs` and
         :attr:`slot_types` the driver hands over, kept up to date across its changes, instead of
         computing them from ``slots``: per-GPU state that changes on a few GPUs per event, where
@@ -181,6 +183,12 @@ class ClusterView:
         contract.
 
         Shapes: ``occupied`` ``(G, S)`` bool, ``njobs`` ``(G,)`` int64, ``slot_types`` ``(G, S)`` int64.
+
+        ``memo``: an earlier view's :attr:`memo` to share, or ``None`` (a fresh one). The driver may
+        hand one on only while what its answers derive from is unchanged since that view (which job
+        sits in which slot, the jobs' types and GPU counts, the GPUs' memory, shares and models);
+        rates, remaining work and the clock may have moved. The simulator does so between
+        changes of occupancy (a rate change alone leaves eligibility as it was).
         """
         new = object.__new__(cls)
         d = new.__dict__
@@ -188,6 +196,8 @@ class ClusterView:
         d.update(zip(_FIELD_NAMES, args))
         d.update(kwargs)
         d["occupied"], d["njobs"], d["slot_types"] = occupied, njobs, slot_types
+        if memo is not None:
+            d["memo"] = memo
         return new
 
     def at(self, now_s: float) -> ClusterView:

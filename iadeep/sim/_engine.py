@@ -163,6 +163,10 @@ class Simulator:
         self._hints: dict[int, tuple[int, int, int]] = {}  # handle -> (epoch, gpus_ahead, holds_up_to_behind)
         self._view: ClusterView | None = None
         self._view_key: tuple[float, int] = (-1.0, -1)
+        # Bumped by every change of what eligibility reads (which job sits in which slot, the jobs'
+        # types, GPU memory and shares): views of one occupancy version share their memo.
+        self._occupancy_version = 0
+        self._memo_version = -1
         self._busy: tuple[int, int] = (-1, 0)  # (epoch, GPUs with a job)
         #: calls of the policy: ``place``, retries a Wait's queueing hint skipped, ``tune``
         self.calls = {"place": 0, "skipped_by_hint": 0, "tune": 0}
@@ -204,10 +208,12 @@ class Simulator:
             return self._view
         r = self._ro
         self._view_key = key
+        memo = self._view.memo if self._view is not None and self._memo_version == self._occupancy_version else None
+        self._memo_version = self._occupancy_version
         self._view = ClusterView.with_occupancy(
             self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
             r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"], gpu_share_used_milli=r["share_used"],
-            gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"])
+            gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"], memo=memo)
         return self._view
 
     def _sync(self, h: int) -> None:
@@ -226,6 +232,7 @@ class Simulator:
 
     def _gpu_changed(self, g: int) -> None:
         """Bring GPU ``g``'s kept occupancy, job count and slot types up to date with its slots."""
+        self._occupancy_version += 1
         row = self.slots[g]
         occ = row >= 0
         self.occupied[g] = occ
@@ -234,6 +241,7 @@ class Simulator:
 
     def _type_changed(self, h: int) -> None:
         """Job ``h``'s type changed: its GPUs' kept slot types (and, for job 0, the empty slots')."""
+        self._occupancy_version += 1
         for g in self.gpus[h]:
             self.slot_types[g] = self.type[np.maximum(self.slots[g], 0)]
         if h == 0:
@@ -386,6 +394,7 @@ class Simulator:
                 self.type[h] = config[h]
                 self._type_changed(h)
         self.mem_used[g] = new_mem
+        self._occupancy_version += 1
         self._refresh_gpu(g, affected)
 
     def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
