@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.linalg import _umath_linalg
+
 
 from iadeep.jobtypes import JobType
 
@@ -70,6 +72,11 @@ class OnlineInterferenceLearner:
         self._sum = np.zeros((n, n))
         self._count = np.zeros((n, n))
         self._shrink = shrinkage
+        # kept per pair as samples arrive (the same elementwise divisions matrix() made each time):
+        # the pair's own mean where observed, its weight n / (n + shrinkage), whether observed
+        self._own = np.zeros((n, n))
+        self._weight = np.zeros((n, n))
+        self._seen = np.zeros((n, n), dtype=bool)
         self._cache: np.ndarray | None = None
         self._outer: dict[tuple[int, int], np.ndarray] = {}  # x x^T of each pair's features, built on first use
         self.n_samples = 0
@@ -102,6 +109,10 @@ class OnlineInterferenceLearner:
         self._xty += x * y
         self._sum[i, j] += y
         self._count[i, j] += 1
+        n = self._count[i, j]
+        self._own[i, j] = self._sum[i, j] / n  # the pair's own mean and weight, as matrix() used to divide them
+        self._weight[i, j] = n / (n + self._shrink)
+        self._seen[i, j] = True
         self.n_samples += 1
         self._cache = None
 
@@ -113,11 +124,12 @@ class OnlineInterferenceLearner:
     def matrix(self) -> np.ndarray:
         """Predicted normalised throughput for every ordered pair, shape ``(n_types, n_types)``, in [0, 1]."""
         if self._cache is None:
-            w = np.linalg.solve(self._xtx, self._xty)
+            # np.linalg.solve's own kernel (LAPACK gesv), without its wrapper's checks and copies:
+            # the same solution to the last bit (the matrix is square, float64, non-singular: ridge)
+            w = _umath_linalg.solve1(self._xtx, self._xty)
             base = self._feat @ w
-            n = self._count
-            own = np.divide(self._sum, n, out=base.copy(), where=n > 0)
-            pred = base + n / (n + self._shrink) * (own - base)
+            own = np.where(self._seen, self._own, base)
+            pred = base + self._weight * (own - base)
             self._cache = np.minimum(np.maximum(pred, 0.0, out=pred), 1.0, out=pred)  # np.clip's values, without its wrapper
             self._cache.setflags(write=False)
         return self._cache
