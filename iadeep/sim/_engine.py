@@ -223,7 +223,7 @@ class Simulator:
 
     def _set_rate(self, h: int) -> None:
         self._sync(h)
-        rate = min(self.gpu_rate[g, self._slot(g, h)] for g in self.gpus[h])
+        rate = self._gang_rate(h)
         self.rate[h] = rate
         self.version[h] += 1
         self._epoch += 1
@@ -233,19 +233,31 @@ class Simulator:
     def _gpu_changed(self, g: int) -> None:
         """Bring GPU ``g``'s kept occupancy, job count and slot types up to date with its slots."""
         self._occupancy_version += 1
-        row = self.slots[g]
-        occ = row >= 0
-        self.occupied[g] = occ
-        self.njobs[g] = np.count_nonzero(occ)
-        self.slot_types[g] = self.type[np.maximum(row, 0)]
+        types, occupied, slot_types = self.type, self.occupied, self.slot_types
+        n = 0
+        for s, h in enumerate(self.slots[g].tolist()):  # S is small (1-4): item writes beat array ops
+            occupied[g, s] = h >= 0
+            slot_types[g, s] = types[h if h >= 0 else 0]
+            n += h >= 0
+        self.njobs[g] = n
 
     def _type_changed(self, h: int) -> None:
         """Job ``h``'s type changed: its GPUs' kept slot types (and, for job 0, the empty slots')."""
         self._occupancy_version += 1
+        t = self.type[h]
         for g in self.gpus[h]:
-            self.slot_types[g] = self.type[np.maximum(self.slots[g], 0)]
+            self.slot_types[g, self._slot(g, h)] = t
         if h == 0:
             self.slot_types[~self.occupied] = self.type[0]
+
+    def _gang_rate(self, h: int):
+        """Job ``h``'s progress rate: the lowest of its GPUs' rates (a gang advances at its slowest)."""
+        gs = self.gpus[h]
+        if len(gs) == 1:
+            g = gs[0]
+            return self.gpu_rate[g, self._slot(g, h)]
+        idx = np.array(gs)
+        return self.gpu_rate[idx][self.slots[idx] == h].min()
 
     def _slot(self, g: int, h: int) -> int:
         return self.slots[g].tolist().index(h)
@@ -391,8 +403,10 @@ class Simulator:
         for h in occ:
             if h in config:
                 self._sync(h)
+                changed = self.type[h] != config[h]
                 self.type[h] = config[h]
-                self._type_changed(h)
+                if changed:
+                    self._type_changed(h)
         self.mem_used[g] = new_mem
         self._occupancy_version += 1
         self._refresh_gpu(g, affected)
@@ -450,7 +464,7 @@ class Simulator:
                 changed.update(decision.gpus)
                 for x in placed:  # the next decision of this pass sees them running at their rates
                     self._sync(x)
-                    self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
+                    self.rate[x] = self._gang_rate(x)
                 self._epoch += 1
                 continue
             if decision.holds_up_to_behind >= 0:
