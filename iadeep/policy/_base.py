@@ -91,25 +91,31 @@ class Policy(ABC):
         return found
 
     def _eligible(self, job: JobRequest, view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
-        occupied = view.occupied
-        njobs = view.njobs
-        if np.count_nonzero(njobs < self.limit) < job.num_gpus:  # fast path: not enough open slots at all
+        # what every job's answer on this view shares: full GPUs, how many are not, free memory
+        common = view.memo.get(("eligible-common", self.limit))
+        if common is None:
+            full = view.njobs >= self.limit
+            common = view.memo[("eligible-common", self.limit)] = (
+                _frozen(full), view.n_gpus - int(np.count_nonzero(full)),
+                _frozen(view.gpu_mem_total_gib - view.gpu_mem_used_gib))
+        full, n_open, free_mem = common
+        if n_open < job.num_gpus:  # fast path: not enough open slots at all
             return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
+        occupied = view.occupied
         occ_types = view.slot_types  # (G, S); meaningful where occupied
         t = job.type_id
         pair_bad = row_any(occupied & ~self.model.fits[t][occ_types])
-        mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9
-        reason = np.full(view.n_gpus, _OK, dtype=np.int8)
+        reason = np.zeros(view.n_gpus, dtype=np.int8)  # _OK
         if self.avoided[t].any():
             reason[row_any(occupied & self.avoided[t][occ_types])] = _POLICY
         reason[pair_bad] = _PAIR
-        reason[~mem_ok] = _MEM
+        reason[~(free_mem >= job.mem_gib - 1e-9)] = _MEM
         share_ok, model_ok = capacity_masks(job, view)
         if share_ok is not None:
             reason[~share_ok] = _SHARE
         if model_ok is not None:
             reason[~model_ok] = _MODEL
-        reason[njobs >= self.limit] = _LIMIT
+        reason[full] = _LIMIT
         return reason == _OK, reason
 
     def avoid(self, type_ids: list[int]) -> None:
