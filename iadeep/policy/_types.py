@@ -155,8 +155,10 @@ class ClusterView:
         if self.slots.shape[1] == 0:
             return _frozen(np.zeros(self.n_gpus))
         handles = np.where(occupied, self.slots, 0)
-        rate = np.maximum(self.job_rate[handles], 1e-6)
-        return _frozen(row_max(np.where(occupied, self.remaining_s(handles) / rate, 0.0)))
+        # remaining_s(handles) / max(rate, 1e-6), elementwise as those two compute it, gathering each array once
+        job_rate = self.job_rate[handles]
+        left = np.maximum(self.job_work_left_s[handles] - job_rate * (self.now_s - self.job_updated_s[handles]), 0.0)
+        return _frozen(row_max(np.where(occupied, left / np.maximum(job_rate, 1e-6), 0.0)))
 
     @cached_property
     def memo(self) -> dict:
