@@ -51,6 +51,9 @@ REASONS = (
     "GPU model not among those the job accepts",
 )
 _OK, _LIMIT, _MEM, _PAIR, _POLICY, _SHARE, _MODEL = range(7)
+#: eligibility is patched on at most this many GPUs changed since it was last computed for the same
+#: job needs (one event changes a few); more, and it is computed afresh over all GPUs
+_PATCH_AT_MOST = 32
 
 
 class Policy(ABC):
@@ -70,6 +73,9 @@ class Policy(ABC):
         # job-type pairs this policy measured to share badly and will not form again
         self.avoided = np.zeros_like(model.fits, dtype=bool)
         self._avoid_version = 0  # bumped by avoid(): eligibility remembered on a view is keyed by it
+        # eligibility key -> (the driver's OccupancyChanges.gpu_version, its version then, the reason
+        # codes): patched on the GPUs changed since when the key is asked for again (eligible())
+        self._kept_eligible: dict[tuple, tuple[np.ndarray, int, np.ndarray]] = {}
         if self.limit < 1:
             raise ValueError(f"colocation_limit must be >= 1, got {self.limit}")
 
@@ -87,10 +93,10 @@ class Policy(ABC):
                None if milli != milli else milli, job.gpu_models)
         found = view.memo.get(key)
         if found is None:
-            found = view.memo[key] = tuple(_frozen(x) for x in self._eligible(job, view))
+            found = view.memo[key] = tuple(_frozen(x) for x in self._eligible(job, view, key))
         return found
 
-    def _eligible(self, job: JobRequest, view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
+    def _eligible(self, job: JobRequest, view: ClusterView, key: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
         # what every job's answer on this view shares: full GPUs, how many are not, free memory
         common = view.memo.get(("eligible-common", self.limit))
         if common is None:
@@ -101,6 +107,58 @@ class Policy(ABC):
         full, n_open, free_mem = common
         if n_open < job.num_gpus:  # fast path: not enough open slots at all
             return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
+        changes = view.occupancy_changes
+        plain = job.gpu_milli != job.gpu_milli and not job.gpu_models  # no share, no GPU model asked for
+        if changes is not None and plain and key:
+            kept = self._kept_eligible.get(key)
+            if kept is not None and kept[0] is changes.gpu_version:  # the same driver's record
+                dirty = np.flatnonzero(changes.gpu_version > kept[1])
+                if len(dirty) <= _PATCH_AT_MOST:
+                    mask, reason = self._patch(job, view, kept[2], dirty, full, free_mem)
+                    self._kept_eligible[key] = (changes.gpu_version, changes.version, reason)
+                    return mask, reason
+        mask, reason = self._eligible_all(job, view, full, free_mem)
+        if changes is not None and plain and key:
+            self._kept_eligible[key] = (changes.gpu_version, changes.version, reason)
+        return mask, reason
+
+    def _patch(self, job: JobRequest, view: ClusterView, reason: np.ndarray, dirty: np.ndarray, full: np.ndarray,
+               free_mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_eligible_all`'s answer from an earlier one (``reason``) on the GPUs whose
+        occupancy changed since (``dirty``), for a job without a share or GPU model: the same
+        rule, GPU by GPU on plain values (a handful of GPUs per event, where the whole-cluster
+        form costs some 20 array operations). The codes' precedence is the array form's order of
+        assignment: limit, memory, pair, policy."""
+        t = job.type_id
+        fits = self.model.fits[t].tolist()
+        avoided = self.avoided[t].tolist() if self.avoided[t].any() else None
+        need = job.mem_gib - 1e-9
+        codes = []
+        for g_full, g_free, g_occ, g_types in zip(full[dirty].tolist(), free_mem[dirty].tolist(),
+                                                  view.occupied[dirty].tolist(), view.slot_types[dirty].tolist()):
+            if g_full:
+                code = _LIMIT
+            elif not g_free >= need:
+                code = _MEM
+            else:
+                code = _OK
+                for occ, u in zip(g_occ, g_types):
+                    if occ and not fits[u]:
+                        code = _PAIR
+                        break
+                if code == _OK and avoided is not None:
+                    for occ, u in zip(g_occ, g_types):
+                        if occ and avoided[u]:
+                            code = _POLICY
+                            break
+            codes.append(code)
+        reason = reason.copy()
+        reason[dirty] = codes
+        return reason == _OK, reason
+
+    def _eligible_all(self, job: JobRequest, view: ClusterView, full: np.ndarray,
+                      free_mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The eligibility rule over all GPUs (arrays ``(G,)``), past the fast path."""
         occupied = view.occupied
         occ_types = view.slot_types  # (G, S); meaningful where occupied
         t = job.type_id
@@ -122,6 +180,7 @@ class Policy(ABC):
         """Never again co-locate these job types with each other (both directions); a measured
         bad packing is remembered so that the policy does not form and undo it over and over."""
         self._avoid_version += 1
+        self._kept_eligible.clear()  # keyed by the old version: never asked for again
         for i, a in enumerate(type_ids):
             for j, b in enumerate(type_ids):
                 if i != j:

@@ -22,6 +22,7 @@ from iadeep.policy._rows import row_count, row_max
 
 __all__ = [
     "ClusterView",
+    "OccupancyChanges",
     "JobRequest",
     "Placement",
     "Wait",
@@ -91,6 +92,9 @@ class ClusterView:
     gpu_model: np.ndarray | None = None
     node_pos: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
     job_keys: Sequence[Hashable] | None = field(default=None, compare=False, repr=False)
+    #: a driver's record of which GPUs' occupancy changed when (:class:`OccupancyChanges`), set by
+    #: :meth:`with_occupancy`; ``None`` (default): unknown, every answer is computed afresh
+    occupancy_changes = None  # not annotated: not a field (nor a ClassVar in __dataclass_fields__)
 
     def job_key(self, handle: int) -> Hashable:
         """A job's identity across views, for what a policy remembers about a job between calls
@@ -171,7 +175,7 @@ class ClusterView:
 
     @classmethod
     def with_occupancy(cls, *args, occupied: np.ndarray, njobs: np.ndarray, slot_types: np.ndarray,
-                       memo: dict | None = None, **kwargs) -> ClusterView:
+                       memo: dict | None = None, changes: OccupancyChanges | None = None, **kwargs) -> ClusterView:
         """A view (arguments as the constructor's) whose :attr:`occupied`, :attr:`njobs` and
         :attr:`slot_types` the driver hands over, kept up to date across its changes, instead of
         computing them from ``slots``: per-GPU state that changes on a few GPUs per event, where
@@ -191,6 +195,10 @@ class ClusterView:
         sits in which slot, the jobs' types and GPU counts, the GPUs' memory, shares and models);
         rates, remaining work and the clock may have moved. The simulator does so between
         changes of occupancy (a rate change alone leaves eligibility as it was).
+
+        ``changes``: which GPUs' occupancy changed since when (:class:`OccupancyChanges`), for
+        answers a policy patches on the GPUs changed since it last computed them
+        (:meth:`~iadeep.policy.Policy.eligible`); ``None``: not kept.
         """
         new = object.__new__(cls)
         d = new.__dict__
@@ -200,6 +208,8 @@ class ClusterView:
         d["occupied"], d["njobs"], d["slot_types"] = occupied, njobs, slot_types
         if memo is not None:
             d["memo"] = memo
+        if changes is not None:
+            d["occupancy_changes"] = changes
         return new
 
     def at(self, now_s: float) -> ClusterView:
@@ -235,6 +245,26 @@ class ClusterView:
     def gpu_name(self, gpu: int) -> str:
         """``"<node>/gpu<k>"`` for messages."""
         return f"{self.node_names[self.gpu_node[gpu]]}/gpu{self.gpu_local_index[gpu]}"
+
+
+@dataclass(frozen=True)
+class OccupancyChanges:
+    """A driver's record of when each GPU's occupancy last changed, handed to its views
+    (:meth:`ClusterView.with_occupancy`) so that a policy can patch an answer it computed on an
+    earlier view on the few GPUs changed since, in place of recomputing it over all ``G``.
+
+    "Occupancy" is what eligibility reads: which job sits in which slot, those jobs' types, the
+    GPU's memory and shares in use. Versions only grow; a GPU changed after version ``v`` has
+    ``gpu_version[g] > v``.
+
+    Attributes:
+        version: the driver's occupancy version when the view was built.
+        gpu_version: the version of each GPU's last change, shape ``(G,)`` int64, read-only; the
+            driver's own array (its identity tells one driver's record from another's).
+    """
+
+    version: int
+    gpu_version: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -395,7 +425,8 @@ Measure = Callable[[Mapping[int, int]], Mapping[int, float]]
 
 #: What :meth:`ClusterView.at` hands on: every field but the clock, and the derived entries that do
 #: not depend on it (a derived entry added to ClusterView is recomputed by a copy unless listed here).
-_HANDED_ON = frozenset({f.name for f in fields(ClusterView) if f.name != "now_s"} | {"occupied", "njobs", "slot_types", "memo"})
+_HANDED_ON = frozenset({f.name for f in fields(ClusterView) if f.name != "now_s"}
+                       | {"occupied", "njobs", "slot_types", "memo", "occupancy_changes"})
 _FIELD_NAMES = tuple(f.name for f in fields(ClusterView))  # constructor order, for :meth:`ClusterView.with_occupancy`
 _FIELD_DEFAULTS = {f.name: f.default for f in fields(ClusterView) if f.default is not MISSING}
 

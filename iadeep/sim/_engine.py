@@ -43,7 +43,7 @@ import pandas as pd
 from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
-from iadeep.policy import ClusterView, JobRequest, Placement, Policy
+from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy
 from iadeep.sim._config import ClusterSpec, SimSettings
 from iadeep.sim._errors import InfeasibleJobError
 from iadeep.sim._feasible import feasibility, gpu_model_mask
@@ -167,6 +167,7 @@ class Simulator:
         # types, GPU memory and shares): views of one occupancy version share their memo.
         self._occupancy_version = 0
         self._memo_version = -1
+        self._gpu_version = np.zeros(G, dtype=np.int64)  # occupancy version of each GPU's last change
         self._busy: tuple[int, int] = (-1, 0)  # (epoch, GPUs with a job)
         #: calls of the policy: ``place``, retries a Wait's queueing hint skipped, ``tune``
         self.calls = {"place": 0, "skipped_by_hint": 0, "tune": 0}
@@ -184,6 +185,7 @@ class Simulator:
                     ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate",
                      "share_used", "gpu_models", "occupied", "njobs", "slot_types")}
         self._mem_of = model.mem_gib
+        self._gpu_version_ro = _readonly(self._gpu_version)
         # scalar readers for the per-trial arithmetic (plain floats: the same values as the arrays')
         self._norm_of, self._gain_of, self._speed_of = model.norm.item, self.gain.item, self.gpu_speed.item
         self._has_share, self._base_of = self.has_share.tolist(), base.tolist()
@@ -213,7 +215,8 @@ class Simulator:
         self._view = ClusterView.with_occupancy(
             self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
             r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"], gpu_share_used_milli=r["share_used"],
-            gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"], memo=memo)
+            gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"], memo=memo,
+            changes=OccupancyChanges(self._occupancy_version, self._gpu_version_ro))
         return self._view
 
     def _sync(self, h: int) -> None:
@@ -233,6 +236,7 @@ class Simulator:
     def _gpu_changed(self, g: int) -> None:
         """Bring GPU ``g``'s kept occupancy, job count and slot types up to date with its slots."""
         self._occupancy_version += 1
+        self._gpu_version[g] = self._occupancy_version
         types, occupied, slot_types = self.type, self.occupied, self.slot_types
         n = 0
         for s, h in enumerate(self.slots[g].tolist()):  # S is small (1-4): item writes beat array ops
@@ -247,6 +251,7 @@ class Simulator:
         t = self.type[h]
         for g in self.gpus[h]:
             self.slot_types[g, self._slot(g, h)] = t
+            self._gpu_version[g] = self._occupancy_version
         if h == 0:
             self.slot_types[~self.occupied] = self.type[0]
 
@@ -409,6 +414,7 @@ class Simulator:
                     self._type_changed(h)
         self.mem_used[g] = new_mem
         self._occupancy_version += 1
+        self._gpu_version[g] = self._occupancy_version
         self._refresh_gpu(g, affected)
 
     def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
