@@ -53,7 +53,7 @@ REASONS = (
 _OK, _LIMIT, _MEM, _PAIR, _POLICY, _SHARE, _MODEL = range(7)
 #: eligibility is patched on at most this many GPUs changed since it was last computed for the same
 #: job needs (one event changes a few); more, and it is computed afresh over all GPUs
-_PATCH_AT_MOST = 32
+_PATCH_AT_MOST = 12
 
 
 class Policy(ABC):
@@ -133,15 +133,16 @@ class Policy(ABC):
         fits = self.model.fits[t].tolist()
         avoided = self.avoided[t].tolist() if self.avoided[t].any() else None
         need = job.mem_gib - 1e-9
-        codes = []
-        for g_full, g_free, g_occ, g_types in zip(full[dirty].tolist(), free_mem[dirty].tolist(),
-                                                  view.occupied[dirty].tolist(), view.slot_types[dirty].tolist()):
-            if g_full:
+        occupied, slot_types = view.occupied, view.slot_types
+        reason = reason.copy()
+        for g in dirty.tolist():  # a few GPUs: plain values read one by one
+            if full.item(g):
                 code = _LIMIT
-            elif not g_free >= need:
+            elif not free_mem.item(g) >= need:
                 code = _MEM
             else:
                 code = _OK
+                g_occ, g_types = occupied[g].tolist(), slot_types[g].tolist()
                 for occ, u in zip(g_occ, g_types):
                     if occ and not fits[u]:
                         code = _PAIR
@@ -151,9 +152,7 @@ class Policy(ABC):
                         if occ and avoided[u]:
                             code = _POLICY
                             break
-            codes.append(code)
-        reason = reason.copy()
-        reason[dirty] = codes
+            reason[g] = code
         return reason == _OK, reason
 
     def _eligible_all(self, job: JobRequest, view: ClusterView, full: np.ndarray,
