@@ -260,7 +260,7 @@ class Simulator:
         gs = self.gpus[h]
         if len(gs) == 1:
             g = gs[0]
-            return self.gpu_rate[g, self._slot(g, h)]
+            return self.gpu_rate.item(g, self._slot(g, h))
         idx = np.array(gs)
         return self.gpu_rate[idx][self.slots[idx] == h].min()
 
@@ -501,8 +501,8 @@ class Simulator:
         while self.events and done < n:  # stale finish/tuning events may outlive the last job
             t = self.events[0][0]
             if self._busy[0] != self._epoch:
-                # a GPU is busy iff its slot 0 is occupied (ClusterView's slot contract)
-                self._busy = (self._epoch, int(np.count_nonzero(self.slots[:, 0] >= 0)) if self.slots.shape[1] else 0)
+                # a GPU is busy iff it holds a job (the kept job counts)
+                self._busy = (self._epoch, int(np.count_nonzero(self.njobs)))
             busy = self._busy[1]
             self.busy_gpu_seconds += busy * (t - last_t)
             last_t = t
