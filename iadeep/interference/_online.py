@@ -23,7 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.linalg import _umath_linalg
+
+try:  # np.linalg.solve's own kernel (LAPACK gesv), without the wrapper's checks and copies
+    from numpy.linalg._umath_linalg import solve1 as _solve
+except ImportError:  # a numpy without the private module: the public function, the same kernel
+    _solve = np.linalg.solve
 
 
 from iadeep.jobtypes import JobType
@@ -134,9 +138,9 @@ class OnlineInterferenceLearner:
     def matrix(self) -> np.ndarray:
         """Predicted normalised throughput for every ordered pair, shape ``(n_types, n_types)``, in [0, 1]."""
         if self._cache is None:
-            # np.linalg.solve's own kernel (LAPACK gesv), without its wrapper's checks and copies:
-            # the same solution to the last bit (the matrix is square, float64, non-singular: ridge)
-            w = _umath_linalg.solve1(self._xtx, self._xty)
+            # np.linalg.solve's kernel called directly: the same solution to the last bit (the
+            # matrix is square, float64 and positive definite: the ridge term keeps it regular)
+            w = _solve(self._xtx, self._xty)
             base = self._feat @ w
             own = np.where(self._seen, self._own, base)
             pred = base + self._weight * (own - base)
