@@ -73,9 +73,9 @@ class Policy(ABC):
         # job-type pairs this policy measured to share badly and will not form again
         self.avoided = np.zeros_like(model.fits, dtype=bool)
         self._avoid_version = 0  # bumped by avoid(): eligibility remembered on a view is keyed by it
-        # eligibility key -> (the driver's OccupancyChanges.gpu_version, its version then, the reason
-        # codes): patched on the GPUs changed since when the key is asked for again (eligible())
-        self._kept_eligible: dict[tuple, tuple[np.ndarray, int, np.ndarray]] = {}
+        # eligibility key -> (the driver's OccupancyChanges.log, its version then, the reason codes):
+        # patched on the GPUs changed since when the key is asked for again (eligible())
+        self._kept_eligible: dict[tuple, tuple[list[int], int, np.ndarray]] = {}
         if self.limit < 1:
             raise ValueError(f"colocation_limit must be >= 1, got {self.limit}")
 
@@ -97,48 +97,45 @@ class Policy(ABC):
         return found
 
     def _eligible(self, job: JobRequest, view: ClusterView, key: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
-        # what every job's answer on this view shares: full GPUs, how many are not, free memory
-        common = view.memo.get(("eligible-common", self.limit))
-        if common is None:
-            full = view.njobs >= self.limit
-            common = view.memo[("eligible-common", self.limit)] = (
-                _frozen(full), view.n_gpus - int(np.count_nonzero(full)),
-                _frozen(view.gpu_mem_total_gib - view.gpu_mem_used_gib))
-        full, n_open, free_mem = common
+        memo = view.memo
+        n_open = memo.get(("open GPUs", self.limit))  # GPUs below the co-location limit: every job's answer reads it
+        if n_open is None:
+            n_open = memo[("open GPUs", self.limit)] = int(np.count_nonzero(view.njobs < self.limit))
         if n_open < job.num_gpus:  # fast path: not enough open slots at all
             return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
         changes = view.occupancy_changes
-        plain = job.gpu_milli != job.gpu_milli and not job.gpu_models  # no share, no GPU model asked for
-        if changes is not None and plain and key:
+        keep = changes is not None and bool(key) and job.gpu_milli != job.gpu_milli and not job.gpu_models
+        if keep:  # a job without a share or GPU model asked for, on a driver that records changes
             kept = self._kept_eligible.get(key)
-            if kept is not None and kept[0] is changes.gpu_version:  # the same driver's record
-                dirty = np.flatnonzero(changes.gpu_version > kept[1])
-                if len(dirty) <= _PATCH_AT_MOST:
-                    mask, reason = self._patch(job, view, kept[2], dirty, full, free_mem)
-                    self._kept_eligible[key] = (changes.gpu_version, changes.version, reason)
-                    return mask, reason
-        mask, reason = self._eligible_all(job, view, full, free_mem)
-        if changes is not None and plain and key:
-            self._kept_eligible[key] = (changes.gpu_version, changes.version, reason)
+            if kept is not None and kept[0] is changes.log:  # the same driver's record
+                since = changes.log[kept[1]:changes.version]
+                if len(since) <= _PATCH_AT_MOST:
+                    reason = self._patch(job, view, kept[2], dict.fromkeys(since))
+                    self._kept_eligible[key] = (changes.log, changes.version, reason)
+                    return reason == _OK, reason
+        mask, reason = self._eligible_all(job, view)
+        if keep:
+            self._kept_eligible[key] = (changes.log, changes.version, reason)
         return mask, reason
 
-    def _patch(self, job: JobRequest, view: ClusterView, reason: np.ndarray, dirty: np.ndarray, full: np.ndarray,
-               free_mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_eligible_all`'s answer from an earlier one (``reason``) on the GPUs whose
-        occupancy changed since (``dirty``), for a job without a share or GPU model: the same
-        rule, GPU by GPU on plain values (a handful of GPUs per event, where the whole-cluster
-        form costs some 20 array operations). The codes' precedence is the array form's order of
-        assignment: limit, memory, pair, policy."""
+    def _patch(self, job: JobRequest, view: ClusterView, reason: np.ndarray, gpus) -> np.ndarray:
+        """:meth:`_eligible_all`'s reason codes from an earlier answer (``reason``) on the GPUs
+        whose occupancy changed since (``gpus``, an iterable of GPU ids), for a job without a
+        share or GPU model: the same rule, GPU by GPU on plain values (a handful of GPUs per
+        event, where the whole-cluster form costs some 20 array operations). The codes'
+        precedence is the array form's order of assignment: limit, memory, pair, policy."""
         t = job.type_id
         fits = self.model.fits[t].tolist()
         avoided = self.avoided[t].tolist() if self.avoided[t].any() else None
         need = job.mem_gib - 1e-9
+        limit = self.limit
+        njobs, total, used = view.njobs.item, view.gpu_mem_total_gib.item, view.gpu_mem_used_gib.item
         occupied, slot_types = view.occupied, view.slot_types
         reason = reason.copy()
-        for g in dirty.tolist():  # a few GPUs: plain values read one by one
-            if full.item(g):
+        for g in gpus:  # a few GPUs: plain values read one by one
+            if njobs(g) >= limit:
                 code = _LIMIT
-            elif not free_mem.item(g) >= need:
+            elif not total(g) - used(g) >= need:  # the same subtraction as the array form's
                 code = _MEM
             else:
                 code = _OK
@@ -153,10 +150,9 @@ class Policy(ABC):
                             code = _POLICY
                             break
             reason[g] = code
-        return reason == _OK, reason
+        return reason
 
-    def _eligible_all(self, job: JobRequest, view: ClusterView, full: np.ndarray,
-                      free_mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _eligible_all(self, job: JobRequest, view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
         """The eligibility rule over all GPUs (arrays ``(G,)``), past the fast path."""
         occupied = view.occupied
         occ_types = view.slot_types  # (G, S); meaningful where occupied
@@ -166,13 +162,13 @@ class Policy(ABC):
         if self.avoided[t].any():
             reason[row_any(occupied & self.avoided[t][occ_types])] = _POLICY
         reason[pair_bad] = _PAIR
-        reason[~(free_mem >= job.mem_gib - 1e-9)] = _MEM
+        reason[~(view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9)] = _MEM
         share_ok, model_ok = capacity_masks(job, view)
         if share_ok is not None:
             reason[~share_ok] = _SHARE
         if model_ok is not None:
             reason[~model_ok] = _MODEL
-        reason[full] = _LIMIT
+        reason[view.njobs >= self.limit] = _LIMIT
         return reason == _OK, reason
 
     def avoid(self, type_ids: list[int]) -> None:

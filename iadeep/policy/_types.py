@@ -249,22 +249,22 @@ class ClusterView:
 
 @dataclass(frozen=True)
 class OccupancyChanges:
-    """A driver's record of when each GPU's occupancy last changed, handed to its views
+    """A driver's record of which GPUs' occupancy changed, in order, handed to its views
     (:meth:`ClusterView.with_occupancy`) so that a policy can patch an answer it computed on an
     earlier view on the few GPUs changed since, in place of recomputing it over all ``G``.
 
     "Occupancy" is what eligibility reads: which job sits in which slot, those jobs' types, the
-    GPU's memory and shares in use. Versions only grow; a GPU changed after version ``v`` has
-    ``gpu_version[g] > v``.
+    GPU's memory and shares in use. Every such change appends its GPU to ``log``; the GPUs
+    changed between versions ``v`` and ``w`` are ``log[v:w]``.
 
     Attributes:
-        version: the driver's occupancy version when the view was built.
-        gpu_version: the version of each GPU's last change, shape ``(G,)`` int64, read-only; the
-            driver's own array (its identity tells one driver's record from another's).
+        version: the driver's occupancy version when the view was built (``len(log)`` then).
+        log: the GPU id of each change, in order; the driver's own list, append-only (its
+            identity tells one driver's record from another's; read it, never write it).
     """
 
     version: int
-    gpu_version: np.ndarray
+    log: Sequence[int]
 
 
 @dataclass(frozen=True)

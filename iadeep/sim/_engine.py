@@ -163,11 +163,11 @@ class Simulator:
         self._hints: dict[int, tuple[int, int, int]] = {}  # handle -> (epoch, gpus_ahead, holds_up_to_behind)
         self._view: ClusterView | None = None
         self._view_key: tuple[float, int] = (-1.0, -1)
-        # Bumped by every change of what eligibility reads (which job sits in which slot, the jobs'
-        # types, GPU memory and shares): views of one occupancy version share their memo.
-        self._occupancy_version = 0
+        # The GPU of every change of what eligibility reads (which job sits in which slot, the jobs'
+        # types, GPU memory and shares), in order (OccupancyChanges.log: its length is the
+        # occupancy version); views of one version share their memo.
+        self._change_log: list[int] = []
         self._memo_version = -1
-        self._gpu_version = np.zeros(G, dtype=np.int64)  # occupancy version of each GPU's last change
         self._busy: tuple[int, int] = (-1, 0)  # (epoch, GPUs with a job)
         #: calls of the policy: ``place``, retries a Wait's queueing hint skipped, ``tune``
         self.calls = {"place": 0, "skipped_by_hint": 0, "tune": 0}
@@ -185,7 +185,6 @@ class Simulator:
                     ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate",
                      "share_used", "gpu_models", "occupied", "njobs", "slot_types")}
         self._mem_of = model.mem_gib
-        self._gpu_version_ro = _readonly(self._gpu_version)
         # scalar readers for the per-trial arithmetic (plain floats: the same values as the arrays')
         self._norm_of, self._gain_of, self._speed_of = model.norm.item, self.gain.item, self.gpu_speed.item
         self._has_share, self._base_of = self.has_share.tolist(), base.tolist()
@@ -210,13 +209,14 @@ class Simulator:
             return self._view
         r = self._ro
         self._view_key = key
-        memo = self._view.memo if self._view is not None and self._memo_version == self._occupancy_version else None
-        self._memo_version = self._occupancy_version
+        version = len(self._change_log)
+        memo = self._view.memo if self._view is not None and self._memo_version == version else {}
+        self._memo_version = version
         self._view = ClusterView.with_occupancy(
             self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
             r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"], gpu_share_used_milli=r["share_used"],
             gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"], memo=memo,
-            changes=OccupancyChanges(self._occupancy_version, self._gpu_version_ro))
+            changes=OccupancyChanges(version, self._change_log))
         return self._view
 
     def _sync(self, h: int) -> None:
@@ -235,8 +235,7 @@ class Simulator:
 
     def _gpu_changed(self, g: int) -> None:
         """Bring GPU ``g``'s kept occupancy, job count and slot types up to date with its slots."""
-        self._occupancy_version += 1
-        self._gpu_version[g] = self._occupancy_version
+        self._change_log.append(g)
         types, occupied, slot_types = self.type, self.occupied, self.slot_types
         n = 0
         for s, h in enumerate(self.slots[g].tolist()):  # S is small (1-4): item writes beat array ops
@@ -247,11 +246,10 @@ class Simulator:
 
     def _type_changed(self, h: int) -> None:
         """Job ``h``'s type changed: its GPUs' kept slot types (and, for job 0, the empty slots')."""
-        self._occupancy_version += 1
         t = self.type[h]
         for g in self.gpus[h]:
             self.slot_types[g, self._slot(g, h)] = t
-            self._gpu_version[g] = self._occupancy_version
+            self._change_log.append(g)
         if h == 0:
             self.slot_types[~self.occupied] = self.type[0]
 
@@ -413,8 +411,7 @@ class Simulator:
                 if changed:
                     self._type_changed(h)
         self.mem_used[g] = new_mem
-        self._occupancy_version += 1
-        self._gpu_version[g] = self._occupancy_version
+        self._change_log.append(g)
         self._refresh_gpu(g, affected)
 
     def _evict(self, h: int, affected: set[int], here: bool = False) -> None:

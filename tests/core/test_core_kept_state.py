@@ -2,7 +2,7 @@
 
 * the simulator's per-GPU occupancy (``occupied``, ``njobs``, ``slot_types``) and its change record
   (:class:`~iadeep.policy.OccupancyChanges`: every GPU whose slots, occupant types, memory or
-  shares changed has a newer version), checked at every view it builds on a real Philly slice;
+  shares changed is in its log since), checked at every view it builds on a real Philly slice;
 * eligibility patched on the GPUs changed since it was last computed (``Policy._patch``), checked
   at every ``place`` call against the whole-cluster rule on a view built afresh;
 * the online learner's sparse accumulation and kept per-pair means, against the dense
@@ -52,14 +52,16 @@ def _run_checked(model, workload, queue: str = "fifo") -> dict[str, int]:
         np.testing.assert_array_equal(sim.slot_types, sim.type[np.maximum(slots, 0)], err_msg="kept slot types")
         state = _gpu_state(sim)
         if last:
-            before, versions = last
+            before, version = last
             changed = ((before[0] != state[0]).any(axis=1) | (before[1] != state[1]).any(axis=1)
                        | (before[2] != state[2]) | (before[3] != state[3]))
-            missed = np.flatnonzero(changed & ~(sim._gpu_version > versions))
+            logged = np.zeros(len(changed), dtype=bool)
+            logged[sim._change_log[version:]] = True
+            missed = np.flatnonzero(changed & ~logged)
             assert len(missed) == 0, f"GPUs {missed.tolist()} changed at {sim.now} without a new version"
-        last[:] = [state, sim._gpu_version.copy()]
+        last[:] = [state, len(sim._change_log)]
         v = view()
-        assert v.occupancy_changes is not None and v.occupancy_changes.version >= int(sim._gpu_version.max())
+        assert v.occupancy_changes is not None and v.occupancy_changes.version == len(sim._change_log)
         seen["views"] += 1
         return v
 
@@ -110,9 +112,8 @@ def test_a_change_without_a_new_version_is_caught(model, workload, monkeypatch):
     kept = Simulator._gpu_changed
 
     def unversioned(self, g):
-        version = self._gpu_version[g]
         kept(self, g)
-        self._gpu_version[g] = version
+        self._change_log.pop()
 
     monkeypatch.setattr(Simulator, "_gpu_changed", unversioned)
     with pytest.raises(AssertionError, match="without a new version"):
@@ -124,10 +125,9 @@ def test_a_patch_that_forgets_the_pair_rule_is_caught(model, workload, monkeypat
     patch = policy_base.Policy._patch
 
     def forgetful(self, *args):
-        _, reason = patch(self, *args)
-        reason = reason.copy()
+        reason = patch(self, *args).copy()
         reason[reason == policy_base._PAIR] = policy_base._OK
-        return reason == policy_base._OK, reason
+        return reason
 
     monkeypatch.setattr(policy_base.Policy, "_patch", forgetful)
     with pytest.raises(AssertionError, match="patched eligibility"):
