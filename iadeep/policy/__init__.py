@@ -7,7 +7,8 @@ with :func:`register`, imported below.
 
 from iadeep.policy._base import REASONS, Policy, choose_gpus
 from iadeep.policy._registry import POLICIES, make_policy, policy_names, register
-from iadeep.policy._types import ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait
+from iadeep.policy._types import (ClusterView, FilterResult, JobRequest, Measure, OccupancyChanges, Placement, TuningDecision,
+                                  Wait)
 from iadeep.policy import iadeep, exclusive, antman, gandiva  # noqa: F401,I001  (registration, in display order)
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "FilterResult",
     "JobRequest",
     "Measure",
+    "OccupancyChanges",
     "Placement",
     "Policy",
     "TuningDecision",

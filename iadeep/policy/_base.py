@@ -51,6 +51,9 @@ REASONS = (
     "GPU model not among those the job accepts",
 )
 _OK, _LIMIT, _MEM, _PAIR, _POLICY, _SHARE, _MODEL = range(7)
+#: eligibility is patched on at most this many GPUs changed since it was last computed for the same
+#: job needs (one event changes a few); more, and it is computed afresh over all GPUs
+_PATCH_AT_MOST = 12
 
 
 class Policy(ABC):
@@ -70,6 +73,9 @@ class Policy(ABC):
         # job-type pairs this policy measured to share badly and will not form again
         self.avoided = np.zeros_like(model.fits, dtype=bool)
         self._avoid_version = 0  # bumped by avoid(): eligibility remembered on a view is keyed by it
+        # eligibility key -> (the driver's OccupancyChanges.log, its version then, the reason codes):
+        # patched on the GPUs changed since when the key is asked for again (eligible())
+        self._kept_eligible: dict[tuple, tuple[list[int], int, np.ndarray]] = {}
         if self.limit < 1:
             raise ValueError(f"colocation_limit must be >= 1, got {self.limit}")
 
@@ -87,35 +93,89 @@ class Policy(ABC):
                None if milli != milli else milli, job.gpu_models)
         found = view.memo.get(key)
         if found is None:
-            found = view.memo[key] = tuple(_frozen(x) for x in self._eligible(job, view))
+            found = view.memo[key] = tuple(_frozen(x) for x in self._eligible(job, view, key))
         return found
 
-    def _eligible(self, job: JobRequest, view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
-        occupied = view.occupied
-        njobs = view.njobs
-        if np.count_nonzero(njobs < self.limit) < job.num_gpus:  # fast path: not enough open slots at all
+    def _eligible(self, job: JobRequest, view: ClusterView, key: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
+        memo = view.memo
+        n_open = memo.get(("open GPUs", self.limit))  # GPUs below the co-location limit: every job's answer reads it
+        if n_open is None:
+            n_open = memo[("open GPUs", self.limit)] = int(np.count_nonzero(view.njobs < self.limit))
+        if n_open < job.num_gpus:  # fast path: not enough open slots at all
             return np.zeros(view.n_gpus, dtype=bool), np.full(view.n_gpus, _LIMIT, dtype=np.int8)
+        changes = view.occupancy_changes
+        keep = changes is not None and bool(key) and job.gpu_milli != job.gpu_milli and not job.gpu_models
+        if keep:  # a job without a share or GPU model asked for, on a driver that records changes
+            kept = self._kept_eligible.get(key)
+            if kept is not None and kept[0] is changes.log:  # the same driver's record
+                since = changes.log[kept[1]:changes.version]
+                if len(since) <= _PATCH_AT_MOST:
+                    reason = self._patch(job, view, kept[2], dict.fromkeys(since))
+                    self._kept_eligible[key] = (changes.log, changes.version, reason)
+                    return reason == _OK, reason
+        mask, reason = self._eligible_all(job, view)
+        if keep:
+            self._kept_eligible[key] = (changes.log, changes.version, reason)
+        return mask, reason
+
+    def _patch(self, job: JobRequest, view: ClusterView, reason: np.ndarray, gpus) -> np.ndarray:
+        """:meth:`_eligible_all`'s reason codes from an earlier answer (``reason``) on the GPUs
+        whose occupancy changed since (``gpus``, an iterable of GPU ids), for a job without a
+        share or GPU model: the same rule, GPU by GPU on plain values (a handful of GPUs per
+        event, where the whole-cluster form costs some 20 array operations). The codes'
+        precedence is the array form's order of assignment: limit, memory, pair, policy."""
+        t = job.type_id
+        fits = self.model.fits[t].tolist()
+        avoided = self.avoided[t].tolist() if self.avoided[t].any() else None
+        need = job.mem_gib - 1e-9
+        limit = self.limit
+        njobs, total, used = view.njobs.item, view.gpu_mem_total_gib.item, view.gpu_mem_used_gib.item
+        occupied, slot_types = view.occupied, view.slot_types
+        reason = reason.copy()
+        for g in gpus:  # a few GPUs: plain values read one by one
+            if njobs(g) >= limit:
+                code = _LIMIT
+            elif not total(g) - used(g) >= need:  # the same subtraction as the array form's
+                code = _MEM
+            else:
+                code = _OK
+                g_occ, g_types = occupied[g].tolist(), slot_types[g].tolist()
+                for occ, u in zip(g_occ, g_types):
+                    if occ and not fits[u]:
+                        code = _PAIR
+                        break
+                if code == _OK and avoided is not None:
+                    for occ, u in zip(g_occ, g_types):
+                        if occ and avoided[u]:
+                            code = _POLICY
+                            break
+            reason[g] = code
+        return reason
+
+    def _eligible_all(self, job: JobRequest, view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
+        """The eligibility rule over all GPUs (arrays ``(G,)``), past the fast path."""
+        occupied = view.occupied
         occ_types = view.slot_types  # (G, S); meaningful where occupied
         t = job.type_id
         pair_bad = row_any(occupied & ~self.model.fits[t][occ_types])
-        mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9
-        reason = np.full(view.n_gpus, _OK, dtype=np.int8)
+        reason = np.zeros(view.n_gpus, dtype=np.int8)  # _OK
         if self.avoided[t].any():
             reason[row_any(occupied & self.avoided[t][occ_types])] = _POLICY
         reason[pair_bad] = _PAIR
-        reason[~mem_ok] = _MEM
+        reason[~(view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9)] = _MEM
         share_ok, model_ok = capacity_masks(job, view)
         if share_ok is not None:
             reason[~share_ok] = _SHARE
         if model_ok is not None:
             reason[~model_ok] = _MODEL
-        reason[njobs >= self.limit] = _LIMIT
+        reason[view.njobs >= self.limit] = _LIMIT
         return reason == _OK, reason
 
     def avoid(self, type_ids: list[int]) -> None:
         """Never again co-locate these job types with each other (both directions); a measured
         bad packing is remembered so that the policy does not form and undo it over and over."""
         self._avoid_version += 1
+        self._kept_eligible.clear()  # keyed by the old version: never asked for again
         for i, a in enumerate(type_ids):
             for j, b in enumerate(type_ids):
                 if i != j:

@@ -13,7 +13,7 @@ Notations:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cached_property
 
 import numpy as np
@@ -22,6 +22,7 @@ from iadeep.policy._rows import row_count, row_max
 
 __all__ = [
     "ClusterView",
+    "OccupancyChanges",
     "JobRequest",
     "Placement",
     "Wait",
@@ -91,6 +92,9 @@ class ClusterView:
     gpu_model: np.ndarray | None = None
     node_pos: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
     job_keys: Sequence[Hashable] | None = field(default=None, compare=False, repr=False)
+    #: a driver's record of which GPUs' occupancy changed when (:class:`OccupancyChanges`), set by
+    #: :meth:`with_occupancy`; ``None`` (default): unknown, every answer is computed afresh
+    occupancy_changes = None  # not annotated: not a field (nor a ClassVar in __dataclass_fields__)
 
     def job_key(self, handle: int) -> Hashable:
         """A job's identity across views, for what a policy remembers about a job between calls
@@ -155,15 +159,58 @@ class ClusterView:
         if self.slots.shape[1] == 0:
             return _frozen(np.zeros(self.n_gpus))
         handles = np.where(occupied, self.slots, 0)
-        rate = np.maximum(self.job_rate[handles], 1e-6)
-        return _frozen(row_max(np.where(occupied, self.remaining_s(handles) / rate, 0.0)))
+        # remaining_s(handles) / max(rate, 1e-6), elementwise as those two compute it, gathering each array once
+        job_rate = self.job_rate[handles]
+        left = np.maximum(self.job_work_left_s[handles] - job_rate * (self.now_s - self.job_updated_s[handles]), 0.0)
+        return _frozen(row_max(np.where(occupied, left / np.maximum(job_rate, 1e-6), 0.0)))
 
     @cached_property
     def memo(self) -> dict:
         """Answers a policy computed from this view, keyed by what they depend on besides it
         (e.g. :meth:`~iadeep.policy.Policy.eligible` per job needs); lives as long as the view
-        and its :meth:`at` copies, so it holds only answers that do not depend on ``now_s``."""
+        and its :meth:`at` copies (and later views a driver hands it on to:
+        :meth:`with_occupancy`), so it holds only answers that do not depend on ``now_s``, the jobs'
+        rates or their remaining work."""
         return {}
+
+    @classmethod
+    def with_occupancy(cls, *args, occupied: np.ndarray, njobs: np.ndarray, slot_types: np.ndarray,
+                       memo: dict | None = None, changes: OccupancyChanges | None = None, **kwargs) -> ClusterView:
+        """A view (arguments as the constructor's) whose :attr:`occupied`, :attr:`njobs` and
+        :attr:`slot_types` the driver hands over, kept up to date across its changes, instead of
+        computing them from ``slots``: per-GPU state that changes on a few GPUs per event, where
+        every view would otherwise rederive it over all ``G`` GPUs.
+
+        The driver vouches for them and for the slot contract (neither is checked here): they
+        must equal what a view built from the same state computes (``slot_types`` also in empty
+        slots: ``job_type[0]``, as ``job_type[max(slots, 0)]`` gives), and they must be
+        read-only. The simulator keeps them (:mod:`iadeep.sim`); ``tests/core/test_core_view_at.py``
+        compares every view it hands out with one built afresh, whose construction checks the
+        contract.
+
+        Shapes: ``occupied`` ``(G, S)`` bool, ``njobs`` ``(G,)`` int64, ``slot_types`` ``(G, S)`` int64.
+
+        ``memo``: an earlier view's :attr:`memo` to share, or ``None`` (a fresh one). The driver may
+        hand one on only while what its answers derive from is unchanged since that view (which job
+        sits in which slot, the jobs' types and GPU counts, the GPUs' memory, shares and models);
+        rates, remaining work and the clock may have moved. The simulator does so between
+        changes of occupancy (a rate change alone leaves eligibility as it was).
+
+        ``changes``: which GPUs' occupancy changed since when (:class:`OccupancyChanges`), for
+        answers a policy patches on the GPUs changed since it last computed them
+        (:meth:`~iadeep.policy.Policy.eligible`); ``None``: not kept.
+        """
+        new = object.__new__(cls)
+        d = new.__dict__
+        d.update(_FIELD_DEFAULTS)
+        d.update(zip(_FIELD_NAMES, args))
+        d.update(kwargs)
+        d["occupied"], d["njobs"], d["slot_types"] = occupied, njobs, slot_types
+        if memo is not None:
+            d["memo"] = memo
+        if changes is not None:
+            d["occupancy_changes"] = changes
+        return new
 
     def at(self, now_s: float) -> ClusterView:
         """This view at another clock ``now_s``, sharing its arrays.
@@ -198,6 +245,26 @@ class ClusterView:
     def gpu_name(self, gpu: int) -> str:
         """``"<node>/gpu<k>"`` for messages."""
         return f"{self.node_names[self.gpu_node[gpu]]}/gpu{self.gpu_local_index[gpu]}"
+
+
+@dataclass(frozen=True)
+class OccupancyChanges:
+    """A driver's record of which GPUs' occupancy changed, in order, handed to its views
+    (:meth:`ClusterView.with_occupancy`) so that a policy can patch an answer it computed on an
+    earlier view on the few GPUs changed since, in place of recomputing it over all ``G``.
+
+    "Occupancy" is what eligibility reads: which job sits in which slot, those jobs' types, the
+    GPU's memory and shares in use. Every such change appends its GPU to ``log``; the GPUs
+    changed between versions ``v`` and ``w`` are ``log[v:w]``.
+
+    Attributes:
+        version: the driver's occupancy version when the view was built (``len(log)`` then).
+        log: the GPU id of each change, in order; the driver's own list, append-only (its
+            identity tells one driver's record from another's; read it, never write it).
+    """
+
+    version: int
+    log: Sequence[int]
 
 
 @dataclass(frozen=True)
@@ -358,7 +425,10 @@ Measure = Callable[[Mapping[int, int]], Mapping[int, float]]
 
 #: What :meth:`ClusterView.at` hands on: every field but the clock, and the derived entries that do
 #: not depend on it (a derived entry added to ClusterView is recomputed by a copy unless listed here).
-_HANDED_ON = frozenset({f.name for f in fields(ClusterView) if f.name != "now_s"} | {"occupied", "njobs", "slot_types", "memo"})
+_HANDED_ON = frozenset({f.name for f in fields(ClusterView) if f.name != "now_s"}
+                       | {"occupied", "njobs", "slot_types", "memo", "occupancy_changes"})
+_FIELD_NAMES = tuple(f.name for f in fields(ClusterView))  # constructor order, for :meth:`ClusterView.with_occupancy`
+_FIELD_DEFAULTS = {f.name: f.default for f in fields(ClusterView) if f.default is not MISSING}
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

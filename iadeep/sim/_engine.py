@@ -49,7 +49,7 @@ import pandas as pd
 from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
-from iadeep.policy import ClusterView, JobRequest, Placement, Policy
+from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy
 from iadeep.sim._config import ClusterSpec, SimSettings
 from iadeep.sim._errors import InfeasibleJobError
 from iadeep.sim._feasible import feasibility, gpu_model_mask
@@ -135,6 +135,11 @@ class Simulator:
         S = policy.limit
         self.slots = np.full((G, S), -1, dtype=np.int64)
         self.gpu_rate = np.zeros((G, S))  # progress rate each occupant makes on this GPU
+        # kept per GPU across events (ClusterView.with_occupancy): slots >= 0, jobs per GPU, the
+        # current job type in each slot (type[max(slots, 0)]: job 0's type in empty slots)
+        self.occupied = np.zeros((G, S), dtype=bool)
+        self.njobs = np.zeros(G, dtype=np.int64)
+        self.slot_types = np.full((G, S), base[0] if n else 0, dtype=np.int64)
         self.mem_used = np.zeros(G)
         self.share_used = np.zeros(G)
         self.gpu_node, self.gpu_local, self.mem_total, self.gpu_models = gpu_node, gpu_local, gpu_mem, gpu_models
@@ -164,6 +169,11 @@ class Simulator:
         self._hints: dict[int, tuple[int, int, int]] = {}  # handle -> (epoch, gpus_ahead, holds_up_to_behind)
         self._view: ClusterView | None = None
         self._view_key: tuple[float, int] = (-1.0, -1)
+        # The GPU of every change of what eligibility reads (which job sits in which slot, the jobs'
+        # types, GPU memory and shares), in order (OccupancyChanges.log: its length is the
+        # occupancy version); views of one version share their memo.
+        self._change_log: list[int] = []
+        self._memo_version = -1
         self._busy: tuple[int, int] = (-1, 0)  # (epoch, GPUs with a job)
         #: calls of the policy: ``place``, retries a Wait's queueing hint skipped, ``tune``
         self.calls = {"place": 0, "skipped_by_hint": 0, "tune": 0}
@@ -179,7 +189,7 @@ class Simulator:
         self.peak_mem_over = 0.0
         self._ro = {name: _readonly(getattr(self, name)) for name in
                     ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate",
-                     "share_used", "gpu_models")}
+                     "share_used", "gpu_models", "occupied", "njobs", "slot_types")}
         self._mem_of = model.mem_gib
         # scalar readers for the per-trial arithmetic (plain floats: the same values as the arrays')
         self._norm_of, self._gain_of, self._speed_of = model.norm.item, self.gain.item, self.gpu_speed.item
@@ -205,9 +215,14 @@ class Simulator:
             return self._view
         r = self._ro
         self._view_key = key
-        self._view = ClusterView(self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"],
-                                 r["slots"], r["type"], r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"],
-                                 gpu_share_used_milli=r["share_used"], gpu_model=r["gpu_models"])
+        version = len(self._change_log)
+        memo = self._view.memo if self._view is not None and self._memo_version == version else {}
+        self._memo_version = version
+        self._view = ClusterView.with_occupancy(
+            self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
+            r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"], gpu_share_used_milli=r["share_used"],
+            gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"], memo=memo,
+            changes=OccupancyChanges(version, self._change_log))
         return self._view
 
     def _sync(self, h: int) -> None:
@@ -217,12 +232,41 @@ class Simulator:
 
     def _set_rate(self, h: int) -> None:
         self._sync(h)
-        rate = min(self.gpu_rate[g, self._slot(g, h)] for g in self.gpus[h])
+        rate = self._gang_rate(h)
         self.rate[h] = rate
         self.version[h] += 1
         self._epoch += 1
         if rate > 0:
             self._push(self.now + self.work_left[h] / rate, _FINISH, h, int(self.version[h]))
+
+    def _gpu_changed(self, g: int) -> None:
+        """Bring GPU ``g``'s kept occupancy, job count and slot types up to date with its slots."""
+        self._change_log.append(g)
+        types, occupied, slot_types = self.type, self.occupied, self.slot_types
+        n = 0
+        for s, h in enumerate(self.slots[g].tolist()):  # S is small (1-4): item writes beat array ops
+            occupied[g, s] = h >= 0
+            slot_types[g, s] = types[h if h >= 0 else 0]
+            n += h >= 0
+        self.njobs[g] = n
+
+    def _type_changed(self, h: int) -> None:
+        """Job ``h``'s type changed: its GPUs' kept slot types (and, for job 0, the empty slots')."""
+        t = self.type[h]
+        for g in self.gpus[h]:
+            self.slot_types[g, self._slot(g, h)] = t
+            self._change_log.append(g)
+        if h == 0:
+            self.slot_types[~self.occupied] = self.type[0]
+
+    def _gang_rate(self, h: int):
+        """Job ``h``'s progress rate: the lowest of its GPUs' rates (a gang advances at its slowest)."""
+        gs = self.gpus[h]
+        if len(gs) == 1:
+            g = gs[0]
+            return self.gpu_rate.item(g, self._slot(g, h))
+        idx = np.array(gs)
+        return self.gpu_rate[idx][self.slots[idx] == h].min()
 
     def _slot(self, g: int, h: int) -> int:
         return self.slots[g].tolist().index(h)
@@ -273,6 +317,7 @@ class Simulator:
                 self.partners[h].add(other)
                 self.partners[other].add(h)
             self.slots[g, free[0]] = h
+            self._gpu_changed(g)
             self.mem_used[g] += self._reserved(h)
             self.share_used[g] += self.share[h]
             if self.mem_used[g] > self.mem_total[g] + 1e-9 or self.share_used[g] > 1000 + 1e-9:
@@ -303,6 +348,7 @@ class Simulator:
             s = self._slot(g, h)
             self.slots[g, s:-1] = self.slots[g, s + 1:].copy()
             self.slots[g, -1] = -1
+            self._gpu_changed(g)
             self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
             self.gpu_rate[g, -1] = 0.0
             self.mem_used[g] = max(self.mem_used[g] - self._reserved(h), 0.0)
@@ -367,8 +413,12 @@ class Simulator:
         for h in occ:
             if h in config:
                 self._sync(h)
+                changed = self.type[h] != config[h]
                 self.type[h] = config[h]
+                if changed:
+                    self._type_changed(h)
         self.mem_used[g] = new_mem
+        self._change_log.append(g)
         self._refresh_gpu(g, affected)
 
     def _reserved(self, h: int) -> float:
@@ -383,6 +433,7 @@ class Simulator:
             self._refresh_gpu(g, affected)
         affected.discard(h)
         self.type[h] = self.base_type[h]
+        self._type_changed(h)
         self.work_left[h] += self.settings.restart_penalty_s
         self._epoch += 1
         self.evictions[h] += 1
@@ -427,7 +478,7 @@ class Simulator:
                 changed.update(decision.gpus)
                 for x in placed:  # the next decision of this pass sees them running at their rates
                     self._sync(x)
-                    self.rate[x] = min(self.gpu_rate[g, self._slot(g, x)] for g in self.gpus[x])
+                    self.rate[x] = self._gang_rate(x)
                 self._epoch += 1
                 continue
             if decision.holds_up_to_behind >= 0:
@@ -458,8 +509,8 @@ class Simulator:
         while self.events and done < n:  # stale finish/tuning events may outlive the last job
             t = self.events[0][0]
             if self._busy[0] != self._epoch:
-                # a GPU is busy iff its slot 0 is occupied (ClusterView's slot contract)
-                self._busy = (self._epoch, int(np.count_nonzero(self.slots[:, 0] >= 0)) if self.slots.shape[1] else 0)
+                # a GPU is busy iff it holds a job (the kept job counts)
+                self._busy = (self._epoch, int(np.count_nonzero(self.njobs)))
             busy = self._busy[1]
             self.busy_gpu_seconds += busy * (t - last_t)
             last_t = t

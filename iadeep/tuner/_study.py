@@ -270,6 +270,8 @@ class TuningStudy:
 
     def outcome(self) -> Outcome:
         """Best so far and whether the stop rule is met."""
+        if self._study is None and self._cached is not None:  # in memory: the log unchanged since computed
+            return self._cached
         return self._outcome_of(self.trials())
 
     def _outcome_of(self, trials: Sequence[Trial]) -> Outcome:
