@@ -4,14 +4,16 @@ A session follows a :class:`~iadeep.state.TuningRequest` (a GPU whose co-locatio
 
 1. the jobs are read from their records (model, submitted batch size, the pod's memory request)
    and their current batch sizes; a session of one job returns it to its submitted size and its
-   reservation to its request. The session may use the GPU memory no pod outside it reserves
-   (the GPU's memory from the node's inventory, less the other pods' reservations): a job may
-   grow into memory nobody reserved, never below its request
-   (:class:`iadeep.tuner.SearchSpace`), and before the jobs switch to a configuration the pods'
-   reservations move with it in one transaction (:meth:`iadeep.state.StateStore.resize`), so the
-   extender never places a pod into memory a tuned job holds (a shrinking job keeps its old
-   memory until its next step boundary, within its old reservation: the co-location limit keeps
-   new pods off the GPU meanwhile when it is 2);
+   reservation to what that size needs (at least its request). The session may use the GPU
+   memory no pod outside it reserves (the GPU's memory from the node's inventory, less the other
+   pods' reservations): a job may grow into memory nobody reserved, never below its request
+   (:class:`iadeep.tuner.SearchSpace`). **A job never runs at a size its reservation does not
+   hold**: before the jobs switch to a configuration, each pod's reservation grows to cover both
+   its old and its new size (one transaction, :meth:`iadeep.state.StateStore.resize`; a job
+   switches at its next step boundary, so until it reports at the new size it may use either);
+   only after every job reported at its new size do the reservations shrink to the new sizes. A
+   switch whose growth is refused (the memory was taken meanwhile) writes nothing: the jobs keep
+   the sizes whose reservations they hold;
 2. the tuner gets a session named after the request (``<node>.<gpu>.<requested_at µs>``: the same
    name after a coordinator restart, so the tuner's stored study resumes) and a warm start, the
    configurations the learned interference model predicts best
@@ -131,9 +133,18 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         for p in pods:
             job = records[p]
             size = _nearest(model, job.model, job.batch_size)
-            _resize(store, request, {p: float(job.mem_gib)})  # back to its request before the job switches
-            store.set_batch_size(BatchSizeAssignment(p, size, name, -1, clock()))
-            applied[p] = size
+            now = store.batch_size(p)
+            old = now.batch_size if now is not None else size
+
+            def need(b: int, job=job) -> float:  # max(request, the size's memory)
+                try:
+                    return max(float(job.mem_gib), float(model.mem_gib[model.type_id(JobType(job.model, b))]))
+                except KeyError:
+                    return float(job.mem_gib)
+
+            if _switch(store, request, name, -1, clock, {p: size}, {p: max(need(old), need(size))}, {p: need(size)},
+                       deadline_s=rounds.deadline_s, wait=old != size):
+                applied[p] = size
         store.complete_tuning(request)
         return SessionResult("single_job", applied)
     jobs = []
@@ -156,6 +167,7 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
     outcome: Outcome | None = None
     samples: list[InterferenceSampleRecord] = []
     ending = "converged"
+    running = space.current()  # the sizes the jobs run at (their reservations cover them)
     try:
         while True:
             _check_still_valid(request, store, pods)
@@ -163,10 +175,14 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
             if proposal is None:
                 break
             r0 = time.monotonic()
-            if not _resize(store, request, space.reservations_gib(proposal.config)):
+            # both sizes covered while the jobs switch (module docstring); refused: nothing written
+            if not _resize(store, request, _cover(space, running, proposal.config)):
                 _check_still_valid(request, store, pods)
                 raise _Superseded("superseded", "the GPU's memory changed under the session")
             normalised = _measure(name, proposal, jobs, store, model, rounds, clock, metrics)
+            running = dict(proposal.config)
+            if normalised is not None:  # every job reported at its new size: it switched
+                _resize(store, request, space.reservations_gib(running))
             if normalised is None:
                 if metrics:
                     metrics.measurement_timeouts.inc()
@@ -190,16 +206,24 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         store.add_samples(samples)
     result = SessionResult(ending, rounds=done_rounds)
     if ending == "superseded":
-        result.restored = _restore(jobs, store, name, clock)
-        _resize(store, request, space.reservations_gib(space.current()))
+        # back to the sizes from before the session only where their memory can be held again
+        if _resize(store, request, _cover(space, running, space.current())):
+            result.restored = _restore(jobs, store, name, clock)
+        else:
+            log.warning("session %s: the jobs keep the trial's sizes %s: the memory of the earlier ones was taken",
+                        name, running)
     else:
-        best = outcome.best if outcome is not None else space.current()
+        best = outcome.best if outcome is not None else running
         live = [j for j in jobs if j.key in best and _alive(store, j.key)]
-        if not _resize(store, request, {j.key: space.reservations_gib(best)[j.key] for j in live}):
-            best = space.current()  # the memory is no longer there: back to what ran before the session
-            _resize(store, request, {j.key: space.reservations_gib(best)[j.key] for j in live})
-        for j in live:
-            store.set_batch_size(BatchSizeAssignment(j.key, best[j.key], name, -1, clock()))
+        target = {**running, **{j.key: best[j.key] for j in live}}
+        keys = [j.key for j in live]
+        cover, after = _cover(space, running, target), space.reservations_gib(target)
+        if not _switch(store, request, name, -1, clock, {k: target[k] for k in keys}, {k: cover[k] for k in keys},
+                       {k: after[k] for k in keys}, deadline_s=rounds.deadline_s, wait=target != running):
+            # the memory is no longer there: the jobs keep the sizes they hold memory for
+            best = running
+            for k in keys:
+                store.set_batch_size(BatchSizeAssignment(k, running[k], name, -1, clock()))
         result.applied = {j.key: best[j.key] for j in live}
         result.progress = outcome.best_objective if outcome is not None else math.nan
         store.complete_tuning(request)
@@ -236,6 +260,50 @@ def _session_memory(store: StateStore, request: TuningRequest, pods: Sequence[st
     if gpu is None:
         return sum(a.mem_gib for a in held if a.pod_uid in pods) or sum(float(records[p].mem_gib) for p in pods)
     return float(gpu.mem_gib) - sum(a.mem_gib for a in held if a.pod_uid not in pods)
+
+
+def _cover(space: SearchSpace, old: Mapping[str, int], new: Mapping[str, int]) -> dict[str, float]:
+    """Per job, the memory (GiB) that covers both configurations: what it may use while it switches."""
+    a, b = space.reservations_gib(old), space.reservations_gib(new)
+    return {k: max(a[k], b[k]) for k in a}
+
+
+def _switch(store: StateStore, request: TuningRequest, name: str, trial: int, clock: Callable[[], float],
+            sizes: Mapping[str, int], cover: Mapping[str, float], after: Mapping[str, float], *, deadline_s: float,
+            wait: bool) -> bool:
+    """Move jobs to ``sizes`` (module docstring): the reservations to ``cover`` first (False, nothing
+    written, when refused), then the batch sizes; with ``wait``, once every job reported at its new
+    size (at most ``deadline_s``), the reservations shrink to ``after``; without, at once."""
+    if not _resize(store, request, cover):
+        return False
+    events = store.watch([f"measurements/{p}/" for p in sizes], timeout_s=deadline_s) if wait else None
+    t_set = clock()
+    for p, b in sizes.items():
+        store.set_batch_size(BatchSizeAssignment(p, b, name, trial, t_set))
+    if events is None:
+        _resize(store, request, after)
+        return True
+    left, deadline = set(sizes), time.monotonic() + deadline_s
+    try:
+        for ev in events:
+            if ev.get("type") == "put":
+                try:
+                    m = from_json(Measurement, ev["value"])
+                except RecordError:
+                    continue
+                if m.pod_uid in left and m.batch_size == sizes[m.pod_uid] and m.at > t_set:
+                    left.discard(m.pod_uid)
+            if not left or time.monotonic() > deadline:
+                break
+    finally:
+        if hasattr(events, "close"):
+            events.close()  # type: ignore[union-attr]
+    if not left:
+        _resize(store, request, after)
+    else:  # a job that did not report keeps the covering reservation (the safe side)
+        log.info("session %s: %s did not report at the new size within %.0f s; reservations kept", name, sorted(left),
+                 deadline_s)
+    return True
 
 
 def _resize(store: StateStore, request: TuningRequest, sizes: Mapping[str, float]) -> bool:

@@ -72,6 +72,7 @@ from iadeep.state._memory import (
     plan_release,
     plan_reserve,
     plan_resize,
+    check_resize,
     reservation_from_json,
     reservation_json,
 )
@@ -785,9 +786,9 @@ class EtcdStateStore:
         reservation and job record are read at one revision, decided by
         :func:`~iadeep.state._memory.plan_resize` and written in one transaction that compares
         their mod revisions (a lost race reads and decides again)."""
-        check_name("node", node)
-        pods = [check_name("pod_uid", p) for p in sizes]
-        k_node, k_gpu = self.keys.node(node), self.keys.gpu(node, int(gpu))
+        check_resize(node, gpu, sizes)
+        pods = list(sizes)
+        k_node, k_gpu = self.keys.node(node), self.keys.gpu(node, gpu)
         k_res = [self.keys.reservation(p) for p in pods]
         k_job = [self.keys.job(p) for p in pods]
         keys = [k_node, k_gpu, *k_res, *k_job]
@@ -799,7 +800,7 @@ class EtcdStateStore:
             inv_kv, gpu_kv = kvs[0], kvs[1]
             res_kvs, job_kvs = kvs[2:2 + len(pods)], kvs[2 + len(pods):]
             plan = plan_resize(
-                node, int(gpu), sizes,
+                node, gpu, sizes,
                 inventory=_parse(NodeInventory, inv_kv) if inv_kv else None,
                 state=_parse(GpuState, gpu_kv) if gpu_kv else None,
                 held={p: reservation_from_json(kv.value)[0] if kv else None for p, kv in zip(pods, res_kvs, strict=True)},
@@ -810,7 +811,7 @@ class EtcdStateStore:
             for p, k in zip(pods, k_res, strict=True):
                 assignments = plan.reservations[p]
                 ops += [_put_op(self.keys.assignment(a.node, a.gpu, a.pod_uid), to_json(a))
-                        for a in assignments if (a.node, a.gpu) == (node, int(gpu))]
+                        for a in assignments if (a.node, a.gpu) == (node, gpu)]
                 ops.append(_put_op(k, reservation_json(assignments, secrets.token_hex(8))))
             ok, responses, _ = self._txn(compare, ops, reads)
             if ok:

@@ -67,6 +67,7 @@ __all__ = [
     "plan_release",
     "ResizePlan",
     "plan_resize",
+    "check_resize",
     "check_name",
     "reservation_gpu_limit",
 ]
@@ -409,6 +410,24 @@ class ResizePlan:
     gpu_state: GpuState
 
 
+def check_resize(node: str, gpu: int, sizes: Mapping[str, float]) -> None:
+    """The arguments of a resize, checked before anything is read.
+
+    Raises:
+        RecordError: a malformed node or pod name, a GPU index that is not an ``int``, no pod, or a
+            size that is not a positive finite number of GiB (the message names the field).
+    """
+    check_name("node", node)
+    if not isinstance(gpu, int) or isinstance(gpu, bool):
+        raise RecordError(f"gpu: expected an integer GPU index, got {gpu!r}")
+    if not sizes:
+        raise RecordError("sizes: expected at least one pod")
+    for pod, size in sizes.items():
+        check_name("pod_uid", pod)
+        if isinstance(size, bool) or not (isinstance(size, int | float) and math.isfinite(size) and size > 0):
+            raise RecordError(f"sizes[{pod!r}]: expected a positive number of GiB, got {size!r}")
+
+
 def plan_resize(
     node: str,
     gpu: int,
@@ -440,7 +459,7 @@ def plan_resize(
             the GPU and the sizes).
         RecordError: a size that is not a positive finite number (names the pod).
     """
-    check_name("node", node)
+    check_resize(node, gpu, sizes)
     where = f"{node}/gpu{gpu}"
     if inventory is None:
         raise AllocationConflict(f"node {node!r} has no published GPU inventory (unknown node or agent gone)")
@@ -450,8 +469,6 @@ def plan_resize(
     mem = state.mem_used_gib
     out: dict[str, list[Assignment]] = {}
     for pod, size in sizes.items():
-        if not (isinstance(size, int | float) and math.isfinite(size) and size > 0):
-            raise RecordError(f"sizes[{pod!r}]: expected a positive number of GiB, got {size!r}")
         mine = [a for a in held.get(pod) or () if a.node == node and a.gpu == gpu]
         if pod not in state.pods or not mine:
             raise AllocationConflict(f"{where}: pod {pod} holds no reservation there")

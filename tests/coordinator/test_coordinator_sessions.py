@@ -296,7 +296,7 @@ def test_a_job_grows_into_memory_nobody_reserved_and_its_reservation_moves_first
     4 GiB) and stored samples favour larger batches, so the session's trials grow a job beyond its
     request (ResNet-50/128 needs 13 GiB, Transformer/128 7) into the 32-GiB GPU's unreserved memory,
     which the pods' own requests would never allow. Every time a batch size is written, the
-    pod's reservation (one etcd watch over assignments and batch sizes, in revision order) already
+    pod's reservation (one etcd watch over the store's prefix, in revision order) already
     holds that size's memory; at the end each pod reserves max(request, its final size's memory),
     the GPU's state their sum, and the release frees all of it."""
     from iadeep.state import InterferenceSampleRecord
@@ -309,13 +309,16 @@ def test_a_job_grows_into_memory_nobody_reserved_and_its_reservation_moves_first
     for pod, model, batch, _ in (a, b):
         jobs.start(pod, model, batch)
     reporting(store, "pod-a", "pod-b")
-    events = store.watch(["assignments/", "batchsizes/"], timeout_s=2.0)
+    # one watch over the whole prefix: one etcd watch delivers its events in revision order (the
+    # watches of several prefixes on one stream may interleave out of it)
+    events = store.watch("", timeout_s=2.0)
     svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
                              tuner=TunerClient(tuner.url), model=m).start()
     try:
         wait_for(lambda: svc.results, bool, timeout=120, what="a finished session")
     finally:
         svc.stop(timeout_s=30)
+    jobs.stop_all()  # no more reports: the watch below ends 2 s after the last event
     reserved = {"pod-a": 7.0, "pod-b": 4.0}  # as the watch saw them, in revision order
     written = []
     for ev in events:
@@ -343,3 +346,49 @@ def test_a_job_grows_into_memory_nobody_reserved_and_its_reservation_moves_first
     store.release("pod-a", now_s=time.time())
     store.release("pod-b", now_s=time.time())
     assert store.gpu_states() == {} and store.assignments() == []
+
+
+def covered(store, model, records: dict[str, tuple[str, float]]) -> None:
+    """Every pod's reservation on GPU 0 holds the memory of the batch size it was told to run at
+    (max(request, the size's memory)), and the GPU is not over-committed."""
+    held = {a.pod_uid: a.mem_gib for a in store.assignments(NODE) if a.gpu == 0}
+    for pod, (family, request) in records.items():
+        told = store.batch_size(pod)
+        if pod in held and told is not None:
+            need = max(request, float(model.mem_gib[model.type_id(JobType(family, told.batch_size))]))
+            assert held[pod] >= need - 1e-9, f"{pod} told to run {told.batch_size} ({need} GiB), holds {held[pod]} GiB"
+    assert sum(held.values()) <= 32.0 + 1e-9
+
+
+def test_a_pod_taking_the_memory_a_trial_freed_never_leaves_a_job_without_its_reservation(
+        etcd_store, etcd_settings, tuner, jobs, interference_model, throughputs_path) -> None:
+    """A third pod (co-location limit 3) takes all the memory left on the GPU while a session of A
+    and B runs: whatever the trials had moved, no job is ever told to run at a size its
+    reservation does not hold (a superseded session restores the earlier sizes only where their
+    memory can be held again), and the GPU is never over-committed; then the three are tuned."""
+    m = interference_model
+    a, b = ("pod-a", "ResNet-50", 64, 7.0), ("pod-b", "Transformer", 64, 4.0)
+    store = etcd_store
+    place(store, a, b)
+    for pod, model, batch, _ in (a, b):
+        jobs.start(pod, model, batch)
+    reporting(store, "pod-a", "pod-b")
+    svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
+                             tuner=TunerClient(tuner.url), model=m).start()
+    records = {"pod-a": ("ResNet-50", 7.0), "pod-b": ("Transformer", 4.0)}
+    try:
+        wait_for(lambda: store.batch_size("pod-a"), lambda x: x is not None and x.trial >= 1, timeout=90,
+                 what="a second trial written")
+        covered(store, m, records)
+        free = 32.0 - store.gpu_states()[(NODE, 0)].mem_used_gib
+        c = ("pod-c", "ResNet-18", 64, float(int(free)))
+        jobs.start(c[0], c[1], c[2])
+        store.reserve(JobRecord(c[0], "default", c[0], c[1], c[2], 1, c[3], 3600.0, time.time()), NODE, [0],
+                      colocation_limit=3, now_s=time.time())
+        records["pod-c"] = ("ResNet-18", c[3])
+        wait_for(lambda: svc.results, bool, timeout=90, what="the first session ended")
+        covered(store, m, records)
+        wait_for(lambda: len(svc.results), lambda n: n >= 2, timeout=180, what="the session of all three")
+        covered(store, m, records)
+    finally:
+        svc.stop(timeout_s=30)

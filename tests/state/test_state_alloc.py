@@ -209,6 +209,12 @@ def test_resize_follows_a_tuned_batch_size_within_the_gpu(two_nodes):
         s.resize("n2", 0, {"b": 9.0})
     with pytest.raises(RecordError, match=r"sizes\['b'\]"):
         s.resize("n1", 1, {"b": float("nan")})
+    with pytest.raises(RecordError, match=r"sizes\['b'\]"):
+        s.resize("n1", 1, {"b": True})  # not a number of GiB
+    with pytest.raises(RecordError, match="sizes: expected at least one pod"):
+        s.resize("n1", 1, {})
+    with pytest.raises(RecordError, match="gpu: expected an integer"):
+        s.resize("n1", "1", {"b": 9.0})  # both stores refuse it alike
     assert snapshot(s) == before  # a refused resize writes nothing
     # both at once: a shrinks nothing below its request, b returns to its own
     s.resize("n1", 1, {"a": 12.0, "b": 8.0})
