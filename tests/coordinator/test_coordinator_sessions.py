@@ -49,6 +49,14 @@ def reporting(store: EtcdStateStore, *pods: str) -> None:
              what="emulated jobs reporting")
 
 
+def running(store: EtcdStateStore, jobs, *specs) -> None:
+    """Place the pods on GPU 0 (:func:`place`), start their emulated jobs and wait for their reports."""
+    place(store, *specs)
+    for pod, model, batch, _ in specs:
+        jobs.start(pod, model, batch)
+    reporting(store, *(spec[0] for spec in specs))
+
+
 def settings(tuner, throughputs_path, etcd_settings, deadline_s: float = 20.0) -> CoordinatorSettings:
     return CoordinatorSettings(node=NODE, tuner_url=tuner.url, throughputs_file=throughputs_path, idle_s=1.0,
                                round=RoundSettings(deadline_s=deadline_s), etcd=etcd_settings)
@@ -57,10 +65,7 @@ def settings(tuner, throughputs_path, etcd_settings, deadline_s: float = 20.0) -
 def test_session_converges_and_every_job_runs_the_final_sizes(etcd_store, etcd_settings, tuner, jobs,
                                                               interference_model, throughputs_path) -> None:
     store = etcd_store
-    place(store, A, B)
-    for pod, model, batch, _ in (A, B):
-        jobs.start(pod, model, batch)
-    reporting(store, "pod-a", "pod-b")
+    running(store, jobs, A, B)
     stop_outsider = threading.Event()
 
     def outsider() -> None:  # a job of another GPU, reporting 20 times a second at a size trials use
@@ -111,10 +116,7 @@ def test_session_converges_and_every_job_runs_the_final_sizes(etcd_store, etcd_s
 def test_job_ending_mid_session_ends_it_cleanly(etcd_store, etcd_settings, tuner, jobs, interference_model,
                                                 throughputs_path) -> None:
     store = etcd_store
-    place(store, A, B)
-    for pod, model, batch, _ in (A, B):
-        jobs.start(pod, model, batch)
-    reporting(store, "pod-a", "pod-b")
+    running(store, jobs, A, B)
     svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings, deadline_s=10), store=store,
                              tuner=TunerClient(tuner.url), model=interference_model).start()
     try:
@@ -144,10 +146,7 @@ def test_a_superseded_session_puts_the_jobs_it_moved_back(etcd_store, etcd_setti
     moved jobs' sizes from before the session back (the simulator discards an interrupted session,
     so its jobs keep the sizes they had), and the next session tunes all three."""
     store = etcd_store
-    place(store, A, B)
-    for pod, model, batch, _ in (A, B):
-        jobs.start(pod, model, batch)
-    reporting(store, "pod-a", "pod-b")
+    running(store, jobs, A, B)
     svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
                              tuner=TunerClient(tuner.url), model=interference_model).start()
     try:
@@ -176,10 +175,7 @@ def test_a_superseded_session_puts_the_jobs_it_moved_back(etcd_store, etcd_setti
 
 def test_coordinator_killed_mid_session_resumes(etcd_store, etcd_settings, tuner, jobs, throughputs_path) -> None:
     store = etcd_store
-    place(store, A, B)
-    for pod, model, batch, _ in (A, B):
-        jobs.start(pod, model, batch)
-    reporting(store, "pod-a", "pod-b")
+    running(store, jobs, A, B)
     env = {"IADEEP_COORDINATOR_IDLE_S": "1", "IADEEP_COORDINATOR_ROUND__DEADLINE_S": "20"}
     coord = CoordinatorProcess(NODE, tuner.url, throughputs_path, etcd_settings, env=env).start()
     try:
@@ -303,12 +299,10 @@ def test_a_job_grows_into_memory_nobody_reserved_and_its_reservation_moves_first
 
     m = interference_model
     a, b = ("pod-a", "ResNet-50", 64, 7.0), ("pod-b", "Transformer", 64, 4.0)
-    place(store := etcd_store, a, b)
+    store = etcd_store
     store.add_samples([InterferenceSampleRecord("ResNet-50", 128, "Transformer", 64, 0.95, 0.0),
                        InterferenceSampleRecord("Transformer", 64, "ResNet-50", 128, 0.95, 0.0)])
-    for pod, model, batch, _ in (a, b):
-        jobs.start(pod, model, batch)
-    reporting(store, "pod-a", "pod-b")
+    running(store, jobs, a, b)
     # one watch over the whole prefix: one etcd watch delivers its events in revision order (the
     # watches of several prefixes on one stream may interleave out of it)
     events = store.watch("", timeout_s=2.0)
@@ -369,10 +363,7 @@ def test_a_pod_taking_the_memory_a_trial_freed_never_leaves_a_job_without_its_re
     m = interference_model
     a, b = ("pod-a", "ResNet-50", 64, 7.0), ("pod-b", "Transformer", 64, 4.0)
     store = etcd_store
-    place(store, a, b)
-    for pod, model, batch, _ in (a, b):
-        jobs.start(pod, model, batch)
-    reporting(store, "pod-a", "pod-b")
+    running(store, jobs, a, b)
     svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
                              tuner=TunerClient(tuner.url), model=m).start()
     records = {"pod-a": ("ResNet-50", 7.0), "pod-b": ("Transformer", 4.0)}
