@@ -42,6 +42,12 @@ if TYPE_CHECKING:
 
     from iadeep.dev._pki import Pki
 
+# Address ranges the control plane must be configured with; nothing connects to them. The API
+# server runs with ``--endpoint-reconciler-type=none`` (the ``kubernetes`` Service has no
+# endpoints), nothing routes the service range, and every pod on the real node is a hostNetwork pod
+# given ``KUBERNETES_SERVICE_HOST=127.0.0.1`` (k8s/local; tests/node/test_node_units.py checks that
+# the rendered rollout names no address outside loopback). SERVICE_IP is only a SAN of the API
+# server's certificate (kube-apiserver's default for the first address of the range).
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 POD_CIDR = "10.244.0.0/16"
