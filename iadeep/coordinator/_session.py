@@ -35,10 +35,11 @@ session), or when a round passes its deadline (the configuration measured best s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -135,15 +136,13 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
             size = _nearest(model, job.model, job.batch_size)
             now = store.batch_size(p)
             old = now.batch_size if now is not None else size
-
-            def need(b: int, job=job) -> float:  # max(request, the size's memory)
-                try:
-                    return max(float(job.mem_gib), float(model.mem_gib[model.type_id(JobType(job.model, b))]))
-                except KeyError:
-                    return float(job.mem_gib)
-
-            if _switch(store, request, name, -1, clock, {p: size}, {p: max(need(old), need(size))}, {p: need(size)},
-                       deadline_s=rounds.deadline_s, wait=old != size):
+            try:  # its reservations as a session's (max(request, the size's memory))
+                one = SearchSpace(model, [TunedJob(p, job.model, size, old, mem_request_gib=float(job.mem_gib))])
+                cover, after = _cover(one, {p: old}, {p: size}), one.reservations_gib({p: size})
+            except SpaceError:  # sizes the measurements do not cover: its request
+                cover = after = {p: float(job.mem_gib)}
+            if _switch(store, request, name, -1, clock, {p: size}, cover, after, deadline_s=rounds.deadline_s,
+                       wait=old != size):
                 applied[p] = size
         store.complete_tuning(request)
         return SessionResult("single_job", applied)
@@ -276,28 +275,18 @@ def _switch(store: StateStore, request: TuningRequest, name: str, trial: int, cl
     size (at most ``deadline_s``), the reservations shrink to ``after``; without, at once."""
     if not _resize(store, request, cover):
         return False
-    events = store.watch([f"measurements/{p}/" for p in sizes], timeout_s=deadline_s) if wait else None
-    t_set = clock()
-    for p, b in sizes.items():
-        store.set_batch_size(BatchSizeAssignment(p, b, name, trial, t_set))
-    if events is None:
+    if not wait:
+        for p, b in sizes.items():
+            store.set_batch_size(BatchSizeAssignment(p, b, name, trial, clock()))
         _resize(store, request, after)
         return True
-    left, deadline = set(sizes), time.monotonic() + deadline_s
-    try:
-        for ev in events:
-            if ev.get("type") == "put":
-                try:
-                    m = from_json(Measurement, ev["value"])
-                except RecordError:
-                    continue
-                if m.pod_uid in left and m.batch_size == sizes[m.pod_uid] and m.at > t_set:
-                    left.discard(m.pod_uid)
-            if not left or time.monotonic() > deadline:
-                break
-    finally:
-        if hasattr(events, "close"):
-            events.close()  # type: ignore[union-attr]
+    left = set(sizes)
+    with contextlib.closing(_assign(store, name, trial, sizes, clock, deadline_s)) as reports:
+        for m in reports:
+            if m is not None:
+                left.discard(m.pod_uid)
+                if not left:
+                    break
     if not left:
         _resize(store, request, after)
     else:  # a job that did not report keeps the covering reservation (the safe side)
@@ -353,6 +342,44 @@ def _warm_start(space: SearchSpace, store: StateStore, model: InterferenceModel,
     return predicted_warm_start(space, predicted, n)
 
 
+def _assign(store: StateStore, name: str, trial: int, sizes: Mapping[str, int], clock: Callable[[], float],
+            deadline_s: float) -> Generator[Measurement | None, None, None]:
+    """Write the jobs' batch sizes (``sizes``, pod -> size) and follow their reports for at most
+    ``deadline_s``: per event of the watch, the report it carries when it is one of these jobs'
+    at its new size made after the write, else ``None`` (so a caller sees every event).
+
+    Only the session's jobs are watched (``measurements/<pod>/``, one etcd watch each on one
+    stream): other jobs' reports never reach a round; the watch is opened before the writes, so
+    no report is missed."""
+    deadline = time.monotonic() + deadline_s
+    events = store.watch([f"measurements/{p}/" for p in sizes], timeout_s=deadline_s)
+    t_set = clock()
+    for p, b in sizes.items():
+        store.set_batch_size(BatchSizeAssignment(p, b, name, trial, t_set))
+    return _reports(events, sizes, t_set, deadline)
+
+
+def _reports(events: Iterator[Mapping[str, str]], sizes: Mapping[str, int], t_set: float,
+             deadline: float) -> Generator[Measurement | None, None, None]:
+    """The generator half of :func:`_assign` (the writes happen before its first step)."""
+    try:
+        for ev in events:
+            if time.monotonic() > deadline:
+                return
+            m = None
+            if ev.get("type") == "put":
+                try:
+                    m = from_json(Measurement, ev["value"])
+                except RecordError:
+                    m = None
+            if m is not None and (m.pod_uid not in sizes or m.batch_size != sizes[m.pod_uid] or m.at <= t_set):
+                m = None
+            yield m
+    finally:
+        if hasattr(events, "close"):
+            events.close()  # type: ignore[union-attr]
+
+
 def _measure(name: str, proposal: Proposal, jobs: Sequence[TunedJob], store: StateStore, model: InterferenceModel,
              rounds: RoundSettings, clock: Callable[[], float],
              metrics: CoordinatorMetrics | None = None) -> dict[str, float] | None:
@@ -361,38 +388,23 @@ def _measure(name: str, proposal: Proposal, jobs: Sequence[TunedJob], store: Sta
     Returns:
         job key -> normalised throughput, or ``None`` when the deadline passed first.
     """
-    deadline = time.monotonic() + rounds.deadline_s
-    # only the session's jobs (``measurements/<pod>/``, one etcd watch each on one stream): other
-    # jobs' reports never reach this round; opened before the writes, so no report is missed
-    events = store.watch([f"measurements/{j.key}/" for j in jobs], timeout_s=rounds.deadline_s)
-    t_set = clock()
-    for j in jobs:
-        store.set_batch_size(BatchSizeAssignment(j.key, proposal.config[j.key], name, proposal.trial, t_set))
     switched: dict[str, float] = {}  # pod -> time of its first report at the new size
     collected: dict[str, list[float]] = {j.key: [] for j in jobs}
     keys = {j.key for j in jobs}
-    for ev in events:
-        if metrics:
-            metrics.measurement_events.inc()
-        if time.monotonic() > deadline:
-            break
-        if ev.get("type") != "put":
-            continue
-        try:
-            m = from_json(Measurement, ev["value"])
-        except RecordError:
-            continue
-        if m.pod_uid not in keys or m.batch_size != proposal.config[m.pod_uid] or m.at <= t_set:
-            continue
-        if len(switched) < len(keys):
-            switched.setdefault(m.pod_uid, m.at)
-            continue
-        if m.at > max(switched.values()):  # every job had switched before this window began
-            collected[m.pod_uid].append(m.steps_per_s)
-        if all(len(v) >= rounds.reports for v in collected.values()):
-            break
-    if hasattr(events, "close"):
-        events.close()  # type: ignore[union-attr]
+    sizes = {j.key: proposal.config[j.key] for j in jobs}
+    with contextlib.closing(_assign(store, name, proposal.trial, sizes, clock, rounds.deadline_s)) as reports:
+        for m in reports:
+            if metrics:
+                metrics.measurement_events.inc()
+            if m is None:
+                continue
+            if len(switched) < len(keys):
+                switched.setdefault(m.pod_uid, m.at)
+                continue
+            if m.at > max(switched.values()):  # every job had switched before this window began
+                collected[m.pod_uid].append(m.steps_per_s)
+            if all(len(v) >= rounds.reports for v in collected.values()):
+                break
     if not all(collected.values()):
         return None
     out = {}

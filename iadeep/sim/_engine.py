@@ -407,7 +407,7 @@ class Simulator:
         self._epoch += 1
         occ = self._occupants(g)
         # the reservations follow the configuration (module docstring)
-        new_mem = sum(max(self._mem_of[config.get(h, self.type[h])], self._mem_of[self.base_type[h]]) for h in occ)
+        new_mem = sum(self._reserved(h, config.get(h)) for h in occ)
         if new_mem > self.mem_total[g] + 1e-9:
             raise RuntimeError(f"policy {self.policy.name} chose a configuration over GPU {g}'s memory")
         for h in occ:
@@ -421,9 +421,10 @@ class Simulator:
         self._change_log.append(g)
         self._refresh_gpu(g, affected)
 
-    def _reserved(self, h: int) -> float:
-        """GPU memory ``h`` reserves on each of its GPUs (GiB; module docstring)."""
-        return max(self._mem_of[self.type[h]], self._mem_of[self.base_type[h]])
+    def _reserved(self, h: int, t: int | None = None) -> float:
+        """GPU memory ``h`` reserves on each of its GPUs (GiB; module docstring) at type ``t``
+        (default: the one it runs at)."""
+        return max(self._mem_of[self.type[h] if t is None else t], self._mem_of[self.base_type[h]])
 
     def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
         """Take ``h`` off its GPUs and queue it again (:meth:`SchedulingQueue.requeue`: at the head,
