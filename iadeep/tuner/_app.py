@@ -30,7 +30,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from iadeep.tuner._service import TunerService
 from iadeep.tuner._settings import StopSettings
@@ -44,8 +44,15 @@ log = logging.getLogger(__name__)
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+_STRICT = ConfigDict(strict=True)
+"""Request bodies take JSON's own types: a string ``"32"`` or ``true`` where a number belongs is a
+400 naming the field, not a silent conversion (pydantic's strict mode; an integer is still a number)."""
+
+
 class JobSpec(BaseModel):
     """A co-located job (see :class:`iadeep.tuner.TunedJob`)."""
+
+    model_config = _STRICT
 
     key: str = Field(min_length=1)
     model: str = Field(min_length=1)
@@ -59,6 +66,8 @@ class JobSpec(BaseModel):
 class SessionRequest(BaseModel):
     """Body of ``POST /sessions``."""
 
+    model_config = _STRICT
+
     name: str = Field(min_length=1, max_length=200)
     jobs: list[JobSpec] = Field(min_length=1)
     warm_start: list[dict[str, int]] = Field(default_factory=list)
@@ -69,6 +78,8 @@ class SessionRequest(BaseModel):
 
 class TellRequest(BaseModel):
     """Body of ``POST /sessions/{name}/tell``."""
+
+    model_config = _STRICT
 
     trial: int = Field(ge=0)
     normalised_throughputs: dict[str, NonNegative]

@@ -45,6 +45,11 @@ def test_session_round_trip(http) -> None:
     ({"name": "s", "jobs": [{**JOBS[0], "batch_size": 60}]}, "job a"),
     ({"name": "s", "jobs": JOBS, "gpu_mem_gib": 0}, "gpu_mem_gib"),
     ({"name": "s", "jobs": [{**JOBS[0], "mem_request_gib": -1}]}, "jobs.0.mem_request_gib"),
+    # JSON's own types only (strict): no silent conversion of a string or a boolean to a number
+    ({"name": "s", "jobs": JOBS, "gpu_mem_gib": "32"}, "gpu_mem_gib"),
+    ({"name": "s", "jobs": JOBS, "gpu_mem_gib": True}, "gpu_mem_gib"),
+    ({"name": "s", "jobs": [{**JOBS[0], "batch_size": "64"}]}, "jobs.0.batch_size"),
+    ({"name": "s", "jobs": [{**JOBS[0], "tunable": "yes"}]}, "jobs.0.tunable"),
 ])
 def test_malformed_session_is_400_naming_the_field(http, body, field) -> None:
     r = http.post("/sessions", json=body)
@@ -57,6 +62,8 @@ def test_malformed_tell_is_400_naming_the_field(http) -> None:
     trial = http.post("/sessions/s/ask").json()["trial"]
     for body, field in [({"normalised_throughputs": {"a": 1, "b": 1}}, "trial"),
                         ({"trial": trial, "normalised_throughputs": {"a": -1, "b": 1}}, "normalised_throughputs.a"),
+                        ({"trial": trial, "normalised_throughputs": {"a": "0.5", "b": 1}}, "normalised_throughputs.a"),
+                        ({"trial": str(trial), "normalised_throughputs": {"a": 1, "b": 1}}, "trial"),
                         ({"trial": trial, "normalised_throughputs": {"a": 1}}, "normalised_throughputs: no value for job 'b'")]:
         r = http.post("/sessions/s/tell", json=body)
         assert r.status_code == 400 and field in r.json()["error"], r.text
