@@ -13,7 +13,7 @@ class CoordinatorMetrics:
 
     Attributes:
         sessions: sessions ended, by ``outcome`` (``converged``, ``job_left``, ``superseded``,
-            ``deadline``, ``single_job``, ``untunable``, ``error``).
+            ``deadline``, ``single_job``, ``untunable``, ``no_inventory``, ``error``).
         rounds: rounds (trials measured).
         round_seconds / session_seconds: durations.
         measurement_timeouts: rounds ended by their deadline.

@@ -117,7 +117,11 @@ class CoordinatorService:
                 self.metrics.best_progress.labels(str(req.gpu) if self.settings.node else f"{req.node}/{req.gpu}").set(result.progress)
             with self._lock:
                 self.results.append((req, result))
-                self._failures.pop((req.node, req.gpu), None)
+                if result.outcome == "no_inventory":  # retried with back-off, not at every re-list
+                    n, _ = self._failures.get((req.node, req.gpu), (0, 0.0))
+                    self._failures[(req.node, req.gpu)] = (n + 1, time.monotonic() + min(self.settings.retry_backoff_s * 2**n, 30.0))
+                else:
+                    self._failures.pop((req.node, req.gpu), None)
             log.info("GPU %d: session %s after %d rounds, applied %s", req.gpu, result.outcome, result.rounds,
                      result.applied)
         except Exception as exc:  # noqa: BLE001 - any failure: retry the request later, never die

@@ -84,8 +84,10 @@ class SessionResult:
     """How a session ended.
 
     Attributes:
-        outcome: ``converged``, ``single_job``, ``job_left``, ``superseded``, ``deadline`` or
-            ``untunable`` (a job whose model or batch size the measurements do not cover).
+        outcome: ``converged``, ``single_job``, ``job_left``, ``superseded``, ``deadline``,
+            ``untunable`` (a job whose model or batch size the measurements do not cover) or
+            ``no_inventory`` (the node publishes no such GPU: nothing ran, the request stays and the
+            service retries it with back-off).
         applied: pod UID -> batch size written at the end (empty when nothing was applied).
         restored: pod UID -> batch size written back when the session was superseded: the size
             the job ran at before the session, for the jobs a trial had moved (empty otherwise).
@@ -153,6 +155,12 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         current = store.batch_size(p)
         jobs.append(TunedJob(p, job.model, base, current.batch_size if current else base, tunable=job.num_gpus == 1,
                              mem_request_gib=float(job.mem_gib)))
+    if _inventory_gpu(store, request) is None:
+        # no published GPU (the node's device plugin gone, its inventory's lease expired): no
+        # reservation can move, so no trial could start; the request stays for when it is back
+        log.warning("session %s: node %s publishes no GPU %d (device plugin gone?): deferred", name, request.node,
+                    request.gpu)
+        return SessionResult("no_inventory")
     cap = _session_memory(store, request, pods, records)
     try:
         space = SearchSpace(model, jobs, gpu_mem_gib=cap)
@@ -249,13 +257,19 @@ def _restore(jobs: Sequence[TunedJob], store: StateStore, name: str, clock: Call
     return restored
 
 
+def _inventory_gpu(store: StateStore, request: TuningRequest):
+    """The request's GPU in its node's published inventory (:class:`~iadeep.state.NodeInventory`), or
+    ``None`` when the node publishes none or not that GPU."""
+    inventory = store.inventories().get(request.node)
+    return next((g for g in inventory.gpus if g.index == request.gpu), None) if inventory else None
+
+
 def _session_memory(store: StateStore, request: TuningRequest, pods: Sequence[str], records: Mapping) -> float:
     """GPU memory (GiB) left to a session's jobs: the GPU's, from its node's inventory, less what
-    pods outside the session reserve on it; without an inventory, what the session's pods
-    reserve now (no job grows)."""
+    pods outside the session reserve on it; without that GPU in the inventory (it went between the
+    caller's check and here), what the session's pods reserve now (no job grows)."""
     held = [a for a in store.assignments(request.node) if a.gpu == request.gpu]
-    inventory = store.inventories().get(request.node)
-    gpu = next((g for g in inventory.gpus if g.index == request.gpu), None) if inventory else None
+    gpu = _inventory_gpu(store, request)
     if gpu is None:
         return sum(a.mem_gib for a in held if a.pod_uid in pods) or sum(float(records[p].mem_gib) for p in pods)
     return float(gpu.mem_gib) - sum(a.mem_gib for a in held if a.pod_uid not in pods)

@@ -250,6 +250,29 @@ def test_a_job_the_measurements_do_not_cover_is_not_retried_forever(etcd_store, 
     assert result.outcome == "untunable" and store.tuning_requests() == []
 
 
+def test_a_session_on_a_node_without_a_published_gpu_is_deferred_untouched(etcd_store, interference_model) -> None:
+    """The node's device plugin is gone (its inventory's lease expired): no reservation can move, so
+    the session neither opens a tuner study nor writes a size; it ends as ``no_inventory`` (not
+    ``superseded``, which it was labelled before, re-run at every re-list) and the request stays
+    for when the GPU is published again."""
+    from iadeep.coordinator import run_session
+
+    store = etcd_store
+    place(store, A, B)
+    store.put_inventory(NodeInventory(NODE, (GpuInfo(0, 32.0, "GPU-0000"),)), lease_ttl_s=1)
+    wait_for(lambda: store.inventories(), lambda inv: NODE not in inv, timeout=15, what="the inventory's lease expiring")
+    (req,) = store.tuning_requests()
+
+    class NoTuner:  # never reached: nothing can run without the GPU's inventory
+        def __getattr__(self, name):
+            raise AssertionError(f"tuner.{name} called")
+
+    result = run_session(req, store=store, tuner=NoTuner(), model=interference_model, rounds=RoundSettings())
+    assert result.outcome == "no_inventory" and result.applied == {} and result.rounds == 0
+    assert store.tuning_requests() == [req]
+    assert store.batch_size("pod-a") is None and store.batch_size("pod-b") is None
+
+
 def test_one_coordinator_follows_every_node_with_all_nodes(etcd_store, etcd_settings, tuner, throughputs_path,
                                                            interference_model) -> None:
     """``all_nodes`` (one process for a live experiment's kwok nodes): the requests of two nodes
