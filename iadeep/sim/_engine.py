@@ -227,17 +227,24 @@ class Simulator:
 
     def _sync(self, h: int) -> None:
         """Bring job ``h``'s remaining work up to ``now``."""
-        self.work_left[h] = max(self.work_left[h] - self.rate[h] * (self.now - self.updated[h]), 0.0)
-        self.updated[h] = self.now
+        # plain floats: the same IEEE operations as on the arrays' scalars, without their overhead
+        now = self.now
+        self.work_left[h] = max(self.work_left.item(h) - self.rate.item(h) * (now - self.updated.item(h)), 0.0)
+        self.updated[h] = now
 
     def _set_rate(self, h: int) -> None:
-        self._sync(h)
+        now = self.now
+        left = max(self.work_left.item(h) - self.rate.item(h) * (now - self.updated.item(h)), 0.0)  # _sync's
+        self.work_left[h] = left
+        self.updated[h] = now
         rate = self._gang_rate(h)
         self.rate[h] = rate
-        self.version[h] += 1
+        version = self.version.item(h) + 1
+        self.version[h] = version
         self._epoch += 1
         if rate > 0:
-            self._push(self.now + self.work_left[h] / rate, _FINISH, h, int(self.version[h]))
+            self._seq += 1
+            heapq.heappush(self.events, (now + left / rate, self._seq, _FINISH, h, version))  # _push's
 
     def _gpu_changed(self, g: int) -> None:
         """Bring GPU ``g``'s kept occupancy, job count and slot types up to date with its slots."""
@@ -265,8 +272,8 @@ class Simulator:
         if len(gs) == 1:
             g = gs[0]
             return self.gpu_rate.item(g, self._slot(g, h))
-        idx = np.array(gs)
-        return self.gpu_rate[idx][self.slots[idx] == h].min()
+        rate, slot = self.gpu_rate.item, self._slot
+        return min([rate(g, slot(g, h)) for g in gs])  # the same value as the array minimum
 
     def _slot(self, g: int, h: int) -> int:
         return self.slots[g].tolist().index(h)

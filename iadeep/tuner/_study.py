@@ -92,7 +92,7 @@ class TuningStudy:
                  gpu_mem_gib: float | None = None, space: SearchSpace | None = None) -> None:
         if space is None:
             space = SearchSpace(model, jobs, gpu_mem_gib=gpu_mem_gib)
-        elif space.model is not model or space.jobs != tuple(jobs) or space.gpu_mem_gib != gpu_mem_gib:
+        elif space.model is not model or space.gpu_mem_gib != gpu_mem_gib or not _same_jobs(space.jobs, jobs):
             raise ValueError("space: built over other jobs, another model or another GPU memory")
         self.space = space
         self.stop = stop
@@ -207,6 +207,8 @@ class TuningStudy:
         """The next configuration to measure, or ``None`` when the session is done."""
         if self._study is None and (not self._log or self._log[-1].value is not None):
             # in memory, the fast path: nothing in flight (only the last trial can be)
+            if not self._log and self._queue:  # nothing told yet, a feasible warm start: not done
+                return self._start(self._queue[0])
             if self._outcome_of(self._log).done:
                 return None
             n = len(self._log)
@@ -284,3 +286,10 @@ class TuningStudy:
 
 def _key(config: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((k, int(v)) for k, v in config.items()))
+
+
+def _same_jobs(a: Sequence[TunedJob], b: Sequence[TunedJob]) -> bool:
+    """``tuple(a) == tuple(b)``, the same objects first (a driver hands the space's own)."""
+    if len(a) == len(b) and all(x is y for x, y in zip(a, b)):
+        return True
+    return tuple(a) == tuple(b)
