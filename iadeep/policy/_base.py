@@ -91,9 +91,11 @@ class Policy(ABC):
         milli = job.gpu_milli
         key = ("eligible", id(self), self._avoid_version, job.type_id, job.num_gpus, job.mem_gib,
                None if milli != milli else milli, job.gpu_models)
-        found = view.memo.get(key)
+        memo = view.memo
+        found = memo.get(key)
         if found is None:
-            found = view.memo[key] = tuple(_frozen(x) for x in self._eligible(job, view, key))
+            mask, reason = self._eligible(job, view, key)
+            found = memo[key] = (_frozen(mask), _frozen(reason))
         return found
 
     def _eligible(self, job: JobRequest, view: ClusterView, key: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
@@ -285,15 +287,15 @@ class Policy(ABC):
 
         Returns ``None`` when nothing changes.
         """
-        handles = view.occupants(gpu)
-        changed = {int(h): int(view.job_base_type[h]) for h in handles if view.job_type[h] != view.job_base_type[h]}
+        job_type, base_type = view.job_type.item, view.job_base_type.item
+        changed = {h: base_type(h) for h in view.occupants(gpu).tolist() if job_type(h) != base_type(h)}
         return TuningDecision(gpu, changed, reason="restore submitted batch sizes") if changed else None
 
 
 def _wait_reason(job: JobRequest, mask: np.ndarray, reason: np.ndarray) -> str:
     codes = reason[~mask]
     common = REASONS[int(np.bincount(codes).argmax())] if len(codes) else "no GPUs"
-    return f"needs {job.num_gpus} GPU(s), {int(mask.sum())} eligible: {common}"
+    return f"needs {job.num_gpus} GPU(s), {np.count_nonzero(mask)} eligible: {common}"
 
 
 def choose_gpus(k: int, mask: np.ndarray, util: np.ndarray, view: ClusterView) -> tuple[int, ...]:

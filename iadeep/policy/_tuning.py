@@ -58,6 +58,7 @@ class BatchSizeTuner:
         self.stop = stop if stop is not None else StopRule(budget=trials)
         self.seed = seed
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
+        self._jobs: dict[tuple[int, int, int, bool], TunedJob] = {}  # (handle, type, base type, one GPU) -> its job
 
     def objective(self, types: Sequence[int], bases: Sequence[int], norm: Sequence[float]) -> float:
         """Sum of progress rates for normalised throughputs ``norm`` of jobs at ``types``."""
@@ -69,14 +70,22 @@ class BatchSizeTuner:
         that, as a pod its ``iadeep.io/gpu-mem``; the live coordinator passes the pod's)."""
         types = self.model.types
         job_type, base_type, num_gpus = view.job_type.item, view.job_base_type.item, view.job_num_gpus.item
+        kept = self._jobs
         out = []
         for h in view.slots[gpu].tolist():  # the occupants, in placement order (ClusterView's slot contract)
             if h < 0:
                 break
-            current, base = types[job_type(h)], types[base_type(h)]
-            # it reserves at least its submitted size's memory (its pod's request), as live
-            out.append(TunedJob(str(h), current.model, base.batch_size, current.batch_size, tunable=num_gpus(h) == 1,
-                                mem_request_gib=float(self.model.mem_gib[base_type(h)])))
+            t, b, one = job_type(h), base_type(h), num_gpus(h) == 1
+            job = kept.get((h, t, b, one))  # a TunedJob is immutable and made of these alone
+            if job is None:
+                current, base = types[t], types[b]
+                # it reserves at least its submitted size's memory (its pod's request), as live
+                job = TunedJob(str(h), current.model, base.batch_size, current.batch_size, tunable=one,
+                               mem_request_gib=float(self.model.mem_gib[b]))
+                if len(kept) >= 65536:
+                    kept.clear()
+                kept[(h, t, b, one)] = job
+            out.append(job)
         return out
 
     def session(self, gpu: int, view: ClusterView, predicted: np.ndarray) -> TuningStudy:

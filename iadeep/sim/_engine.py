@@ -167,6 +167,7 @@ class Simulator:
         # memory, shares, rates); a Wait's queueing hint holds within one epoch.
         self._epoch = 0
         self._hints: dict[int, tuple[int, int, int]] = {}  # handle -> (epoch, gpus_ahead, holds_up_to_behind)
+        self._requests: dict[int, tuple[tuple, JobRequest]] = {}  # handle -> (what its request reads, the request)
         self._view: ClusterView | None = None
         self._view_key: tuple[float, int] = (-1.0, -1)
         # The GPU of every change of what eligibility reads (which job sits in which slot, the jobs'
@@ -452,6 +453,17 @@ class Simulator:
 
     # -- scheduling ----------------------------------------------------------------------------
     def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
+        # a queued job's request changes only with its type, remaining work and queue position:
+        # the last one is handed again while those are the same (a request is immutable)
+        key = (self.type.item(h), self.work_left.item(h), gpus_ahead, jobs_behind)
+        kept = self._requests.get(h)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        request = self._new_request(h, gpus_ahead, jobs_behind)
+        self._requests[h] = (key, request)
+        return request
+
+    def _new_request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
         return JobRequest(h, str(self.job_ids[h]), int(self.type[h]), int(self.num_gpus[h]), float(self._mem_of[self.type[h]]),
                           float(self.work_left[h]), gpus_ahead, jobs_behind,
                           float(self.share[h]) if self.has_share[h] else float("nan"), self.accepts[h])
@@ -476,6 +488,7 @@ class Simulator:
             decision = self.policy.place(self._request(h, ahead, behind), view)
             if isinstance(decision, Placement):
                 hints.pop(h, None)
+                self._requests.pop(h, None)
                 view = None
                 queue.placed(h, self.now)
                 for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iadeep.goodput import gain_matrix, progress
+from iadeep.goodput import gain_matrix
 from iadeep.interference import InterferenceModel, UnknownJobType
 from iadeep.jobtypes import JobType
 
@@ -202,8 +202,9 @@ class SearchSpace:
         """
         ids = self.type_ids(config)
         gain = self.gain.item
-        return float(sum([progress(float(normalised[j.key]), gain(t, b))
-                          for j, t, b in zip(self.jobs, ids, self.base_ids, strict=True)]))
+        # progress() inlined: min(x * g, 1.0) is 1.0 if 1.0 < x * g else x * g
+        return float(sum([1.0 if 1.0 < v else v for v in [float(normalised[k]) * gain(t, b)
+                                                           for k, t, b in zip(self._keys, ids, self.base_ids, strict=True)]]))
 
     def predicted_normalised(self, config: Mapping[str, int], predicted: np.ndarray) -> dict[str, float]:
         """Normalised throughputs a pairwise prediction ``(n_types, n_types)`` gives ``config``
@@ -236,7 +237,13 @@ class SearchSpace:
         pred, gain, base = predicted.item, self.gain.item, self.base_ids
         k = len(rows[0])
         totals = []
-        for ids in rows:
+        if k == 2:  # a pair, the common case: the loop below unrolled (1.0 * p is p exactly)
+            b0, b1 = base
+            for t0, t1 in rows:
+                v0 = pred(t0, t1) * gain(t0, b0)
+                v1 = pred(t1, t0) * gain(t1, b1)
+                totals.append(0.0 + (v0 if v0 < 1.0 else 1.0) + (v1 if v1 < 1.0 else 1.0))
+        for ids in rows if k != 2 else ():
             total = 0.0
             for i in range(k):
                 x = 1.0
