@@ -139,6 +139,8 @@ class Simulator:
         # current job type in each slot (type[max(slots, 0)]: job 0's type in empty slots)
         self.occupied = np.zeros((G, S), dtype=bool)
         self.njobs = np.zeros(G, dtype=np.int64)
+        self._n_busy = 0  # GPUs holding a job: count_nonzero(njobs), kept as njobs changes
+        self._slot_list = self.slots.tolist()  # the slots as plain lists, kept equal to the array
         self.slot_types = np.full((G, S), base[0] if n else 0, dtype=np.int64)
         self.mem_used = np.zeros(G)
         self.share_used = np.zeros(G)
@@ -175,7 +177,6 @@ class Simulator:
         # occupancy version); views of one version share their memo.
         self._change_log: list[int] = []
         self._memo_version = -1
-        self._busy: tuple[int, int] = (-1, 0)  # (epoch, GPUs with a job)
         #: calls of the policy: ``place``, retries a Wait's queueing hint skipped, ``tune``
         self.calls = {"place": 0, "skipped_by_hint": 0, "tune": 0}
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
@@ -252,10 +253,11 @@ class Simulator:
         self._change_log.append(g)
         types, occupied, slot_types = self.type, self.occupied, self.slot_types
         n = 0
-        for s, h in enumerate(self.slots[g].tolist()):  # S is small (1-4): item writes beat array ops
+        for s, h in enumerate(self._slot_list[g]):  # S is small (1-4): item writes beat array ops
             occupied[g, s] = h >= 0
             slot_types[g, s] = types[h if h >= 0 else 0]
             n += h >= 0
+        self._n_busy += (n > 0) - (self.njobs.item(g) > 0)
         self.njobs[g] = n
 
     def _type_changed(self, h: int) -> None:
@@ -277,10 +279,10 @@ class Simulator:
         return min([rate(g, slot(g, h)) for g in gs])  # the same value as the array minimum
 
     def _slot(self, g: int, h: int) -> int:
-        return self.slots[g].tolist().index(h)
+        return self._slot_list[g].index(h)
 
     def _occupants(self, g: int) -> list[int]:
-        return [h for h in self.slots[g].tolist() if h >= 0]
+        return [h for h in self._slot_list[g] if h >= 0]
 
     def _refresh_gpu(self, g: int, affected: set[int]) -> None:
         """Recompute true rates on ``g`` from its occupants' current types."""
@@ -302,6 +304,8 @@ class Simulator:
         if len(types) == 2:
             a, b = types
             norm = [self._norm_of(a, b), self._norm_of(b, a)]
+        elif len(types) == 1:  # alone: InterferenceModel.normalised's 1.0
+            norm = [1.0]
         else:
             norm = np.asarray(self.model.normalised(types), dtype=float).tolist()
         share = self._has_share
@@ -316,15 +320,17 @@ class Simulator:
         affected: set[int] = {h}
         self._epoch += 1
         for g in p.gpus:
-            free = np.flatnonzero(self.slots[g] < 0)
-            if len(free) == 0:
+            row = self._slot_list[g]
+            if -1 not in row:  # empty slots hold -1
                 raise RuntimeError(f"policy {self.policy.name} placed {self.job_ids[h]} on full GPU {g}")
             for other in self._occupants(g):
                 self.coloc[other] += 1
                 self.coloc[h] += 1
                 self.partners[h].add(other)
                 self.partners[other].add(h)
-            self.slots[g, free[0]] = h
+            free = row.index(-1)
+            row[free] = h
+            self.slots[g, free] = h
             self._gpu_changed(g)
             self.mem_used[g] += self._reserved(h)
             self.share_used[g] += self.share[h]
@@ -353,9 +359,11 @@ class Simulator:
         left = list(self.gpus[h])
         for g in left:
             # keep ClusterView's slot contract: the remaining jobs shift down, placement order kept
-            s = self._slot(g, h)
-            self.slots[g, s:-1] = self.slots[g, s + 1:].copy()
-            self.slots[g, -1] = -1
+            row = self._slot_list[g]
+            s = row.index(h)
+            del row[s]
+            row.append(-1)
+            self.slots[g] = row
             self._gpu_changed(g)
             self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
             self.gpu_rate[g, -1] = 0.0
@@ -522,28 +530,34 @@ class Simulator:
         skipped = self.infeasible_reason != ""
         self.status[skipped] = _UNSCHEDULABLE
         n = len(self.job_ids) - int(skipped.sum())
-        for h in np.argsort(self.submit, kind="stable"):
-            if not skipped[h]:
-                self._push(float(self.submit[h]), _ARRIVE, int(h))
+        # Arrivals in submission order, outside the event heap: they come before every other event
+        # of their time (as they would in the heap, where they hold the lowest sequence numbers),
+        # and the heap keeps only the events pushed while running (hundreds, not the whole trace).
+        order = [h for h in np.argsort(self.submit, kind="stable").tolist() if not skipped[h]]
+        arrival_t = [float(self.submit[h]) for h in order] + [np.inf]
+        n_arrivals = len(order)
+        self._seq += n_arrivals
+        events = self.events
+        k = 0  # the next arrival
         done = 0
         last_t = 0.0
-        while self.events and done < n:  # stale finish/tuning events may outlive the last job
-            t = self.events[0][0]
-            if self._busy[0] != self._epoch:
-                # a GPU is busy iff it holds a job (the kept job counts)
-                self._busy = (self._epoch, int(np.count_nonzero(self.njobs)))
-            busy = self._busy[1]
-            self.busy_gpu_seconds += busy * (t - last_t)
+        while (k < n_arrivals or events) and done < n:  # stale finish/tuning events may outlive the last job
+            t = arrival_t[k]
+            if events and events[0][0] < t:
+                t = events[0][0]
+            self.busy_gpu_seconds += self._n_busy * (t - last_t)  # a GPU is busy iff it holds a job
             last_t = t
             self.now = t
             affected: set[int] = set()
             freed: set[int] = set()
-            while self.events and self.events[0][0] == t:
-                _, _, kind, a, b = heapq.heappop(self.events)
-                if kind == _ARRIVE:
-                    self.status[a] = _QUEUED
-                    self.queue.add(a, float(self.submit[a]), t, gpus=int(self.num_gpus[a]))
-                elif kind == _FINISH:
+            while arrival_t[k] == t:
+                a = order[k]
+                k += 1
+                self.status[a] = _QUEUED
+                self.queue.add(a, float(self.submit[a]), t, gpus=int(self.num_gpus[a]))
+            while events and events[0][0] == t:
+                _, _, kind, a, b = heapq.heappop(events)
+                if kind == _FINISH:
                     if b != self.version[a] or self.status[a] != _RUNNING:
                         continue
                     self._sync(a)
