@@ -177,6 +177,7 @@ class Simulator:
         # occupancy version); views of one version share their memo.
         self._change_log: list[int] = []
         self._memo_version = -1
+        self._changes: OccupancyChanges | None = None
         #: calls of the policy: ``place``, retries a Wait's queueing hint skipped, ``tune``
         self.calls = {"place": 0, "skipped_by_hint": 0, "tune": 0}
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
@@ -224,8 +225,14 @@ class Simulator:
             self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
             r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"], gpu_share_used_milli=r["share_used"],
             gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"], memo=memo,
-            changes=OccupancyChanges(version, self._change_log))
+            changes=self._changes_at(version))
         return self._view
+
+    def _changes_at(self, version: int) -> OccupancyChanges:
+        """The change record at ``version`` (one object per version: views of a version share it)."""
+        if self._changes is None or self._changes.version != version:
+            self._changes = OccupancyChanges(version, self._change_log)
+        return self._changes
 
     def _sync(self, h: int) -> None:
         """Bring job ``h``'s remaining work up to ``now``."""

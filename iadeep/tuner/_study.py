@@ -99,6 +99,7 @@ class TuningStudy:
         self.name = name
         self.seed = seed
         self._n_feasible = self.space.n_feasible()
+        self._current = self.space.current()  # the running configuration (read only: session_outcome copies it)
         self._log: list[Trial] = []  # the session's log while no optuna study exists
         self._cached: Outcome | None = None  # outcome of the in-memory log
         self._study: optuna.Study | None = None
@@ -260,7 +261,8 @@ class TuningStudy:
             x = normalised.get(j.key)
             if x is None:
                 raise KeyError(f"normalised_throughputs: no value for job {j.key!r}")
-            if not math.isfinite(float(x)) or float(x) < 0:
+            v = float(x)
+            if not math.isfinite(v) or v < 0:
                 raise ValueError(f"normalised_throughputs[{j.key!r}]: must be finite and >= 0, got {x}")
         value = self.space.objective(flight.config, normalised)
         if self._study is None:
@@ -278,9 +280,9 @@ class TuningStudy:
 
     def _outcome_of(self, trials: Sequence[Trial]) -> Outcome:
         if self._study is not None:
-            return session_outcome(trials, self.space.current(), self.stop, self._n_feasible)
+            return session_outcome(trials, self._current, self.stop, self._n_feasible)
         if self._cached is None:  # in memory the log changes only here: computed once per tell
-            self._cached = session_outcome(trials, self.space.current(), self.stop, self._n_feasible)
+            self._cached = session_outcome(trials, self._current, self.stop, self._n_feasible)
         return self._cached
 
 
