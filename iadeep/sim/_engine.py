@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from iadeep.goodput import gain_matrix, progress
+from iadeep.goodput import gain_matrix
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
 from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy
@@ -101,6 +101,9 @@ class Simulator:
             raise ValueError(f"infeasible must be 'raise' or 'skip', got {infeasible!r}")
         self.policy, self.model, self.cluster, self.settings = policy, model, cluster, settings
         self.rng = np.random.default_rng(settings.seed)
+        self._noise: list[float] = []  # measurement noise drawn ahead from rng (_lognormal)
+        self._noise_at = 0
+        self._noise_sigma = settings.measurement_noise
         n = len(jobs)
         self.job_ids = jobs["job_id"].astype(str).to_numpy()
         self.submit = jobs["submit_time"].to_numpy(dtype=float)
@@ -320,7 +323,8 @@ class Simulator:
 
     def _true_rate(self, g: int, h: int, t: int, x: float) -> float:
         """Progress rate of job ``h`` as type ``t`` at normalised throughput ``x`` on GPU ``g``."""
-        return progress(x, self._gain_of(t, self._base_of[h])) * self._speed_of(g, t)
+        v = x * self._gain_of(t, self._base_of[h])
+        return (1.0 if 1.0 < v else v) * self._speed_of(g, t)  # progress(x, gain): min(x * gain, 1.0), inlined
 
     # -- applying decisions --------------------------------------------------------------------
     def _apply_placement(self, h: int, p: Placement) -> set[int]:
@@ -382,18 +386,27 @@ class Simulator:
         return left
 
     def _measure_on(self, g: int, trial_rates: list[dict[int, float]]):
-        noise = self.settings.measurement_noise
-
         def measure(config):
             handles = list(config)
             types = [int(config[x]) for x in handles]
             norm = self._normalised(handles, types)
             trial_rates.append({x: self._true_rate(g, x, t, n) for x, t, n in zip(handles, types, norm)})
-            # one draw per job in handle order (a sized draw is the same stream as single draws)
-            noisy = self.rng.lognormal(0.0, noise, size=len(handles)).tolist()
+            # one draw per job in handle order (a sized draw is the same stream as single draws, so
+            # the draws are taken from a batch drawn ahead: the same values in the same order)
+            noisy = self._lognormal(len(handles))
             return {x: n * e for x, n, e in zip(handles, norm, noisy)}
 
         return measure
+
+    def _lognormal(self, k: int) -> list[float]:
+        """The next ``k`` values of ``self.rng.lognormal(0.0, settings.measurement_noise)``, drawn
+        1,024 at a time (the only draws from ``rng``)."""
+        if self._noise_at + k > len(self._noise):
+            self._noise = self._noise[self._noise_at:] + self.rng.lognormal(0.0, self._noise_sigma, size=1024).tolist()
+            self._noise_at = 0
+        out = self._noise[self._noise_at:self._noise_at + k]
+        self._noise_at += k
+        return out
 
     def _tune(self, g: int, affected: set[int]) -> None:
         if not self.settings.tuning:  # a driver without a tuner (the live system before the coordinator)
