@@ -197,6 +197,7 @@ class Simulator:
                     ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate",
                      "share_used", "gpu_models", "occupied", "njobs", "slot_types")}
         self._mem_of = model.mem_gib
+        self._mem_list = model.mem_gib.tolist()
         # scalar readers for the per-trial arithmetic (plain floats: the same values as the arrays')
         self._norm_of, self._gain_of, self._speed_of = model.norm.item, self.gain.item, self.gpu_speed.item
         self._has_share, self._base_of = self.has_share.tolist(), base.tolist()
@@ -460,7 +461,8 @@ class Simulator:
     def _reserved(self, h: int, t: int | None = None) -> float:
         """GPU memory ``h`` reserves on each of its GPUs (GiB; module docstring) at type ``t``
         (default: the one it runs at)."""
-        return max(self._mem_of[self.type[h] if t is None else t], self._mem_of[self.base_type[h]])
+        mem = self._mem_list  # plain floats: the same values as the model's array
+        return max(mem[self.type.item(h) if t is None else t], mem[self._base_of[h]])
 
     def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
         """Take ``h`` off its GPUs and queue it again (:meth:`SchedulingQueue.requeue`: at the head,
@@ -492,8 +494,9 @@ class Simulator:
         return request
 
     def _new_request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
-        return JobRequest(h, str(self.job_ids[h]), int(self.type[h]), int(self.num_gpus[h]), float(self._mem_of[self.type[h]]),
-                          float(self.work_left[h]), gpus_ahead, jobs_behind,
+        t = self.type.item(h)
+        return JobRequest(h, str(self.job_ids[h]), t, self.num_gpus.item(h), self._mem_list[t],
+                          self.work_left.item(h), gpus_ahead, jobs_behind,
                           float(self.share[h]) if self.has_share[h] else float("nan"), self.accepts[h])
 
     def _schedule(self) -> set[int]:
