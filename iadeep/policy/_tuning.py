@@ -22,7 +22,7 @@ continues with the sampler as the live tuner does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from iadeep.tuner._strategy import StopRule, predicted_warm_start
 from iadeep.tuner._study import TuningStudy
 
 __all__ = ["BatchSizeTuner"]
+
+#: A pairwise prediction ``(n_types, n_types)``, or a function that returns one when asked.
+Prediction = np.ndarray | Callable[[], np.ndarray]
 
 
 class BatchSizeTuner:
@@ -88,22 +91,29 @@ class BatchSizeTuner:
             out.append(job)
         return out
 
-    def session(self, gpu: int, view: ClusterView, predicted: np.ndarray) -> TuningStudy:
-        """The in-memory tuning session of ``gpu`` (module docstring)."""
+    def session(self, gpu: int, view: ClusterView, predicted: Prediction) -> TuningStudy:
+        """The in-memory tuning session of ``gpu`` (module docstring); ``predicted`` as in :meth:`tune`."""
         jobs = self.jobs(gpu, view)
         cap = float(view.gpu_mem_total_gib[gpu])
         space = SearchSpace(self.model, jobs, gpu_mem_gib=cap)
-        warm = predicted_warm_start(space, predicted, self.trials)
+        if space.n_feasible() <= 1:
+            # nothing to rank: the warm start predicted_warm_start gives (its one configuration, or
+            # none), without the prediction (a quarter of a trace's sessions; a learner's refit each)
+            warm = space.configurations()[:self.trials]
+        else:
+            warm = predicted_warm_start(space, predicted() if callable(predicted) else predicted, self.trials)
         return TuningStudy(self.model, jobs, name=f"gpu-{gpu}", warm_start=warm, stop=self.stop, seed=self.seed,
                            gpu_mem_gib=cap, space=space)
 
-    def tune(self, gpu: int, view: ClusterView, predicted: np.ndarray, measure: Measure) -> TuningDecision:
+    def tune(self, gpu: int, view: ClusterView, predicted: Prediction, measure: Measure) -> TuningDecision:
         """Run one tuning session.
 
         Args:
             gpu: GPU id.
             view: cluster view (occupants, current and base types, GPU memory).
-            predicted: predicted pairwise normalised throughput, shape ``(n_types, n_types)``.
+            predicted: predicted pairwise normalised throughput, shape ``(n_types, n_types)``, or a
+                function that returns it, called only when the session has more than one feasible
+                configuration to rank (e.g. a learner's ``matrix``, which refits on demand).
             measure: the measurement executor (one call = one trial).
         """
         study = self.session(gpu, view, predicted)
