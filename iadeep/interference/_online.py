@@ -63,6 +63,9 @@ class OnlineInterferenceLearner:
     def __init__(self, types: Iterable[JobType], *, ridge: float = 1.0, shrinkage: float = 2.0, prior_mean: float = 0.655):
         self.types = tuple(types)
         self._ids = {t: i for i, t in enumerate(self.types)}
+        # id() of each of our own type objects (alive as long as the learner: an id found here is
+        # that very object) -> its index: a sample built from these objects skips their hashing
+        self._by_id = {id(t): i for i, t in enumerate(self.types)}
         families = sorted({t.model for t in self.types})
         self._fam = {f: k for k, f in enumerate(families)}
         nf = len(families)
@@ -106,7 +109,13 @@ class OnlineInterferenceLearner:
         Raises:
             KeyError: a job type outside ``types``.
         """
-        i, j = self._ids[sample.job], self._ids[sample.partner]
+        by_id = self._by_id  # the learner's own type objects, found without hashing them
+        i = by_id.get(id(sample.job))
+        if i is None:
+            i = self._ids[sample.job]
+        j = by_id.get(id(sample.partner))
+        if j is None:
+            j = self._ids[sample.partner]
         y = float(sample.normalised_throughput)
         # x has at most 6 non-zero features (intercept, two families, their pair, two batch
         # sizes): only those entries of X^T X and X^T y change. Adding the same products to
@@ -121,10 +130,11 @@ class OnlineInterferenceLearner:
         flat, xx, nz, xn = entry
         self._xtx_flat[flat] += xx
         self._xty[nz] += xn * y
-        self._sum[i, j] += y
-        self._count[i, j] += 1
-        n = self._count[i, j]
-        self._own[i, j] = self._sum[i, j] / n  # the pair's own mean and weight, as matrix() used to divide them
+        total = self._sum.item(i, j) + y  # plain floats: the same IEEE operations as on the arrays' scalars
+        n = self._count.item(i, j) + 1.0
+        self._sum[i, j] = total
+        self._count[i, j] = n
+        self._own[i, j] = total / n  # the pair's own mean and weight, as matrix() used to divide them
         self._weight[i, j] = n / (n + self._shrink)
         self._seen[i, j] = True
         self.n_samples += 1

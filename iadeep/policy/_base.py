@@ -72,6 +72,7 @@ class Policy(ABC):
         self.limit = int(colocation_limit or type(self).colocation_limit)
         # job-type pairs this policy measured to share badly and will not form again
         self.avoided = np.zeros_like(model.fits, dtype=bool)
+        self._avoiding = [False] * len(self.avoided)  # per job type: avoided[t].any(), kept by avoid()
         self._avoid_version = 0  # bumped by avoid(): eligibility remembered on a view is keyed by it
         # eligibility key -> (the driver's OccupancyChanges.log, its version then, the reason codes):
         # patched on the GPUs changed since when the key is asked for again (eligible())
@@ -91,9 +92,11 @@ class Policy(ABC):
         milli = job.gpu_milli
         key = ("eligible", id(self), self._avoid_version, job.type_id, job.num_gpus, job.mem_gib,
                None if milli != milli else milli, job.gpu_models)
-        found = view.memo.get(key)
+        memo = view.memo
+        found = memo.get(key)
         if found is None:
-            found = view.memo[key] = tuple(_frozen(x) for x in self._eligible(job, view, key))
+            mask, reason = self._eligible(job, view, key)
+            found = memo[key] = (_frozen(mask), _frozen(reason))
         return found
 
     def _eligible(self, job: JobRequest, view: ClusterView, key: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +129,7 @@ class Policy(ABC):
         precedence is the array form's order of assignment: limit, memory, pair, policy."""
         t = job.type_id
         fits = self.model.fits[t].tolist()
-        avoided = self.avoided[t].tolist() if self.avoided[t].any() else None
+        avoided = self.avoided[t].tolist() if self._avoiding[t] else None
         need = job.mem_gib - 1e-9
         limit = self.limit
         njobs, total, used = view.njobs.item, view.gpu_mem_total_gib.item, view.gpu_mem_used_gib.item
@@ -159,7 +162,7 @@ class Policy(ABC):
         t = job.type_id
         pair_bad = row_any(occupied & ~self.model.fits[t][occ_types])
         reason = np.zeros(view.n_gpus, dtype=np.int8)  # _OK
-        if self.avoided[t].any():
+        if self._avoiding[t]:
             reason[row_any(occupied & self.avoided[t][occ_types])] = _POLICY
         reason[pair_bad] = _PAIR
         reason[~(view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9)] = _MEM
@@ -180,6 +183,7 @@ class Policy(ABC):
             for j, b in enumerate(type_ids):
                 if i != j:
                     self.avoided[a, b] = True
+        self._avoiding = self.avoided.any(axis=1).tolist()
 
     @abstractmethod
     def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
@@ -285,15 +289,15 @@ class Policy(ABC):
 
         Returns ``None`` when nothing changes.
         """
-        handles = view.occupants(gpu)
-        changed = {int(h): int(view.job_base_type[h]) for h in handles if view.job_type[h] != view.job_base_type[h]}
+        job_type, base_type = view.job_type.item, view.job_base_type.item
+        changed = {h: base_type(h) for h in view.occupants(gpu).tolist() if job_type(h) != base_type(h)}
         return TuningDecision(gpu, changed, reason="restore submitted batch sizes") if changed else None
 
 
 def _wait_reason(job: JobRequest, mask: np.ndarray, reason: np.ndarray) -> str:
     codes = reason[~mask]
     common = REASONS[int(np.bincount(codes).argmax())] if len(codes) else "no GPUs"
-    return f"needs {job.num_gpus} GPU(s), {int(mask.sum())} eligible: {common}"
+    return f"needs {job.num_gpus} GPU(s), {np.count_nonzero(mask)} eligible: {common}"
 
 
 def choose_gpus(k: int, mask: np.ndarray, util: np.ndarray, view: ClusterView) -> tuple[int, ...]:

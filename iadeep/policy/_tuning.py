@@ -22,7 +22,7 @@ continues with the sampler as the live tuner does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from iadeep.tuner._strategy import StopRule, predicted_warm_start
 from iadeep.tuner._study import TuningStudy
 
 __all__ = ["BatchSizeTuner"]
+
+#: A pairwise prediction ``(n_types, n_types)``, or a function that returns one when asked.
+Prediction = np.ndarray | Callable[[], np.ndarray]
 
 
 class BatchSizeTuner:
@@ -58,6 +61,7 @@ class BatchSizeTuner:
         self.stop = stop if stop is not None else StopRule(budget=trials)
         self.seed = seed
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
+        self._jobs: dict[tuple[int, int, int, bool], TunedJob] = {}  # (handle, type, base type, one GPU) -> its job
 
     def objective(self, types: Sequence[int], bases: Sequence[int], norm: Sequence[float]) -> float:
         """Sum of progress rates for normalised throughputs ``norm`` of jobs at ``types``."""
@@ -69,32 +73,47 @@ class BatchSizeTuner:
         that, as a pod its ``iadeep.io/gpu-mem``; the live coordinator passes the pod's)."""
         types = self.model.types
         job_type, base_type, num_gpus = view.job_type.item, view.job_base_type.item, view.job_num_gpus.item
+        kept = self._jobs
         out = []
         for h in view.slots[gpu].tolist():  # the occupants, in placement order (ClusterView's slot contract)
             if h < 0:
                 break
-            current, base = types[job_type(h)], types[base_type(h)]
-            # it reserves at least its submitted size's memory (its pod's request), as live
-            out.append(TunedJob(str(h), current.model, base.batch_size, current.batch_size, tunable=num_gpus(h) == 1,
-                                mem_request_gib=float(self.model.mem_gib[base_type(h)])))
+            t, b, one = job_type(h), base_type(h), num_gpus(h) == 1
+            job = kept.get((h, t, b, one))  # a TunedJob is immutable and made of these alone
+            if job is None:
+                current, base = types[t], types[b]
+                # it reserves at least its submitted size's memory (its pod's request), as live
+                job = TunedJob(str(h), current.model, base.batch_size, current.batch_size, tunable=one,
+                               mem_request_gib=float(self.model.mem_gib[b]))
+                if len(kept) >= 65536:
+                    kept.clear()
+                kept[(h, t, b, one)] = job
+            out.append(job)
         return out
 
-    def session(self, gpu: int, view: ClusterView, predicted: np.ndarray) -> TuningStudy:
-        """The in-memory tuning session of ``gpu`` (module docstring)."""
+    def session(self, gpu: int, view: ClusterView, predicted: Prediction) -> TuningStudy:
+        """The in-memory tuning session of ``gpu`` (module docstring); ``predicted`` as in :meth:`tune`."""
         jobs = self.jobs(gpu, view)
         cap = float(view.gpu_mem_total_gib[gpu])
         space = SearchSpace(self.model, jobs, gpu_mem_gib=cap)
-        warm = predicted_warm_start(space, predicted, self.trials)
+        if space.n_feasible() <= 1:
+            # nothing to rank: the warm start predicted_warm_start gives (its one configuration, or
+            # none), without the prediction (a quarter of a trace's sessions; a learner's refit each)
+            warm = space.configurations()[:self.trials]
+        else:
+            warm = predicted_warm_start(space, predicted() if callable(predicted) else predicted, self.trials)
         return TuningStudy(self.model, jobs, name=f"gpu-{gpu}", warm_start=warm, stop=self.stop, seed=self.seed,
                            gpu_mem_gib=cap, space=space)
 
-    def tune(self, gpu: int, view: ClusterView, predicted: np.ndarray, measure: Measure) -> TuningDecision:
+    def tune(self, gpu: int, view: ClusterView, predicted: Prediction, measure: Measure) -> TuningDecision:
         """Run one tuning session.
 
         Args:
             gpu: GPU id.
             view: cluster view (occupants, current and base types, GPU memory).
-            predicted: predicted pairwise normalised throughput, shape ``(n_types, n_types)``.
+            predicted: predicted pairwise normalised throughput, shape ``(n_types, n_types)``, or a
+                function that returns it, called only when the session has more than one feasible
+                configuration to rank (e.g. a learner's ``matrix``, which refits on demand).
             measure: the measurement executor (one call = one trial).
         """
         study = self.session(gpu, view, predicted)

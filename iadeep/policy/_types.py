@@ -119,8 +119,7 @@ class ClusterView:
 
     def occupants(self, gpu: int) -> np.ndarray:
         """Handles of the jobs on ``gpu`` in placement order (oldest first), shape ``(n,)``."""
-        row = self.slots[gpu]
-        return row[row >= 0]
+        return self.slots[gpu, :self.njobs.item(gpu)].copy()  # occupied slots come first (slot contract)
 
     def node_positions(self) -> Mapping[str, int]:
         """Node name -> position in :attr:`node_names` (built once per view)."""
@@ -159,10 +158,14 @@ class ClusterView:
         if self.slots.shape[1] == 0:
             return _frozen(np.zeros(self.n_gpus))
         handles = np.where(occupied, self.slots, 0)
-        # remaining_s(handles) / max(rate, 1e-6), elementwise as those two compute it, gathering each array once
-        job_rate = self.job_rate[handles]
-        left = np.maximum(self.job_work_left_s[handles] - job_rate * (self.now_s - self.job_updated_s[handles]), 0.0)
-        return _frozen(row_max(np.where(occupied, left / np.maximum(job_rate, 1e-6), 0.0)))
+        # remaining_s(handles) / max(rate, 1e-6), elementwise as those two compute it, gathering each
+        # array once (take: the same values as indexing), in place; then 0 in the empty slots
+        job_rate = self.job_rate.take(handles)
+        left = self.job_work_left_s.take(handles) - job_rate * (self.now_s - self.job_updated_s.take(handles))
+        np.maximum(left, 0.0, out=left)
+        left /= np.maximum(job_rate, 1e-6)
+        left[~occupied] = 0.0
+        return _frozen(row_max(left))
 
     @cached_property
     def memo(self) -> dict:
@@ -239,6 +242,9 @@ class ClusterView:
 
     def remaining_s(self, handles: np.ndarray) -> np.ndarray:
         """Remaining work at dedicated speed (s) of ``handles`` at ``now_s``, same shape."""
+        if isinstance(handles, np.ndarray) and handles.dtype.kind in "iu":  # take: indexing's values, cheaper
+            left = self.job_work_left_s.take(handles) - self.job_rate.take(handles) * (self.now_s - self.job_updated_s.take(handles))
+            return np.maximum(left, 0.0, out=left) if left.ndim else np.maximum(left, 0.0)
         left = self.job_work_left_s[handles] - self.job_rate[handles] * (self.now_s - self.job_updated_s[handles])
         return np.maximum(left, 0.0)
 
@@ -432,5 +438,5 @@ _FIELD_DEFAULTS = {f.name: f.default for f in fields(ClusterView) if f.default i
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
+    a.setflags(write=False)  # flags.writeable = False, without building the flags object
     return a

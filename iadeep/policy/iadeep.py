@@ -340,7 +340,7 @@ class IADeep(Policy):
         handles = view.occupants(gpu)
         if len(handles) < 2:
             return super().tune(gpu, view, measure)
-        decision = self.tuner.tune(gpu, view, self.predicted(), measure)
+        decision = self.tuner.tune(gpu, view, self.predicted, measure)  # computed only if a ranking needs it
         types = self.model.types
         for _, _, t, p, y in decision.samples:
             self.learner.observe(InterferenceSample(types[t], types[p], y))

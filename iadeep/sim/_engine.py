@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from iadeep.goodput import gain_matrix, progress
+from iadeep.goodput import gain_matrix
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
 from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy
@@ -101,6 +101,9 @@ class Simulator:
             raise ValueError(f"infeasible must be 'raise' or 'skip', got {infeasible!r}")
         self.policy, self.model, self.cluster, self.settings = policy, model, cluster, settings
         self.rng = np.random.default_rng(settings.seed)
+        self._noise: list[float] = []  # measurement noise drawn ahead from rng (_lognormal)
+        self._noise_at = 0
+        self._noise_sigma = settings.measurement_noise
         n = len(jobs)
         self.job_ids = jobs["job_id"].astype(str).to_numpy()
         self.submit = jobs["submit_time"].to_numpy(dtype=float)
@@ -139,6 +142,8 @@ class Simulator:
         # current job type in each slot (type[max(slots, 0)]: job 0's type in empty slots)
         self.occupied = np.zeros((G, S), dtype=bool)
         self.njobs = np.zeros(G, dtype=np.int64)
+        self._n_busy = 0  # GPUs holding a job: count_nonzero(njobs), kept as njobs changes
+        self._slot_list = self.slots.tolist()  # the slots as plain lists, kept equal to the array
         self.slot_types = np.full((G, S), base[0] if n else 0, dtype=np.int64)
         self.mem_used = np.zeros(G)
         self.share_used = np.zeros(G)
@@ -167,6 +172,7 @@ class Simulator:
         # memory, shares, rates); a Wait's queueing hint holds within one epoch.
         self._epoch = 0
         self._hints: dict[int, tuple[int, int, int]] = {}  # handle -> (epoch, gpus_ahead, holds_up_to_behind)
+        self._requests: dict[int, tuple[tuple, JobRequest]] = {}  # handle -> (what its request reads, the request)
         self._view: ClusterView | None = None
         self._view_key: tuple[float, int] = (-1.0, -1)
         # The GPU of every change of what eligibility reads (which job sits in which slot, the jobs'
@@ -174,7 +180,7 @@ class Simulator:
         # occupancy version); views of one version share their memo.
         self._change_log: list[int] = []
         self._memo_version = -1
-        self._busy: tuple[int, int] = (-1, 0)  # (epoch, GPUs with a job)
+        self._changes: OccupancyChanges | None = None
         #: calls of the policy: ``place``, retries a Wait's queueing hint skipped, ``tune``
         self.calls = {"place": 0, "skipped_by_hint": 0, "tune": 0}
         self.gain = gain_matrix(model.types, model.isolated_steps_per_s)
@@ -191,6 +197,7 @@ class Simulator:
                     ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate",
                      "share_used", "gpu_models", "occupied", "njobs", "slot_types")}
         self._mem_of = model.mem_gib
+        self._mem_list = model.mem_gib.tolist()
         # scalar readers for the per-trial arithmetic (plain floats: the same values as the arrays')
         self._norm_of, self._gain_of, self._speed_of = model.norm.item, self.gain.item, self.gpu_speed.item
         self._has_share, self._base_of = self.has_share.tolist(), base.tolist()
@@ -222,32 +229,46 @@ class Simulator:
             self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
             r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"], gpu_share_used_milli=r["share_used"],
             gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"], memo=memo,
-            changes=OccupancyChanges(version, self._change_log))
+            changes=self._changes_at(version))
         return self._view
+
+    def _changes_at(self, version: int) -> OccupancyChanges:
+        """The change record at ``version`` (one object per version: views of a version share it)."""
+        if self._changes is None or self._changes.version != version:
+            self._changes = OccupancyChanges(version, self._change_log)
+        return self._changes
 
     def _sync(self, h: int) -> None:
         """Bring job ``h``'s remaining work up to ``now``."""
-        self.work_left[h] = max(self.work_left[h] - self.rate[h] * (self.now - self.updated[h]), 0.0)
-        self.updated[h] = self.now
+        # plain floats: the same IEEE operations as on the arrays' scalars, without their overhead
+        now = self.now
+        self.work_left[h] = max(self.work_left.item(h) - self.rate.item(h) * (now - self.updated.item(h)), 0.0)
+        self.updated[h] = now
 
     def _set_rate(self, h: int) -> None:
-        self._sync(h)
+        now = self.now
+        left = max(self.work_left.item(h) - self.rate.item(h) * (now - self.updated.item(h)), 0.0)  # _sync's
+        self.work_left[h] = left
+        self.updated[h] = now
         rate = self._gang_rate(h)
         self.rate[h] = rate
-        self.version[h] += 1
+        version = self.version.item(h) + 1
+        self.version[h] = version
         self._epoch += 1
         if rate > 0:
-            self._push(self.now + self.work_left[h] / rate, _FINISH, h, int(self.version[h]))
+            self._seq += 1
+            heapq.heappush(self.events, (now + left / rate, self._seq, _FINISH, h, version))  # _push's
 
     def _gpu_changed(self, g: int) -> None:
         """Bring GPU ``g``'s kept occupancy, job count and slot types up to date with its slots."""
         self._change_log.append(g)
         types, occupied, slot_types = self.type, self.occupied, self.slot_types
         n = 0
-        for s, h in enumerate(self.slots[g].tolist()):  # S is small (1-4): item writes beat array ops
+        for s, h in enumerate(self._slot_list[g]):  # S is small (1-4): item writes beat array ops
             occupied[g, s] = h >= 0
             slot_types[g, s] = types[h if h >= 0 else 0]
             n += h >= 0
+        self._n_busy += (n > 0) - (self.njobs.item(g) > 0)
         self.njobs[g] = n
 
     def _type_changed(self, h: int) -> None:
@@ -265,14 +286,14 @@ class Simulator:
         if len(gs) == 1:
             g = gs[0]
             return self.gpu_rate.item(g, self._slot(g, h))
-        idx = np.array(gs)
-        return self.gpu_rate[idx][self.slots[idx] == h].min()
+        rate, slot = self.gpu_rate.item, self._slot
+        return min([rate(g, slot(g, h)) for g in gs])  # the same value as the array minimum
 
     def _slot(self, g: int, h: int) -> int:
-        return self.slots[g].tolist().index(h)
+        return self._slot_list[g].index(h)
 
     def _occupants(self, g: int) -> list[int]:
-        return [h for h in self.slots[g].tolist() if h >= 0]
+        return [h for h in self._slot_list[g] if h >= 0]
 
     def _refresh_gpu(self, g: int, affected: set[int]) -> None:
         """Recompute true rates on ``g`` from its occupants' current types."""
@@ -294,6 +315,8 @@ class Simulator:
         if len(types) == 2:
             a, b = types
             norm = [self._norm_of(a, b), self._norm_of(b, a)]
+        elif len(types) == 1:  # alone: InterferenceModel.normalised's 1.0
+            norm = [1.0]
         else:
             norm = np.asarray(self.model.normalised(types), dtype=float).tolist()
         share = self._has_share
@@ -301,22 +324,25 @@ class Simulator:
 
     def _true_rate(self, g: int, h: int, t: int, x: float) -> float:
         """Progress rate of job ``h`` as type ``t`` at normalised throughput ``x`` on GPU ``g``."""
-        return progress(x, self._gain_of(t, self._base_of[h])) * self._speed_of(g, t)
+        v = x * self._gain_of(t, self._base_of[h])
+        return (1.0 if 1.0 < v else v) * self._speed_of(g, t)  # progress(x, gain): min(x * gain, 1.0), inlined
 
     # -- applying decisions --------------------------------------------------------------------
     def _apply_placement(self, h: int, p: Placement) -> set[int]:
         affected: set[int] = {h}
         self._epoch += 1
         for g in p.gpus:
-            free = np.flatnonzero(self.slots[g] < 0)
-            if len(free) == 0:
+            row = self._slot_list[g]
+            if -1 not in row:  # empty slots hold -1
                 raise RuntimeError(f"policy {self.policy.name} placed {self.job_ids[h]} on full GPU {g}")
             for other in self._occupants(g):
                 self.coloc[other] += 1
                 self.coloc[h] += 1
                 self.partners[h].add(other)
                 self.partners[other].add(h)
-            self.slots[g, free[0]] = h
+            free = row.index(-1)
+            row[free] = h
+            self.slots[g, free] = h
             self._gpu_changed(g)
             self.mem_used[g] += self._reserved(h)
             self.share_used[g] += self.share[h]
@@ -345,9 +371,11 @@ class Simulator:
         left = list(self.gpus[h])
         for g in left:
             # keep ClusterView's slot contract: the remaining jobs shift down, placement order kept
-            s = self._slot(g, h)
-            self.slots[g, s:-1] = self.slots[g, s + 1:].copy()
-            self.slots[g, -1] = -1
+            row = self._slot_list[g]
+            s = row.index(h)
+            del row[s]
+            row.append(-1)
+            self.slots[g] = row
             self._gpu_changed(g)
             self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
             self.gpu_rate[g, -1] = 0.0
@@ -359,18 +387,27 @@ class Simulator:
         return left
 
     def _measure_on(self, g: int, trial_rates: list[dict[int, float]]):
-        noise = self.settings.measurement_noise
-
         def measure(config):
             handles = list(config)
             types = [int(config[x]) for x in handles]
             norm = self._normalised(handles, types)
             trial_rates.append({x: self._true_rate(g, x, t, n) for x, t, n in zip(handles, types, norm)})
-            # one draw per job in handle order (a sized draw is the same stream as single draws)
-            noisy = self.rng.lognormal(0.0, noise, size=len(handles)).tolist()
+            # one draw per job in handle order (a sized draw is the same stream as single draws, so
+            # the draws are taken from a batch drawn ahead: the same values in the same order)
+            noisy = self._lognormal(len(handles))
             return {x: n * e for x, n, e in zip(handles, norm, noisy)}
 
         return measure
+
+    def _lognormal(self, k: int) -> list[float]:
+        """The next ``k`` values of ``self.rng.lognormal(0.0, settings.measurement_noise)``, drawn
+        1,024 at a time (the only draws from ``rng``)."""
+        if self._noise_at + k > len(self._noise):
+            self._noise = self._noise[self._noise_at:] + self.rng.lognormal(0.0, self._noise_sigma, size=1024).tolist()
+            self._noise_at = 0
+        out = self._noise[self._noise_at:self._noise_at + k]
+        self._noise_at += k
+        return out
 
     def _tune(self, g: int, affected: set[int]) -> None:
         if not self.settings.tuning:  # a driver without a tuner (the live system before the coordinator)
@@ -424,7 +461,8 @@ class Simulator:
     def _reserved(self, h: int, t: int | None = None) -> float:
         """GPU memory ``h`` reserves on each of its GPUs (GiB; module docstring) at type ``t``
         (default: the one it runs at)."""
-        return max(self._mem_of[self.type[h] if t is None else t], self._mem_of[self.base_type[h]])
+        mem = self._mem_list  # plain floats: the same values as the model's array
+        return max(mem[self.type.item(h) if t is None else t], mem[self._base_of[h]])
 
     def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
         """Take ``h`` off its GPUs and queue it again (:meth:`SchedulingQueue.requeue`: at the head,
@@ -445,8 +483,20 @@ class Simulator:
 
     # -- scheduling ----------------------------------------------------------------------------
     def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
-        return JobRequest(h, str(self.job_ids[h]), int(self.type[h]), int(self.num_gpus[h]), float(self._mem_of[self.type[h]]),
-                          float(self.work_left[h]), gpus_ahead, jobs_behind,
+        # a queued job's request changes only with its type, remaining work and queue position:
+        # the last one is handed again while those are the same (a request is immutable)
+        key = (self.type.item(h), self.work_left.item(h), gpus_ahead, jobs_behind)
+        kept = self._requests.get(h)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        request = self._new_request(h, gpus_ahead, jobs_behind)
+        self._requests[h] = (key, request)
+        return request
+
+    def _new_request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
+        t = self.type.item(h)
+        return JobRequest(h, str(self.job_ids[h]), t, self.num_gpus.item(h), self._mem_list[t],
+                          self.work_left.item(h), gpus_ahead, jobs_behind,
                           float(self.share[h]) if self.has_share[h] else float("nan"), self.accepts[h])
 
     def _schedule(self) -> set[int]:
@@ -469,6 +519,7 @@ class Simulator:
             decision = self.policy.place(self._request(h, ahead, behind), view)
             if isinstance(decision, Placement):
                 hints.pop(h, None)
+                self._requests.pop(h, None)
                 view = None
                 queue.placed(h, self.now)
                 for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
@@ -502,28 +553,34 @@ class Simulator:
         skipped = self.infeasible_reason != ""
         self.status[skipped] = _UNSCHEDULABLE
         n = len(self.job_ids) - int(skipped.sum())
-        for h in np.argsort(self.submit, kind="stable"):
-            if not skipped[h]:
-                self._push(float(self.submit[h]), _ARRIVE, int(h))
+        # Arrivals in submission order, outside the event heap: they come before every other event
+        # of their time (as they would in the heap, where they hold the lowest sequence numbers),
+        # and the heap keeps only the events pushed while running (hundreds, not the whole trace).
+        order = [h for h in np.argsort(self.submit, kind="stable").tolist() if not skipped[h]]
+        arrival_t = [float(self.submit[h]) for h in order] + [np.inf]
+        n_arrivals = len(order)
+        self._seq += n_arrivals
+        events = self.events
+        k = 0  # the next arrival
         done = 0
         last_t = 0.0
-        while self.events and done < n:  # stale finish/tuning events may outlive the last job
-            t = self.events[0][0]
-            if self._busy[0] != self._epoch:
-                # a GPU is busy iff it holds a job (the kept job counts)
-                self._busy = (self._epoch, int(np.count_nonzero(self.njobs)))
-            busy = self._busy[1]
-            self.busy_gpu_seconds += busy * (t - last_t)
+        while (k < n_arrivals or events) and done < n:  # stale finish/tuning events may outlive the last job
+            t = arrival_t[k]
+            if events and events[0][0] < t:
+                t = events[0][0]
+            self.busy_gpu_seconds += self._n_busy * (t - last_t)  # a GPU is busy iff it holds a job
             last_t = t
             self.now = t
             affected: set[int] = set()
             freed: set[int] = set()
-            while self.events and self.events[0][0] == t:
-                _, _, kind, a, b = heapq.heappop(self.events)
-                if kind == _ARRIVE:
-                    self.status[a] = _QUEUED
-                    self.queue.add(a, float(self.submit[a]), t, gpus=int(self.num_gpus[a]))
-                elif kind == _FINISH:
+            while arrival_t[k] == t:
+                a = order[k]
+                k += 1
+                self.status[a] = _QUEUED
+                self.queue.add(a, float(self.submit[a]), t, gpus=int(self.num_gpus[a]))
+            while events and events[0][0] == t:
+                _, _, kind, a, b = heapq.heappop(events)
+                if kind == _FINISH:
                     if b != self.version[a] or self.status[a] != _RUNNING:
                         continue
                     self._sync(a)

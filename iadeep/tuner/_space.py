@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iadeep.goodput import gain_matrix, progress
+from iadeep.goodput import gain_matrix
 from iadeep.interference import InterferenceModel, UnknownJobType
 from iadeep.jobtypes import JobType
 
@@ -92,18 +92,33 @@ class SearchSpace:
         tables = _tables(model)
         self._tables = tables
         self.gain = tables.gain
-        self.base_ids = [self._tid(j, j.base_batch_size) for j in jobs]
-        self._floors = tuple(float(j.mem_request_gib or 0.0) for j in jobs)
-        self.options: dict[str, tuple[int, ...]] = {}
-        for j in jobs:
-            current = self._tid(j, j.batch_size)
-            if not j.tunable:
-                self.options[j.key] = (j.batch_size,)
-                continue
-            sizes = [b for b in tables.sizes.get(j.model, ())
-                     if j.mem_limit_gib is None or tables.mem[self._tid(j, b)] <= j.mem_limit_gib + 1e-9]
-            self.options[j.key] = tuple(sizes) if sizes else (model.types[current].batch_size,)
-        self._feasible_set: _Feasible | None = None
+        # everything below but the keys follows from the jobs' other fields and the GPU memory:
+        # remembered per model for such a description (a simulated trace opens a session per
+        # co-location change, over a few hundred distinct pairs)
+        shape = (gpu_mem_gib, tuple([(j.model, j.base_batch_size, j.batch_size, j.mem_limit_gib, j.tunable, j.mem_request_gib)
+                                     for j in self.jobs]))
+        template = tables.spaces.get(shape)
+        if template is None:
+            base_ids = tuple([self._tid(j, j.base_batch_size) for j in jobs])
+            floors = tuple(float(j.mem_request_gib or 0.0) for j in jobs)
+            options = []
+            for j in jobs:
+                current = self._tid(j, j.batch_size)
+                if not j.tunable:
+                    options.append((j.batch_size,))
+                    continue
+                sizes = [b for b in tables.sizes.get(j.model, ())
+                         if j.mem_limit_gib is None or tables.mem[self._tid(j, b)] <= j.mem_limit_gib + 1e-9]
+                options.append(tuple(sizes) if sizes else (model.types[current].batch_size,))
+            template = _Template(base_ids, floors, tuple(options))
+            if len(tables.spaces) >= _MEMO_SIZE:
+                tables.spaces.clear()
+            tables.spaces[shape] = template
+        self._template = template
+        self.base_ids = list(template.base_ids)
+        self._floors = template.floors
+        self.options: dict[str, tuple[int, ...]] = dict(zip(keys, template.options))
+        self._feasible_set: _Feasible | None = template.feasible
 
     def _tid(self, job: TunedJob, batch_size: int) -> int:
         tid = self._tables.ids.get((job.model, batch_size))
@@ -133,7 +148,7 @@ class SearchSpace:
                 if len(self._tables.feasible) >= _MEMO_SIZE:
                     self._tables.feasible.clear()
                 self._tables.feasible[memo_key] = found
-            self._feasible_set = found
+            self._feasible_set = self._template.feasible = found
         return self._feasible_set
 
     def _ids_feasible(self, ids: Sequence[int]) -> bool:
@@ -187,8 +202,9 @@ class SearchSpace:
         """
         ids = self.type_ids(config)
         gain = self.gain.item
-        return float(sum([progress(float(normalised[j.key]), gain(t, b))
-                          for j, t, b in zip(self.jobs, ids, self.base_ids, strict=True)]))
+        # progress() inlined: min(x * g, 1.0) is 1.0 if 1.0 < x * g else x * g
+        return float(sum([1.0 if 1.0 < v else v for v in [float(normalised[k]) * gain(t, b)
+                                                           for k, t, b in zip(self._keys, ids, self.base_ids, strict=True)]]))
 
     def predicted_normalised(self, config: Mapping[str, int], predicted: np.ndarray) -> dict[str, float]:
         """Normalised throughputs a pairwise prediction ``(n_types, n_types)`` gives ``config``
@@ -221,7 +237,13 @@ class SearchSpace:
         pred, gain, base = predicted.item, self.gain.item, self.base_ids
         k = len(rows[0])
         totals = []
-        for ids in rows:
+        if k == 2:  # a pair, the common case: the loop below unrolled (1.0 * p is p exactly)
+            b0, b1 = base
+            for t0, t1 in rows:
+                v0 = pred(t0, t1) * gain(t0, b0)
+                v1 = pred(t1, t0) * gain(t1, b1)
+                totals.append(0.0 + (v0 if v0 < 1.0 else 1.0) + (v1 if v1 < 1.0 else 1.0))
+        for ids in rows if k != 2 else ():
             total = 0.0
             for i in range(k):
                 x = 1.0
@@ -249,7 +271,19 @@ class _Feasible:
     rows: list[tuple[int, ...]]  # the same as tuples
 
 
-_MEMO_SIZE = 4096  # feasible sets remembered per model (a trace repeats a few hundred pairs)
+_MEMO_SIZE = 4096  # feasible sets and templates remembered per model (a trace repeats a few hundred pairs)
+
+
+@dataclass
+class _Template:
+    """What a :class:`SearchSpace` derives from its jobs' descriptions and GPU memory, in job
+    order: the submitted types, the memory floors, the batch sizes allowed, and the feasible set
+    once computed."""
+
+    base_ids: tuple[int, ...]
+    floors: tuple[float, ...]
+    options: tuple[tuple[int, ...], ...]
+    feasible: _Feasible | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +293,7 @@ class _Tables:
     mem: list[float]  # memory estimate per type (GiB)
     ids: dict[tuple[str, int], int]  # (model family, batch size) -> type id
     feasible: dict[tuple, _Feasible]  # memo: (options with type ids, GPU memory) -> feasible set
+    spaces: dict[tuple, _Template]  # memo: (GPU memory, the jobs' descriptions without keys) -> template
 
 
 _TABLES: weakref.WeakKeyDictionary[InterferenceModel, _Tables] = weakref.WeakKeyDictionary()
@@ -273,6 +308,6 @@ def _tables(model: InterferenceModel) -> _Tables:
             sizes.setdefault(jt.model, []).append(jt.batch_size)
         t = _Tables(gain_matrix(model.types, model.isolated_steps_per_s),
                     {m: tuple(sorted(v)) for m, v in sizes.items()}, [float(x) for x in model.mem_gib],
-                    {(jt.model, jt.batch_size): k for k, jt in enumerate(model.types)}, {})
+                    {(jt.model, jt.batch_size): k for k, jt in enumerate(model.types)}, {}, {})
         _TABLES[model] = t
     return t

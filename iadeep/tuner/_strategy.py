@@ -166,7 +166,7 @@ def session_outcome(trials: Sequence[Trial], current: Mapping[str, int], stop: S
     reason = ""
     if n >= stop.budget:
         reason = f"budget of {stop.budget} trials"
-    elif len({_key(t.config) for t in measured}) >= n_feasible:
+    elif n >= n_feasible and len({_key(t.config) for t in measured}) >= n_feasible:  # distinct ones <= n
         reason = f"all {n_feasible} feasible configurations measured"
     else:
         since, top = 0, -math.inf

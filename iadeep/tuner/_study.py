@@ -92,13 +92,14 @@ class TuningStudy:
                  gpu_mem_gib: float | None = None, space: SearchSpace | None = None) -> None:
         if space is None:
             space = SearchSpace(model, jobs, gpu_mem_gib=gpu_mem_gib)
-        elif space.model is not model or space.jobs != tuple(jobs) or space.gpu_mem_gib != gpu_mem_gib:
+        elif space.model is not model or space.gpu_mem_gib != gpu_mem_gib or not _same_jobs(space.jobs, jobs):
             raise ValueError("space: built over other jobs, another model or another GPU memory")
         self.space = space
         self.stop = stop
         self.name = name
         self.seed = seed
         self._n_feasible = self.space.n_feasible()
+        self._current = self.space.current()  # the running configuration (read only: session_outcome copies it)
         self._log: list[Trial] = []  # the session's log while no optuna study exists
         self._cached: Outcome | None = None  # outcome of the in-memory log
         self._study: optuna.Study | None = None
@@ -207,6 +208,8 @@ class TuningStudy:
         """The next configuration to measure, or ``None`` when the session is done."""
         if self._study is None and (not self._log or self._log[-1].value is not None):
             # in memory, the fast path: nothing in flight (only the last trial can be)
+            if not self._log and self._queue:  # nothing told yet, a feasible warm start: not done
+                return self._start(self._queue[0])
             if self._outcome_of(self._log).done:
                 return None
             n = len(self._log)
@@ -258,7 +261,8 @@ class TuningStudy:
             x = normalised.get(j.key)
             if x is None:
                 raise KeyError(f"normalised_throughputs: no value for job {j.key!r}")
-            if not math.isfinite(float(x)) or float(x) < 0:
+            v = float(x)
+            if not math.isfinite(v) or v < 0:
                 raise ValueError(f"normalised_throughputs[{j.key!r}]: must be finite and >= 0, got {x}")
         value = self.space.objective(flight.config, normalised)
         if self._study is None:
@@ -276,11 +280,18 @@ class TuningStudy:
 
     def _outcome_of(self, trials: Sequence[Trial]) -> Outcome:
         if self._study is not None:
-            return session_outcome(trials, self.space.current(), self.stop, self._n_feasible)
+            return session_outcome(trials, self._current, self.stop, self._n_feasible)
         if self._cached is None:  # in memory the log changes only here: computed once per tell
-            self._cached = session_outcome(trials, self.space.current(), self.stop, self._n_feasible)
+            self._cached = session_outcome(trials, self._current, self.stop, self._n_feasible)
         return self._cached
 
 
 def _key(config: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((k, int(v)) for k, v in config.items()))
+
+
+def _same_jobs(a: Sequence[TunedJob], b: Sequence[TunedJob]) -> bool:
+    """``tuple(a) == tuple(b)``, the same objects first (a driver hands the space's own)."""
+    if len(a) == len(b) and all(x is y for x, y in zip(a, b)):
+        return True
+    return tuple(a) == tuple(b)

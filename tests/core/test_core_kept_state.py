@@ -1,6 +1,7 @@
 """State kept across events instead of recomputed: each must equal a fresh computation.
 
-* the simulator's per-GPU occupancy (``occupied``, ``njobs``, ``slot_types``) and its change record
+* the simulator's per-GPU occupancy (``occupied``, ``njobs``, ``slot_types``, the slots as plain
+  lists, the count of busy GPUs) and its change record
   (:class:`~iadeep.policy.OccupancyChanges`: every GPU whose slots, occupant types, memory or
   shares changed is in its log since), checked at every view it builds on a real Philly slice;
 * eligibility patched on the GPUs changed since it was last computed (``Policy._patch``), checked
@@ -9,7 +10,8 @@
   computation it replaced, to the last bit.
 
 Each check is also run with a planted bug (a batch-size change not recorded, placements and
-releases without a new version, a patch that forgets the pair rule, a lost sample) and must fail.
+releases without a new version, a busy count not kept, slot lists out of order, a
+patch that forgets the pair rule, a lost sample) and must fail.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def _run_checked(model, workload, queue: str = "fifo") -> dict[str, int]:
         np.testing.assert_array_equal(sim.occupied, occ, err_msg="kept occupancy")
         np.testing.assert_array_equal(sim.njobs, occ.sum(axis=1), err_msg="kept job counts")
         np.testing.assert_array_equal(sim.slot_types, sim.type[np.maximum(slots, 0)], err_msg="kept slot types")
+        assert sim._slot_list == slots.tolist(), "kept slot lists"
+        assert sim._n_busy == np.count_nonzero(occ.any(axis=1)), "kept count of busy GPUs"
         state = _gpu_state(sim)
         if last:
             before, version = last
@@ -117,6 +121,35 @@ def test_a_change_without_a_new_version_is_caught(model, workload, monkeypatch):
 
     monkeypatch.setattr(Simulator, "_gpu_changed", unversioned)
     with pytest.raises(AssertionError, match="without a new version"):
+        _run_checked(model, workload)
+
+
+def test_a_busy_count_not_kept_is_caught(model, workload, monkeypatch):
+    """Planted: a GPU's job count changes but the count of busy GPUs (the utilisation) does not."""
+    kept = Simulator._gpu_changed
+
+    def uncounted(self, g):
+        n = self._n_busy
+        kept(self, g)
+        self._n_busy = n
+
+    monkeypatch.setattr(Simulator, "_gpu_changed", uncounted)
+    with pytest.raises(AssertionError, match="kept count of busy GPUs"):
+        _run_checked(model, workload)
+
+
+def test_slot_lists_out_of_order_are_caught(model, workload, monkeypatch):
+    """Planted: a release shifts the slot array but leaves the plain-list copy's empty slot first."""
+    kept = Simulator._release
+
+    def unshifted(self, h):
+        left = kept(self, h)
+        for g in left:
+            self._slot_list[g].sort()  # [partner, -1] -> [-1, partner]
+        return left
+
+    monkeypatch.setattr(Simulator, "_release", unshifted)
+    with pytest.raises(AssertionError, match="kept slot lists"):
         _run_checked(model, workload)
 
 
