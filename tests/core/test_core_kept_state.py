@@ -111,30 +111,29 @@ def test_a_batch_size_change_not_recorded_is_caught(model, workload, monkeypatch
         _run_checked(model, workload)
 
 
-def test_a_change_without_a_new_version_is_caught(model, workload, monkeypatch):
+def _unversioned(kept):
     """Planted: placements and releases keep the slot arrays right but leave the GPU's version."""
-    kept = Simulator._gpu_changed
-
-    def unversioned(self, g):
+    def changed(self, g):
         kept(self, g)
         self._change_log.pop()
-
-    monkeypatch.setattr(Simulator, "_gpu_changed", unversioned)
-    with pytest.raises(AssertionError, match="without a new version"):
-        _run_checked(model, workload)
+    return changed
 
 
-def test_a_busy_count_not_kept_is_caught(model, workload, monkeypatch):
+def _uncounted(kept):
     """Planted: a GPU's job count changes but the count of busy GPUs (the utilisation) does not."""
-    kept = Simulator._gpu_changed
-
-    def uncounted(self, g):
+    def changed(self, g):
         n = self._n_busy
         kept(self, g)
         self._n_busy = n
+    return changed
 
-    monkeypatch.setattr(Simulator, "_gpu_changed", uncounted)
-    with pytest.raises(AssertionError, match="kept count of busy GPUs"):
+
+@pytest.mark.parametrize(("plant", "message"), [(_unversioned, "without a new version"),
+                                                (_uncounted, "kept count of busy GPUs")])
+def test_a_gpu_change_not_fully_kept_is_caught(model, workload, monkeypatch, plant, message):
+    """Each planted bug in :meth:`Simulator._gpu_changed` (its docstring says which) fails the check."""
+    monkeypatch.setattr(Simulator, "_gpu_changed", plant(Simulator._gpu_changed))
+    with pytest.raises(AssertionError, match=message):
         _run_checked(model, workload)
 
 
