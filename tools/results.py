@@ -88,8 +88,6 @@ session 9 first ran them, found the collapses the README names, and kept no rule
 def holdout_text(guards: dict, frames: dict, above: float = 1.05) -> str:
     """The held-out guard: one paragraph per queue model, with every setting above ``above`` x the
     better packing baseline named."""
-    import pandas as pd  # noqa: F401  (frames are DataFrames)
-
     out = []
     for queue, guard in guards.items():
         df = frames[queue]

@@ -118,8 +118,7 @@ class CoordinatorService:
             with self._lock:
                 self.results.append((req, result))
                 if result.outcome == "no_inventory":  # retried with back-off, not at every re-list
-                    n, _ = self._failures.get((req.node, req.gpu), (0, 0.0))
-                    self._failures[(req.node, req.gpu)] = (n + 1, time.monotonic() + min(self.settings.retry_backoff_s * 2**n, 30.0))
+                    self._back_off(req)
                 else:
                     self._failures.pop((req.node, req.gpu), None)
             log.info("GPU %d: session %s after %d rounds, applied %s", req.gpu, result.outcome, result.rounds,
@@ -127,12 +126,18 @@ class CoordinatorService:
         except Exception as exc:  # noqa: BLE001 - any failure: retry the request later, never die
             self.metrics.sessions.labels("error").inc()
             with self._lock:
-                n, _ = self._failures.get((req.node, req.gpu), (0, 0.0))
-                wait = min(self.settings.retry_backoff_s * 2**n, 30.0)
-                self._failures[(req.node, req.gpu)] = (n + 1, time.monotonic() + wait)
+                wait = self._back_off(req)
             log.warning("GPU %d: session failed, retrying in %.1f s: %s: %s", req.gpu, wait, type(exc).__name__, exc)
         finally:
             self.metrics.active_sessions.dec()
+
+    def _back_off(self, req: TuningRequest) -> float:
+        """Hold ``req``'s GPU back from dispatch for an exponentially growing wait (s, at most 30;
+        call with the lock held); returns the wait."""
+        n, _ = self._failures.get((req.node, req.gpu), (0, 0.0))
+        wait = min(self.settings.retry_backoff_s * 2**n, 30.0)
+        self._failures[(req.node, req.gpu)] = (n + 1, time.monotonic() + wait)
+        return wait
 
     # -- HTTP -----------------------------------------------------------------------------------
 

@@ -155,13 +155,14 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         current = store.batch_size(p)
         jobs.append(TunedJob(p, job.model, base, current.batch_size if current else base, tunable=job.num_gpus == 1,
                              mem_request_gib=float(job.mem_gib)))
-    if _inventory_gpu(store, request) is None:
+    gpu = _inventory_gpu(store, request)
+    if gpu is None:
         # no published GPU (the node's device plugin gone, its inventory's lease expired): no
         # reservation can move, so no trial could start; the request stays for when it is back
         log.warning("session %s: node %s publishes no GPU %d (device plugin gone?): deferred", name, request.node,
                     request.gpu)
         return SessionResult("no_inventory")
-    cap = _session_memory(store, request, pods, records)
+    cap = _session_memory(store, request, pods, float(gpu.mem_gib))
     try:
         space = SearchSpace(model, jobs, gpu_mem_gib=cap)
     except SpaceError as exc:  # a job the measurements do not cover: nothing to tune, ever
@@ -264,15 +265,11 @@ def _inventory_gpu(store: StateStore, request: TuningRequest):
     return next((g for g in inventory.gpus if g.index == request.gpu), None) if inventory else None
 
 
-def _session_memory(store: StateStore, request: TuningRequest, pods: Sequence[str], records: Mapping) -> float:
-    """GPU memory (GiB) left to a session's jobs: the GPU's, from its node's inventory, less what
-    pods outside the session reserve on it; without that GPU in the inventory (it went between the
-    caller's check and here), what the session's pods reserve now (no job grows)."""
+def _session_memory(store: StateStore, request: TuningRequest, pods: Sequence[str], gpu_mem_gib: float) -> float:
+    """GPU memory (GiB) left to a session's jobs: the GPU's (``gpu_mem_gib``, from its node's
+    inventory) less what pods outside the session reserve on it."""
     held = [a for a in store.assignments(request.node) if a.gpu == request.gpu]
-    gpu = _inventory_gpu(store, request)
-    if gpu is None:
-        return sum(a.mem_gib for a in held if a.pod_uid in pods) or sum(float(records[p].mem_gib) for p in pods)
-    return float(gpu.mem_gib) - sum(a.mem_gib for a in held if a.pod_uid not in pods)
+    return gpu_mem_gib - sum(a.mem_gib for a in held if a.pod_uid not in pods)
 
 
 def _cover(space: SearchSpace, old: Mapping[str, int], new: Mapping[str, int]) -> dict[str, float]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iadeep.goodput import gain_matrix
+from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel, UnknownJobType
 from iadeep.jobtypes import JobType
 
@@ -202,9 +202,8 @@ class SearchSpace:
         """
         ids = self.type_ids(config)
         gain = self.gain.item
-        # progress() inlined: min(x * g, 1.0) is 1.0 if 1.0 < x * g else x * g
-        return float(sum([1.0 if 1.0 < v else v for v in [float(normalised[k]) * gain(t, b)
-                                                           for k, t, b in zip(self._keys, ids, self.base_ids, strict=True)]]))
+        return float(sum([progress(float(normalised[k]), gain(t, b))
+                          for k, t, b in zip(self._keys, ids, self.base_ids, strict=True)]))
 
     def predicted_normalised(self, config: Mapping[str, int], predicted: np.ndarray) -> dict[str, float]:
         """Normalised throughputs a pairwise prediction ``(n_types, n_types)`` gives ``config``
