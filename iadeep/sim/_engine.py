@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from iadeep.goodput import gain_matrix
+from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
 from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy
@@ -238,26 +238,24 @@ class Simulator:
             self._changes = OccupancyChanges(version, self._change_log)
         return self._changes
 
-    def _sync(self, h: int) -> None:
-        """Bring job ``h``'s remaining work up to ``now``."""
+    def _sync(self, h: int) -> float:
+        """Bring job ``h``'s remaining work up to ``now``; returns it (s at dedicated speed)."""
         # plain floats: the same IEEE operations as on the arrays' scalars, without their overhead
         now = self.now
-        self.work_left[h] = max(self.work_left.item(h) - self.rate.item(h) * (now - self.updated.item(h)), 0.0)
-        self.updated[h] = now
-
-    def _set_rate(self, h: int) -> None:
-        now = self.now
-        left = max(self.work_left.item(h) - self.rate.item(h) * (now - self.updated.item(h)), 0.0)  # _sync's
+        left = max(self.work_left.item(h) - self.rate.item(h) * (now - self.updated.item(h)), 0.0)
         self.work_left[h] = left
         self.updated[h] = now
+        return left
+
+    def _set_rate(self, h: int) -> None:
+        left = self._sync(h)
         rate = self._gang_rate(h)
         self.rate[h] = rate
         version = self.version.item(h) + 1
         self.version[h] = version
         self._epoch += 1
         if rate > 0:
-            self._seq += 1
-            heapq.heappush(self.events, (now + left / rate, self._seq, _FINISH, h, version))  # _push's
+            self._push(self.now + left / rate, _FINISH, h, version)
 
     def _gpu_changed(self, g: int) -> None:
         """Bring GPU ``g``'s kept occupancy, job count and slot types up to date with its slots."""
@@ -324,8 +322,7 @@ class Simulator:
 
     def _true_rate(self, g: int, h: int, t: int, x: float) -> float:
         """Progress rate of job ``h`` as type ``t`` at normalised throughput ``x`` on GPU ``g``."""
-        v = x * self._gain_of(t, self._base_of[h])
-        return (1.0 if 1.0 < v else v) * self._speed_of(g, t)  # progress(x, gain): min(x * gain, 1.0), inlined
+        return progress(x, self._gain_of(t, self._base_of[h])) * self._speed_of(g, t)
 
     # -- applying decisions --------------------------------------------------------------------
     def _apply_placement(self, h: int, p: Placement) -> set[int]:
