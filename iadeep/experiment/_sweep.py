@@ -94,6 +94,8 @@ def dedicated_floor(jobs: pd.DataFrame, include_censored: bool = False) -> float
 #: The robustness goal of issue 9: iadeep's avg JCT over the better packing baseline's (antman,
 #: gandiva) at most 1.0 on every setting and 0.8 at the median; over exclusive's at most 0.5 everywhere.
 GUARD_GOALS = {"worst_vs_packing": 1.0, "median_vs_packing": 0.8, "worst_vs_exclusive": 0.5}
+GUARD_FLAG = 1.05
+"""A setting whose ratio to the better packing baseline exceeds this is named (``above_packing``)."""
 
 
 def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[str] = ("antman", "gandiva"),
@@ -109,20 +111,25 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
         exclusive's), ``floor_vs_exclusive`` (max over settings of the dedicated floor /
         exclusive's avg JCT: where it exceeds the exclusive goal, no policy can meet that goal on
         that setting, see :func:`dedicated_floor`), ``unreachable_vs_exclusive`` (those settings,
-        comma-separated), ``settings`` (count), and ``met`` (``"yes"``/``"no"`` against
+        comma-separated), ``above_packing`` (the settings above :data:`GUARD_FLAG` x the better
+        packing baseline, worst first, as ``"<setting> <ratio>"`` comma-separated; empty: none),
+        ``settings`` (count), and ``met`` (``"yes"``/``"no"`` against
         :data:`GUARD_GOALS`); a figure is ``None`` when its policies were not run.
     """
     table = df.pivot(index="setting", columns="policy", values="avg_jct_s")
     out: dict[str, float | str | None] = {"settings": float(len(table)), "worst_vs_packing": None, "worst_setting": None,
                                           "median_vs_packing": None, "worst_vs_exclusive": None,
-                                          "floor_vs_exclusive": None, "unreachable_vs_exclusive": None, "met": None}
+                                          "floor_vs_exclusive": None, "unreachable_vs_exclusive": None, "above_packing": None,
+                                          "met": None}
     if policy not in table:
         return out
     base = [p for p in packing if p in table]
     if base:
         ratio = table[policy] / table[base].min(axis=1)
         out.update(worst_vs_packing=float(ratio.max()), worst_setting=str(ratio.idxmax()),
-                   median_vs_packing=float(ratio.median()))
+                   median_vs_packing=float(ratio.median()),
+                   above_packing=", ".join(f"{s} {r:.2f}" for s, r in ratio.sort_values(ascending=False).items()
+                                           if r > GUARD_FLAG))
     if exclusive in table:
         out["worst_vs_exclusive"] = float((table[policy] / table[exclusive]).max())
         if "avg_dedicated_s" in df.columns:

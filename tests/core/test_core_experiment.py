@@ -68,6 +68,7 @@ def test_guard_figures_name_the_worst_setting():
     guard = guard_figures(pd.DataFrame(rows))
     assert guard["worst_vs_packing"] == 1.5 and guard["worst_setting"] == "s2"  # 3.0 / min(2.0, 2.4)
     assert guard["median_vs_packing"] == 0.8  # ratios 0.8, 1.5, 0.8
+    assert guard["above_packing"] == "s2 1.50"  # the only one above 1.05
     assert guard["worst_vs_exclusive"] == 0.75 and guard["met"] == "no"
     # s2: 2.4 / 4.0 = 0.6 > 0.5: no policy reaches half of exclusive's avg JCT there
     assert guard["floor_vs_exclusive"] == 0.6 and guard["unreachable_vs_exclusive"] == "s2"
