@@ -412,9 +412,14 @@ class IADeep(Policy):
         if len(handles) < 2:
             return super().tune(gpu, view, measure)
         decision = self.tuner.tune(gpu, view, self.predicted, measure)  # computed only if a ranking needs it
-        types = self.model.types
-        for _, _, t, p, y in decision.samples:
-            self.learner.observe(InterferenceSample(types[t], types[p], y))
+        if self.learner.types == self.model.types:  # a type id is the learner's position: no sample objects
+            observe = self.learner.observe_ids
+            for _, _, t, p, y in decision.samples:
+                observe(t, p, y)
+        else:  # a learner restored with other types: by type
+            types = self.model.types
+            for _, _, t, p, y in decision.samples:
+                self.learner.observe(InterferenceSample(types[t], types[p], y))
         if self.undo_below is not None and decision.progress < self.undo_below:
             # even the best configuration progresses less than taking turns would: undo
             newest = int(handles[-1])  # occupants are in placement order (ClusterView's slot contract)
