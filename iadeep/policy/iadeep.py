@@ -270,9 +270,11 @@ class IADeep(Policy):
     def _place(self, job: JobRequest, view: ClusterView, mask: np.ndarray, reason: np.ndarray) -> Placement | Wait:
         """Free GPUs first; otherwise co-locate only where it beats waiting (module docstring)."""
         njobs = view.njobs
+        k = job.num_gpus
+        if not mask.any():  # no eligible GPU (the most common wait): no free or shareable ones to look for
+            return self._preempt_or_wait(job, view, mask, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
         free = mask & (njobs == 0)
         n_free = int(np.count_nonzero(free))
-        k = job.num_gpus
         if n_free >= k:
             # one GPU: choose_gpus's pick among equal utilities is the lowest id, the first free one
             gpus = (int(np.argmax(free)),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view)
@@ -353,7 +355,8 @@ class IADeep(Policy):
         c = self.checkpoint_cost_s
         # the jobs behind that could start once the head is out of the way: as many as there are
         # GPUs with room for one more job (the same notion of "blocked" as the placement rule)
-        roomy = int(np.count_nonzero((njobs > 0) & (njobs < self.limit)))
+        # (with pairs, the GPUs holding one job)
+        roomy = len(alone) if self.limit == 2 else int(np.count_nonzero((njobs > 0) & (njobs < self.limit)))
         b = min(job.jobs_behind, roomy)
         ceiling = (run_s + c) + run_s * b
         if wait_s is None:
