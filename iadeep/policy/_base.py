@@ -316,11 +316,11 @@ def choose_gpus(k: int, mask: np.ndarray, util: np.ndarray, view: ClusterView) -
     Raises:
         ValueError: fewer than ``k`` eligible GPUs.
     """
-    cand = np.flatnonzero(mask)
+    cand = mask.nonzero()[0]
     if len(cand) < k:
         raise ValueError(f"need {k} GPUs, {len(cand)} eligible")
     if k == 1:  # the same pick as the sort below (first maximum = lowest id), without sorting G GPUs
-        return (int(np.argmax(np.where(mask, util, -np.inf))),)
+        return (int(np.where(mask, util, -np.inf).argmax()),)
     # stable sort: utility descending, then GPU id ascending
     order = cand[np.lexsort((cand, -util[cand]))]
     if k == 1:

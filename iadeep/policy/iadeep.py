@@ -123,8 +123,8 @@ def _smallest(x: np.ndarray, n: int) -> np.ndarray:
     ``np.argsort(x, kind="stable")[:n]``, with ``np.argmin`` for the common ``n = 1`` (the
     first minimum: the same position without sorting every shareable GPU)."""
     if n == 1 and len(x):
-        return np.array([np.argmin(x)])
-    return np.argsort(x, kind="stable")[:n]
+        return np.array([x.argmin()])  # methods, not np.argmin: the same, without numpy's Python wrapper
+    return x.argsort(kind="stable")[:n]
 
 
 #: GPUs remembered as freeing up soonest (IADeep._remember_soonest)
@@ -216,7 +216,9 @@ class IADeep(Policy):
         if len(left) == 0:
             return 0.0
         need = max(job.num_gpus - n_free, 1) + job.gpus_ahead
-        return float(np.partition(left, min(need, len(left)) - 1)[min(need, len(left)) - 1])
+        kth = min(need, len(left)) - 1
+        left.partition(kth)  # in place (left is a copy): np.partition's value, without a second copy
+        return float(left[kth])
 
     def _wait_within(self, job: JobRequest, view: ClusterView, n_free: int, factor: int, ceiling: float) -> bool:
         """Whether ``expected_wait_s(job, view, n_free) * factor <= ceiling`` follows from the GPUs
@@ -260,26 +262,26 @@ class IADeep(Policy):
     def _remember_soonest(self, view: ClusterView) -> None:
         """Remember the (up to) 8 busy GPUs of ``view`` that free up soonest, soonest first, for
         :meth:`_wait_within`."""
-        busy = np.flatnonzero(view.njobs > 0)
+        busy = (view.njobs > 0).nonzero()[0]
         free_in = view.gpu_free_in_s[busy]
         if len(busy) > _SOONEST:
-            pick = np.argpartition(free_in, _SOONEST - 1)[:_SOONEST]
+            pick = free_in.argpartition(_SOONEST - 1)[:_SOONEST]
             busy, free_in = busy[pick], free_in[pick]
-        self._soonest = busy[np.argsort(free_in, kind="stable")].tolist()
+        self._soonest = busy[free_in.argsort(kind="stable")].tolist()
 
     def _place(self, job: JobRequest, view: ClusterView, mask: np.ndarray, reason: np.ndarray) -> Placement | Wait:
         """Free GPUs first; otherwise co-locate only where it beats waiting (module docstring)."""
         njobs = view.njobs
         k = job.num_gpus
-        if not mask.any():  # no eligible GPU (the most common wait): no free or shareable ones to look for
+        if not np.count_nonzero(mask):  # no eligible GPU (the most common wait): no free or shareable ones to look for
             return self._preempt_or_wait(job, view, mask, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
         free = mask & (njobs == 0)
         n_free = int(np.count_nonzero(free))
         if n_free >= k:
             # one GPU: choose_gpus's pick among equal utilities is the lowest id, the first free one
-            gpus = (int(np.argmax(free)),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view)
+            gpus = (int(free.argmax()),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view)
             return Placement(job.job_id, gpus, "free GPU")
-        shared = np.flatnonzero(mask & (njobs > 0))
+        shared = (mask & (njobs > 0)).nonzero()[0]  # flatnonzero of a 1-D array, without its Python wrappers
         if n_free + len(shared) < k:
             return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
         pred = self.predicted()
@@ -300,7 +302,7 @@ class IADeep(Policy):
         need = k - n_free
         good_base = np.where(good, base, np.inf)
         order = _smallest(good_base, need)
-        cost = float(good_base[order].sum())
+        cost = float(good_base[order[0]] if need == 1 else good_base[order].sum())  # a one-element sum is the element
         if cost < 0:  # sharing beats even an immediate free GPU: no need to estimate the wait
             reason = f"co-located: predicted saving {-cost:.0f} job-seconds"
         else:
@@ -310,7 +312,7 @@ class IADeep(Policy):
             blocked = job.jobs_behind
             delta = base - wait * np.where(good, 1.0 + blocked / need, 1.0 if self.bad_pairs_when_waiting else 0.0)
             order = _smallest(delta, need)
-            gain = -float(delta[order].sum())
+            gain = -float(delta[order[0]] if need == 1 else delta[order].sum())
             if gain <= 0:
                 return self._preempt_or_wait(job, view, free, Wait(
                     job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU"), wait)
@@ -347,7 +349,7 @@ class IADeep(Policy):
             return holds(0)
         slots = view.slots
         njobs = view.njobs
-        alone = np.flatnonzero(njobs == 1)
+        alone = (njobs == 1).nonzero()[0]
         if len(alone) == 0:
             return holds(ANY_BEHIND)
         n_free = int(np.count_nonzero(free))
@@ -377,7 +379,7 @@ class IADeep(Policy):
         # only the others are looked at below (measured: the loop over every lone GPU took ~1 ms)
         left = view.remaining_s(owner)
         hold = left / np.maximum(view.job_rate.take(owner), 1e-3)
-        looked = np.flatnonzero(~(hold <= run_s + c))
+        looked = (~(hold <= run_s + c)).nonzero()[0]
         # a victim must sit alone on every one of its GPUs (so that they all free up)
         gpus_of: dict[int, list[int]] = {}
         hold_of: dict[int, tuple[float, float]] = {}
