@@ -284,8 +284,8 @@ class Simulator:
         if len(gs) == 1:
             g = gs[0]
             return self.gpu_rate.item(g, self._slot(g, h))
-        rate, slot = self.gpu_rate.item, self._slot
-        return min([rate(g, slot(g, h)) for g in gs])  # the same value as the array minimum
+        rate, slots = self.gpu_rate.item, self._slot_list
+        return min([rate(g, slots[g].index(h)) for g in gs])  # the same value as the array minimum (_slot inlined: gangs of up to 64 GPUs)
 
     def _slot(self, g: int, h: int) -> int:
         return self._slot_list[g].index(h)
@@ -298,7 +298,7 @@ class Simulator:
         occ = self._occupants(g)
         if not occ:
             return
-        types = [int(self.type[h]) for h in occ]
+        types = [self.type.item(h) for h in occ]
         row = self.gpu_rate[g]
         # occupant i sits in slot i (ClusterView's slot contract: occupied slots first)
         for i, (h, t, x) in enumerate(zip(occ, types, self._normalised(occ, types))):
@@ -341,9 +341,12 @@ class Simulator:
             row[free] = h
             self.slots[g, free] = h
             self._gpu_changed(g)
-            self.mem_used[g] += self._reserved(h)
-            self.share_used[g] += self.share[h]
-            if self.mem_used[g] > self.mem_total[g] + 1e-9 or self.share_used[g] > 1000 + 1e-9:
+            # plain floats read and written back: the same IEEE sums as on the arrays' scalars
+            mem = self.mem_used.item(g) + self._reserved(h)
+            share = self.share_used.item(g) + self.share.item(h)
+            self.mem_used[g] = mem
+            self.share_used[g] = share
+            if mem > self.mem_total.item(g) + 1e-9 or share > 1000 + 1e-9:
                 raise RuntimeError(f"policy {self.policy.name} over-committed GPU {g} memory or shares")
             if self.accepts[h] and self.gpu_models[g] not in self.accepts[h]:
                 raise RuntimeError(f"policy {self.policy.name} placed {self.job_ids[h]} on a {self.gpu_models[g]!r} GPU")
@@ -352,7 +355,7 @@ class Simulator:
         self.status[h] = _RUNNING
         self.n_running += 1
         self.updated[h] = self.now
-        if np.isnan(self.start[h]):
+        if self.start.item(h) != self.start.item(h):  # NaN: not started before (np.isnan on a scalar costs ~1 us)
             self.start[h] = self.now
             self.first_gpus[h] = tuple(p.gpus)
         for g in p.gpus:
@@ -374,10 +377,12 @@ class Simulator:
             row.append(-1)
             self.slots[g] = row
             self._gpu_changed(g)
-            self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
-            self.gpu_rate[g, -1] = 0.0
-            self.mem_used[g] = max(self.mem_used[g] - self._reserved(h), 0.0)
-            self.share_used[g] = max(self.share_used[g] - self.share[h], 0.0)
+            rates = self.gpu_rate
+            for k in range(s, len(row) - 1):  # shift the rates down with the jobs (S is 1-4: item writes)
+                rates[g, k] = rates.item(g, k + 1)
+            rates[g, -1] = 0.0
+            self.mem_used[g] = max(self.mem_used.item(g) - self._reserved(h), 0.0)  # plain floats: the same values
+            self.share_used[g] = max(self.share_used.item(g) - self.share.item(h), 0.0)
             self.gpu_version[g] += 1
             self.sessions.pop(g, None)
         self.gpus[h] = ()
