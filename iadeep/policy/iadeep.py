@@ -413,8 +413,7 @@ class IADeep(Policy):
 
     def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
         """Tune batch sizes of co-located jobs; learn from every measurement."""
-        handles = view.occupants(gpu)
-        if len(handles) < 2:
+        if view.njobs.item(gpu) < 2:  # the number of occupants (slot contract), without copying them
             return super().tune(gpu, view, measure)
         decision = self.tuner.tune(gpu, view, self.predicted, measure)  # computed only if a ranking needs it
         if self.learner.types == self.model.types:  # a type id is the learner's position: no sample objects
@@ -427,6 +426,7 @@ class IADeep(Policy):
                 self.learner.observe(InterferenceSample(types[t], types[p], y))
         if self.undo_below is not None and decision.progress < self.undo_below:
             # even the best configuration progresses less than taking turns would: undo
+            handles = view.occupants(gpu)
             newest = int(handles[-1])  # occupants are in placement order (ClusterView's slot contract)
             self.avoid([int(view.job_base_type[h]) for h in handles])  # as submitted: how they queue and sit alone
             return replace(decision, type_ids={}, evict=(newest,),

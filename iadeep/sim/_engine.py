@@ -393,7 +393,8 @@ class Simulator:
             handles = list(config)
             types = [int(config[x]) for x in handles]
             norm = self._normalised(handles, types)
-            trial_rates.append({x: self._true_rate(g, x, t, n) for x, t, n in zip(handles, types, norm)})
+            gain, base, speed = self._gain_of, self._base_of, self._speed_of  # _true_rate, inlined (a few per trial)
+            trial_rates.append({x: progress(n, gain(t, base[x])) * speed(g, t) for x, t, n in zip(handles, types, norm)})
             # one draw per job in handle order (a sized draw is the same stream as single draws, so
             # the draws are taken from a batch drawn ahead: the same values in the same order)
             noisy = self._lognormal(len(handles))
