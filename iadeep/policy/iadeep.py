@@ -285,17 +285,23 @@ class IADeep(Policy):
         if n_free + len(shared) < k:
             return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
         pred = self.predicted()
-        first = view.slots[shared, 0]  # the occupant of each shareable GPU (slot contract of ClusterView)
-        occ_t = view.job_type[first]
-        a = np.maximum(pred[job.type_id, occ_t], 1e-3)
-        b = np.maximum(pred[occ_t, job.type_id], 1e-3)
+        # gathers with take and in-place maxima: the values of the indexing and np.maximum they
+        # replace (measured: some 20 us of a co-location's arithmetic)
+        first = view.slots[:, 0].take(shared)  # the occupant of each shareable GPU (slot contract of ClusterView)
+        occ_t = view.job_type.take(first)
+        a = pred[job.type_id].take(occ_t)
+        np.maximum(a, 1e-3, out=a)
+        b = pred[:, job.type_id].take(occ_t)
+        np.maximum(b, 1e-3, out=b)
         r_p = view.remaining_s(first)
         t_new, t_part = finish_times(job.remaining_s, r_p, a, b)
         # change of the two jobs' summed completion times versus both running alone now; waiting
         # ``W`` for a free GPU would add ``W`` to it (the new job starts later)
         # a gang partner holds all its GPUs while it is slowed: weight its delay by its GPU count
-        k_p = view.job_num_gpus[first]
-        base = (t_new - job.remaining_s) + k_p * (t_part - r_p / np.maximum(view.job_rate[first], 1e-6))
+        k_p = view.job_num_gpus.take(first)
+        rate = view.job_rate.take(first)
+        np.maximum(rate, 1e-6, out=rate)
+        base = (t_new - job.remaining_s) + k_p * (t_part - r_p / rate)
         # A pair predicted to progress less than taking turns on the GPU (a + b < 1) is formed only
         # for the two jobs' own sake; the queue-pressure term below applies to good pairs alone.
         good = a + b >= 1.0
