@@ -202,6 +202,12 @@ class Simulator:
         self._norm_of, self._gain_of, self._speed_of = model.norm.item, self.gain.item, self.gpu_speed.item
         self._has_share, self._base_of = self.has_share.tolist(), base.tolist()
         self._node_names = cluster.node_names()
+        r = self._ro
+        self._view_args = (
+            (self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
+             r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"]),
+            {"gpu_share_used_milli": r["share_used"], "gpu_model": r["gpu_models"], "occupied": r["occupied"],
+             "njobs": r["njobs"], "slot_types": r["slot_types"]})
 
     # -- event plumbing ------------------------------------------------------------------------
     def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
@@ -220,16 +226,12 @@ class Simulator:
             self._view_key = key
             self._view = self._view.at(self.now)
             return self._view
-        r = self._ro
         self._view_key = key
         version = len(self._change_log)
         memo = self._view.memo if self._view is not None and self._memo_version == version else {}
         self._memo_version = version
-        self._view = ClusterView.with_occupancy(
-            self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
-            r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"], gpu_share_used_milli=r["share_used"],
-            gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"], memo=memo,
-            changes=self._changes_at(version))
+        args, kwargs = self._view_args  # the read-only arrays: the same objects for every view
+        self._view = ClusterView.with_occupancy(self.now, *args, **kwargs, memo=memo, changes=self._changes_at(version))
         return self._view
 
     def _changes_at(self, version: int) -> OccupancyChanges:
