@@ -71,13 +71,15 @@ class OnlineInterferenceLearner:
         nf = len(families)
         self._d = 1 + 2 * nf + nf * nf + 2
         self._feat = np.stack([[self._features(a, b) for b in self.types] for a in self.types])  # (n, n, d)
-        self._xtx = ridge * np.eye(self._d)
-        self._xty = np.zeros(self._d)
+        d = self._d
+        # X^T X and X^T y in one buffer, so that a sample adds to both in one indexed operation
+        self._sums = np.zeros(d * d + d)
+        self._xtx = self._sums[:d * d].reshape(d, d)  # views of it
+        self._xty = self._sums[d * d:]
+        self._xtx[:] = ridge * np.eye(d)
         self._xty[0] = ridge * prior_mean  # ridge pulls the intercept towards the prior, not to 0
         self._xtx[0, 0] = ridge
         n = len(self.types)
-        self._sum = np.zeros((n, n))
-        self._count = np.zeros((n, n))
         self._shrink = shrinkage
         # kept per pair as samples arrive (the same elementwise divisions matrix() made each time):
         # the pair's own mean where observed, its weight n / (n + shrinkage), whether observed
@@ -86,9 +88,11 @@ class OnlineInterferenceLearner:
         self._seen = np.zeros((n, n), dtype=bool)
         self._cache: np.ndarray | None = None
         self._xtx_flat = self._xtx.reshape(-1)  # the same memory, flat
-        # per pair, built on first use: flat indices of x x^T's non-zero entries, their values,
-        # the non-zero features and their values
-        self._sparse: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        # per pair, built on first use: flat indices of x x^T's non-zero entries and their values;
+        # those indices and the non-zero features' (offset to X^T y) in the buffer, the values to
+        # add there (x x^T's, then x y's, written per sample), the x y part, the non-zero features'
+        # values; the pair's sum of observations and their count (plain floats)
+        self._sparse: dict[tuple[int, int], tuple] = {}
         self.n_samples = 0
 
     def _features(self, a: JobType, b: JobType) -> np.ndarray:
@@ -116,24 +120,40 @@ class OnlineInterferenceLearner:
         j = by_id.get(id(sample.partner))
         if j is None:
             j = self._ids[sample.partner]
-        y = float(sample.normalised_throughput)
+        self.observe_ids(i, j, sample.normalised_throughput)
+
+    def observe_ids(self, i: int, j: int, normalised_throughput: float) -> None:
+        """Add one observation given the two types' positions in ``types`` (job ``i`` ran at
+        ``normalised_throughput`` while sharing with ``j``): :meth:`observe` without the sample
+        object and the type lookups, for a caller that holds type ids (the policy core).
+
+        Raises:
+            IndexError: a position outside ``types``.
+        """
+        if not (0 <= i < len(self.types) and 0 <= j < len(self.types)):
+            raise IndexError(f"type positions ({i}, {j}) outside 0..{len(self.types) - 1}")
+        y = float(normalised_throughput)
         # x has at most 6 non-zero features (intercept, two families, their pair, two batch
         # sizes): only those entries of X^T X and X^T y change. Adding the same products to
         # them alone gives the same sums as adding the dense x x^T and x y (x + 0.0 == x; every
         # entry is >= +0), at a fraction of the memory traffic.
         entry = self._sparse.get((i, j))
         if entry is None:
+            d = self._d
             x = self._feat[i, j]
             nz = np.flatnonzero(x)
-            flat = (nz[:, None] * self._d + nz[None, :]).ravel()
-            entry = self._sparse[(i, j)] = (flat, np.outer(x, x).ravel()[flat], nz, x[nz])
-        flat, xx, nz, xn = entry
-        self._xtx_flat[flat] += xx
-        self._xty[nz] += xn * y
-        total = self._sum.item(i, j) + y  # plain floats: the same IEEE operations as on the arrays' scalars
-        n = self._count.item(i, j) + 1.0
-        self._sum[i, j] = total
-        self._count[i, j] = n
+            flat = (nz[:, None] * d + nz[None, :]).ravel()
+            xx = np.outer(x, x).ravel()[flat]
+            values = np.concatenate([xx, np.zeros(len(nz))])
+            entry = self._sparse[(i, j)] = (flat, xx, np.concatenate([flat, d * d + nz]), values, values[len(flat):],
+                                            x[nz], [0.0, 0.0])
+        _, _, where, values, xy, xn, pair = entry
+        # each index once: the same sums as adding x x^T to X^T X and x y to X^T y separately
+        np.multiply(xn, y, out=xy)
+        self._sums[where] += values
+        total = pair[0] + y  # plain floats: the same IEEE operations as on arrays of sums and counts
+        n = pair[1] + 1.0
+        pair[0], pair[1] = total, n
         self._own[i, j] = total / n  # the pair's own mean and weight, as matrix() used to divide them
         self._weight[i, j] = n / (n + self._shrink)
         self._seen[i, j] = True

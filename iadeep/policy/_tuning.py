@@ -126,6 +126,11 @@ class BatchSizeTuner:
             obs = measure(dict(zip(handles, config)))
             norm = [float(obs[h]) for h in handles]
             study.tell(proposal.trial, dict(zip(keys, norm)))
+            if len(handles) == 2:  # a pair, the common case: the loop below unrolled (the same order)
+                h0, h1 = handles
+                samples.append((h0, h1, config[0], config[1], norm[0]))
+                samples.append((h1, h0, config[1], config[0], norm[1]))
+                continue
             for i, h in enumerate(handles):
                 for j, p in enumerate(handles):
                     if i != j:

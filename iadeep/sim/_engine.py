@@ -202,6 +202,12 @@ class Simulator:
         self._norm_of, self._gain_of, self._speed_of = model.norm.item, self.gain.item, self.gpu_speed.item
         self._has_share, self._base_of = self.has_share.tolist(), base.tolist()
         self._node_names = cluster.node_names()
+        r = self._ro
+        self._view_args = (
+            (self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
+             r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"]),
+            {"gpu_share_used_milli": r["share_used"], "gpu_model": r["gpu_models"], "occupied": r["occupied"],
+             "njobs": r["njobs"], "slot_types": r["slot_types"]})
 
     # -- event plumbing ------------------------------------------------------------------------
     def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
@@ -220,16 +226,12 @@ class Simulator:
             self._view_key = key
             self._view = self._view.at(self.now)
             return self._view
-        r = self._ro
         self._view_key = key
         version = len(self._change_log)
         memo = self._view.memo if self._view is not None and self._memo_version == version else {}
         self._memo_version = version
-        self._view = ClusterView.with_occupancy(
-            self.now, self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
-            r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"], gpu_share_used_milli=r["share_used"],
-            gpu_model=r["gpu_models"], occupied=r["occupied"], njobs=r["njobs"], slot_types=r["slot_types"], memo=memo,
-            changes=self._changes_at(version))
+        args, kwargs = self._view_args  # the read-only arrays: the same objects for every view
+        self._view = ClusterView.with_occupancy(self.now, *args, **kwargs, memo=memo, changes=self._changes_at(version))
         return self._view
 
     def _changes_at(self, version: int) -> OccupancyChanges:
@@ -284,8 +286,8 @@ class Simulator:
         if len(gs) == 1:
             g = gs[0]
             return self.gpu_rate.item(g, self._slot(g, h))
-        rate, slot = self.gpu_rate.item, self._slot
-        return min([rate(g, slot(g, h)) for g in gs])  # the same value as the array minimum
+        rate, slots = self.gpu_rate.item, self._slot_list
+        return min([rate(g, slots[g].index(h)) for g in gs])  # the same value as the array minimum (_slot inlined: gangs of up to 64 GPUs)
 
     def _slot(self, g: int, h: int) -> int:
         return self._slot_list[g].index(h)
@@ -298,7 +300,7 @@ class Simulator:
         occ = self._occupants(g)
         if not occ:
             return
-        types = [int(self.type[h]) for h in occ]
+        types = [self.type.item(h) for h in occ]
         row = self.gpu_rate[g]
         # occupant i sits in slot i (ClusterView's slot contract: occupied slots first)
         for i, (h, t, x) in enumerate(zip(occ, types, self._normalised(occ, types))):
@@ -341,9 +343,12 @@ class Simulator:
             row[free] = h
             self.slots[g, free] = h
             self._gpu_changed(g)
-            self.mem_used[g] += self._reserved(h)
-            self.share_used[g] += self.share[h]
-            if self.mem_used[g] > self.mem_total[g] + 1e-9 or self.share_used[g] > 1000 + 1e-9:
+            # plain floats read and written back: the same IEEE sums as on the arrays' scalars
+            mem = self.mem_used.item(g) + self._reserved(h)
+            share = self.share_used.item(g) + self.share.item(h)
+            self.mem_used[g] = mem
+            self.share_used[g] = share
+            if mem > self.mem_total.item(g) + 1e-9 or share > 1000 + 1e-9:
                 raise RuntimeError(f"policy {self.policy.name} over-committed GPU {g} memory or shares")
             if self.accepts[h] and self.gpu_models[g] not in self.accepts[h]:
                 raise RuntimeError(f"policy {self.policy.name} placed {self.job_ids[h]} on a {self.gpu_models[g]!r} GPU")
@@ -352,7 +357,7 @@ class Simulator:
         self.status[h] = _RUNNING
         self.n_running += 1
         self.updated[h] = self.now
-        if np.isnan(self.start[h]):
+        if self.start.item(h) != self.start.item(h):  # NaN: not started before (np.isnan on a scalar costs ~1 us)
             self.start[h] = self.now
             self.first_gpus[h] = tuple(p.gpus)
         for g in p.gpus:
@@ -374,10 +379,12 @@ class Simulator:
             row.append(-1)
             self.slots[g] = row
             self._gpu_changed(g)
-            self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()
-            self.gpu_rate[g, -1] = 0.0
-            self.mem_used[g] = max(self.mem_used[g] - self._reserved(h), 0.0)
-            self.share_used[g] = max(self.share_used[g] - self.share[h], 0.0)
+            rates = self.gpu_rate
+            for k in range(s, len(row) - 1):  # shift the rates down with the jobs (S is 1-4: item writes)
+                rates[g, k] = rates.item(g, k + 1)
+            rates[g, -1] = 0.0
+            self.mem_used[g] = max(self.mem_used.item(g) - self._reserved(h), 0.0)  # plain floats: the same values
+            self.share_used[g] = max(self.share_used.item(g) - self.share.item(h), 0.0)
             self.gpu_version[g] += 1
             self.sessions.pop(g, None)
         self.gpus[h] = ()
@@ -388,7 +395,8 @@ class Simulator:
             handles = list(config)
             types = [int(config[x]) for x in handles]
             norm = self._normalised(handles, types)
-            trial_rates.append({x: self._true_rate(g, x, t, n) for x, t, n in zip(handles, types, norm)})
+            gain, base, speed = self._gain_of, self._base_of, self._speed_of  # _true_rate, inlined (a few per trial)
+            trial_rates.append({x: progress(n, gain(t, base[x])) * speed(g, t) for x, t, n in zip(handles, types, norm)})
             # one draw per job in handle order (a sized draw is the same stream as single draws, so
             # the draws are taken from a batch drawn ahead: the same values in the same order)
             noisy = self._lognormal(len(handles))

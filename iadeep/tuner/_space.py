@@ -176,7 +176,8 @@ class SearchSpace:
         Raises:
             KeyError: a job is missing. SpaceError: a size the model did not measure.
         """
-        ids = self._feasible().ids.get(self._combo(config))
+        feasible = self._feasible_set if self._feasible_set is not None else self._feasible()
+        ids = feasible.ids.get(tuple([int(config[k]) for k in self._keys]))  # _combo, inlined (a few calls a trial)
         if ids is not None:
             return list(ids)
         return [self._tid(j, int(config[j.key])) for j in self.jobs]
@@ -200,7 +201,10 @@ class SearchSpace:
         Raises:
             KeyError: a job's throughput is missing.
         """
-        ids = self.type_ids(config)
+        feasible = self._feasible_set if self._feasible_set is not None else self._feasible()
+        ids = feasible.ids.get(tuple([int(config[k]) for k in self._keys]))  # type_ids without its copy
+        if ids is None:
+            ids = self.type_ids(config)
         gain = self.gain.item
         return float(sum([progress(float(normalised[k]), gain(t, b))
                           for k, t, b in zip(self._keys, ids, self.base_ids, strict=True)]))

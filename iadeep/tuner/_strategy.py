@@ -154,21 +154,24 @@ def session_outcome(trials: Sequence[Trial], current: Mapping[str, int], stop: S
         stop: the stop rule.
         n_feasible: how many feasible configurations the space has.
     """
-    measured = [t for t in trials if t.measured and t.value is not None]
-    if not measured:
+    # one pass for the count and the best (the first measured, then each strictly better one)
+    best_t: Trial | None = None
+    n = 0
+    for t in trials:
+        if t.measured and t.value is not None:
+            n += 1
+            if best_t is None or t.value > best_t.value:  # type: ignore[operator]
+                best_t = t
+    if best_t is None:
         return Outcome(n_feasible == 0, dict(current), math.nan, 0,
                        "no feasible configuration" if n_feasible == 0 else "")
-    best_t = measured[0]
-    for t in measured[1:]:
-        if t.value > best_t.value:  # type: ignore[operator]
-            best_t = t
-    n = len(measured)
     reason = ""
     if n >= stop.budget:
         reason = f"budget of {stop.budget} trials"
-    elif n >= n_feasible and len({_key(t.config) for t in measured}) >= n_feasible:  # distinct ones <= n
-        reason = f"all {n_feasible} feasible configurations measured"
-    else:
+    elif n >= n_feasible and len({_key(t.config) for t in trials if t.measured and t.value is not None}) >= n_feasible:
+        reason = f"all {n_feasible} feasible configurations measured"  # (distinct ones <= n)
+    elif n >= stop.patience:  # fewer trials cannot make `since` (at most n) reach the patience
+        measured = [t for t in trials if t.measured and t.value is not None]
         since, top = 0, -math.inf
         for t in measured:
             v = float(t.value)  # type: ignore[arg-type]

@@ -214,7 +214,7 @@ def test_the_learner_check_catches_a_lost_sample(model):
     samples = [(1, 2, 0.5), (3, 4, 0.7), (1, 2, 0.6)]
     for i, j, y in samples:
         learner.observe(InterferenceSample(types[i], types[j], y))
-    flat, xx, _, _ = learner._sparse[(3, 4)]
+    flat, xx = learner._sparse[(3, 4)][:2]
     learner._xtx_flat[flat] -= xx  # the planted loss
     learner._cache = None
     assert not np.array_equal(learner.matrix(), _dense_matrix(learner, samples))
