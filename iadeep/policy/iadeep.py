@@ -96,6 +96,7 @@ from iadeep.policy._base import Policy, _wait_reason, choose_gpus
 from iadeep.policy._registry import register
 from iadeep.policy._rows import row_prod
 from iadeep.policy._tuning import BatchSizeTuner
+from iadeep.policy._undo import undo_rule
 from iadeep.policy._types import (ANY_BEHIND, ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait,
                                   fits_when_empty)
 from iadeep.tuner._strategy import DEFAULT_TRIALS
@@ -336,7 +337,10 @@ class IADeep(Policy):
                          f"would wait {w:.0f}s with {b} job(s) behind it", preempt=(victim,))
 
     def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
-        """Tune batch sizes of co-located jobs; learn from every measurement."""
+        """Tune batch sizes of co-located jobs; learn from every measurement; undo a co-location
+        whose best measured progress is below ``undo_below`` (:func:`iadeep.policy.undo_rule`: the
+        decision names the newest job to evict and the types to ban, which the driver applies when
+        the session ends)."""
         handles = view.occupants(gpu)
         if len(handles) < 2:
             return super().tune(gpu, view, measure)
@@ -344,10 +348,11 @@ class IADeep(Policy):
         types = self.model.types
         for _, _, t, p, y in decision.samples:
             self.learner.observe(InterferenceSample(types[t], types[p], y))
-        if self.undo_below is not None and decision.progress < self.undo_below:
-            # even the best configuration progresses less than taking turns would: undo
-            newest = int(handles[-1])  # occupants are in placement order (ClusterView's slot contract)
-            self.avoid([int(view.job_base_type[h]) for h in handles])  # as submitted: how they queue and sit alone
-            return replace(decision, type_ids={}, evict=(newest,),
-                           reason=f"co-location undone: best measured progress {decision.progress:.2f} < 1")
+        # even the best configuration progresses less than taking turns would: undo (the rule both
+        # drivers share; the driver bans the types and evicts when the session ends)
+        occupants = [int(h) for h in handles]  # placement order (ClusterView's slot contract)
+        undo = undo_rule(decision.progress, occupants, [int(view.job_base_type[h]) for h in occupants],  # as submitted
+                         self.undo_below)
+        if undo is not None:
+            return replace(decision, type_ids={}, evict=(undo.evict,), avoid=undo.avoid, reason=undo.reason)
         return decision
