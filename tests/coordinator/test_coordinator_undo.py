@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from iadeep.coordinator import CoordinatorService
@@ -22,14 +22,18 @@ from test_coordinator_sessions import A, B, place, settings  # noqa: I001 - the 
 
 
 @contextmanager
-def reporting_at(store: EtcdStateStore, model, fractions: dict[str, tuple[str, int, float]]) -> Iterator[None]:
+def reporting_at(store: EtcdStateStore, model, fractions: dict[str, tuple[str, int, float]],
+                 silent: Callable[[str], bool] = lambda pod: False) -> Iterator[None]:
     """Play the jobs: every 0.2 s each pod reports ``fraction x`` its type's isolated steps/s at the
-    batch size the coordinator assigned it (its submitted size before any)."""
+    batch size the coordinator assigned it (its submitted size before any); a pod for which
+    ``silent`` says so stops reporting (a job that hangs)."""
     stop = threading.Event()
 
     def run() -> None:
         while not stop.wait(0.2):
             for pod, (family, submitted, fraction) in fractions.items():
+                if silent(pod):
+                    continue
                 assigned = store.batch_size(pod)
                 size = assigned.batch_size if assigned is not None else submitted
                 iso = float(model.isolated_steps_per_s[model.type_id(JobType(family, size))])
@@ -98,6 +102,29 @@ def test_without_a_published_threshold_a_bad_session_is_not_undone(etcd_store, e
     store.put_placement(PlacementPolicy("gandiva", 2, time.time(), undo_below=0.0))
     result = _session(store, etcd_settings, tuner, interference_model, throughputs_path, fraction=0.25)
     assert result.outcome == "converged" and result.progress < 1.0
+    assert store.undos() == {}
+
+
+def test_a_session_that_ends_at_its_deadline_is_never_undone(etcd_store, etcd_settings, tuner, interference_model,
+                                                              throughputs_path) -> None:
+    """A job stops reporting after the first round: the session ends at a round's deadline with the
+    best measured so far below the threshold. Its measurements are incomplete (the simulator's
+    sessions always run their trials), so nothing is undone: the best configuration is applied."""
+    store = etcd_store
+    store.put_placement(PlacementPolicy("iadeep", 2, time.time(), undo_below=1.0))
+    place(store, A, B)
+    jobs = {A[0]: (A[1], A[2], 0.25), B[0]: (B[1], B[2], 0.25)}
+    svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings, deadline_s=4), store=store,
+                             tuner=TunerClient(tuner.url), model=interference_model)
+    told = lambda: svc.metrics.rounds._value.get() >= 1  # noqa: E731
+    with reporting_at(store, interference_model, jobs, silent=lambda pod: pod == "pod-b" and told()):
+        svc.start()
+        try:
+            wait_for(lambda: svc.results, bool, timeout=120, what="a finished session")
+        finally:
+            svc.stop(timeout_s=30)
+    result = svc.results[0][1]
+    assert result.outcome == "deadline" and result.rounds >= 1 and result.progress < 1.0
     assert store.undos() == {}
 
 
