@@ -103,12 +103,13 @@ class ExtenderService:
         self._resumed: dict[tuple[str, str], float] = {}  # (namespace, Job) of a preempted pod -> work left (s)
         self.types = TypeResolver(model, settings.defaults.model, settings.defaults.batch_size)
         self._policy_lock = threading.RLock()
+        self.metrics = ExtenderMetrics(self._metrics_rows)
         self.undos = UndoApplier(store=store, pod_api=pod_api, types=self.types, policy=self.policy,
-                                 policy_lock=self._policy_lock, before_evict=self._resume_after_undo, clock=clock)
+                                 policy_lock=self._policy_lock, before_evict=self._resume_after_undo, clock=clock,
+                                 on_settled=lambda outcome: self.metrics.undos.labels(outcome).inc())
         self.cache = StateCache(store, self.types, slots=self.policy.limit, max_age_s=settings.cache.max_age_s,
                                 idle_s=settings.cache.watch_idle_s, clock=clock, on_samples=self._learn,
                                 on_undos=self.undos.receive)
-        self.metrics = ExtenderMetrics(self._metrics_rows)
         self.samples_learned = 0
         self._node_locks: dict[str, threading.Lock] = {}
         self._node_locks_guard = threading.Lock()

@@ -62,11 +62,13 @@ class UndoApplier:
             pod's work left for its Job's replacement pod).
         clock: Unix seconds.
         retry_s: how often pending evictions that failed are tried again (s).
+        on_settled: called with each outcome this process settled (the service counts them).
     """
 
     def __init__(self, *, store: StateStore, pod_api: PodApi | None, types: TypeResolver, policy: Policy,
                  policy_lock: threading.RLock, before_evict: Callable[[UndoRecord], None] | None = None,
-                 clock: Callable[[], float] = time.time, retry_s: float = 5.0) -> None:
+                 clock: Callable[[], float] = time.time, retry_s: float = 5.0,
+                 on_settled: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.pod_api = pod_api
         self.types = types
@@ -75,6 +77,7 @@ class UndoApplier:
         self.before_evict = before_evict
         self.clock = clock
         self.retry_s = retry_s
+        self.on_settled = on_settled
         self.banned: set[tuple[int, ...]] = set()  # type-id tuples applied to the policy
         self.settled: dict[str, str] = {}  # pod UID -> outcome, of the records this process settled
         self._pending: dict[str, UndoRecord] = {}  # pod UID -> record to carry out
@@ -144,6 +147,8 @@ class UndoApplier:
                 if self._pending.get(r.pod_uid) == r:
                     del self._pending[r.pod_uid]
             self.settled[r.pod_uid] = outcome
+            if self.on_settled is not None:
+                self.on_settled(outcome)
             done += 1
             if changed:
                 log.info("undo record of pod %s changed meanwhile (another extender settled it)", r.pod_uid)

@@ -111,7 +111,8 @@ def test_an_undo_bans_the_pair_evicts_the_newest_pod_and_survives_a_restart(k8s_
     # its reservation goes when the pod ends (the pod follower); its Job's replacement resumes its work
     wait_for(lambda: {x.pod_uid for x in store.assignments()}, lambda held: held == {a.metadata.uid}, timeout=30,
              what="the evicted pod's reservation released")
-    assert ("%s" % ns, "train-b") in svc._resumed
+    assert (ns, "train-b") in svc._resumed
+    assert svc.metrics.undos.labels("evicted")._value.get() == 1
 
     # a later filter never co-locates the pair: a new pod of B's type fails on A's GPU, by the ban
     out = _filter(svc, ns, "train-b-x2", B, node)
