@@ -38,8 +38,13 @@ Placement (IADeep's first challenge: mitigating interference vs. making progress
 A pair whose predicted normalised throughputs sum below 1 (sharing progresses less than taking
 turns) is formed only when the two jobs themselves gain over waiting (the queue-pressure term does
 not count for it; ``bad_pairs_when_waiting=False`` never forms it), and a tuning session whose best measured configuration still sums below 1
-undoes the co-location: the newest job goes back to the head of the queue and the pair of job
-types is not formed again (as Gandiva's undo, but judged on goodput after tuning).
+undoes the co-location (:func:`iadeep.policy.undo_rule`, which the live coordinator applies too):
+when the session ends, the newest job goes back to the queue (FIFO: at its head; kube-scheduler's
+queue: as its Job's replacement pod, created then) and the pair of job types is not formed again
+(as Gandiva's undo, but judged on goodput after tuning). The policy only decides
+(:attr:`~iadeep.policy.TuningDecision.evict` and ``avoid``); the driver bans the pair
+(:meth:`~iadeep.policy.Policy.avoid`) and evicts: the simulator when the session ends, the live
+extender when the coordinator's :class:`iadeep.state.UndoRecord` arrives.
 
 Head-of-line preemption (Gandiva's suspend-resume, OSDI'18 Sec. 3, used against head-of-line
 blocking): under a FIFO queue the head holds back every job behind it. When the head (nothing
