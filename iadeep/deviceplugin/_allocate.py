@@ -6,9 +6,11 @@ GPU and the assume time in ns; see :mod:`iadeep.extender._pods`), so a container
 matched to the pods bound to this node in that phase, **oldest assume time first**, and among
 them to the first whose next unserved container asks for exactly as many ``iadeep.io/gpu-mem``
 units as there are device IDs. When the device IDs lie on GPUs (device IDs carry their GPU's
-UUID), a pod whose own GPUs hold them is preferred, so two pods of the same size bound at the
-same moment each get the GPU the extender chose for them. Calls are serialised per node (one
-lock in the plugin). The answer is built from the pod's annotations, never from the device IDs:
+UUID), a pod whose own GPUs hold them is preferred. Calls are serialised per node (one lock in
+the plugin). Two pods of the same size waiting at once would still be ambiguous (the kubelet may
+admit the newer first, and the preferred allocation follows the older's GPU): the extender never
+lets that happen on a node whose inventory this plugin publishes (``NodeInventory.allocates``;
+binds there take turns, :mod:`iadeep.extender._admission`). The answer is built from the pod's annotations, never from the device IDs:
 ``NVIDIA_VISIBLE_DEVICES`` is the pod's GPU UUID(s). A request no pod matches is refused
 (:class:`NoMatchingPod`) naming the reason, never answered with some GPU.
 

@@ -119,7 +119,8 @@ class DevicePluginService:
 
     def inventory(self) -> NodeInventory:
         """The node's GPUs as the extender reads them."""
-        return NodeInventory(self.settings.node, tuple(GpuInfo(g.index, float(g.mem_gib), g.uuid) for g in self.gpus))
+        return NodeInventory(self.settings.node, tuple(GpuInfo(g.index, float(g.mem_gib), g.uuid) for g in self.gpus),
+                             allocates=True)
 
     # -- life cycle -------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ __all__ = [
     "bind_with_annotations",
     "call_deadline",
     "release_reservation",
+    "time_left",
 ]
 
 log = logging.getLogger("iadeep.extender")
@@ -82,7 +83,8 @@ def call_deadline(seconds: float) -> Iterator[None]:
         _budget.end = previous
 
 
-def _time_left() -> float | None:
+def time_left() -> float | None:
+    """Seconds left of this thread's :func:`call_deadline` (None outside one)."""
     end = getattr(_budget, "end", None)
     return None if end is None else end - time.monotonic()
 
@@ -112,6 +114,8 @@ class PodStatus:
         pod: the pod as the wire model, only for a pod waiting to be scheduled (``Pending``,
             unbound and without scheduling gates: kube-scheduler does not queue a gated pod):
             what :class:`~iadeep.extender.PendingPods` reads its GPU demand from.
+        bind_phase: its ``iadeep.io/bind-phase`` annotation (empty when absent): ``allocating``
+            from our bind until the node's device plugin served it, then ``allocated``.
     """
 
     uid: str
@@ -122,6 +126,7 @@ class PodStatus:
     created_s: float = 0.0
     priority: int = 0
     pod: Pod | None = field(default=None, compare=False, repr=False)
+    bind_phase: str = ""
 
 
 class PodApi(Protocol):
@@ -217,7 +222,7 @@ class KubernetesPodApi:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        left = _time_left()
+        left = time_left()
         if left is not None and left <= 0:
             raise KubeError(f"{what}: no time left in the extender's call budget")
         timeout = self.timeout_s if left is None else min(self.timeout_s, left)
@@ -352,9 +357,11 @@ def _pod_status(p: Mapping[str, Any]) -> PodStatus:
         except ValueError:
             wire = None  # not a pod we could read: it asks for nothing we know of
     priority = spec.get("priority")
+    bind_phase = (meta.get("annotations") or {}).get(ANNOTATION_BIND_PHASE)
     return PodStatus(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""), phase, node,
                      _timestamp(meta.get("creationTimestamp")),
-                     priority if isinstance(priority, int) and not isinstance(priority, bool) else 0, wire)
+                     priority if isinstance(priority, int) and not isinstance(priority, bool) else 0, wire,
+                     bind_phase if isinstance(bind_phase, str) else "")
 
 
 def _watch_event(what: str, line: bytes) -> tuple[str, PodStatus | None, str]:

@@ -15,7 +15,8 @@ name                                       type       labels
 ``iadeep_extender_bind_phase_seconds``     histogram  ``phase``: where a bind's time goes (``thread``:
                                                       waiting for a worker thread, ``node_lock``,
                                                       ``policy_lock``, ``place``, ``reserve_txn``,
-                                                      ``kube``: annotate + Binding)
+                                                      ``kube``: annotate + Binding, ``admission``: the
+                                                      wait for a node's turn, :mod:`._admission`)
 ``iadeep_extender_samples_learned``        gauge      (none)
 =========================================  =========  ==========================================
 

@@ -52,6 +52,16 @@ class PodWatchApi(Protocol):
         ``MODIFIED``, ``DELETED`` or ``BOOKMARK`` (pod ``None``); ends after about ``timeout_s``."""
 
 
+class PodObserver(Protocol):
+    """What else follows the pods' stream (:class:`~iadeep.extender._admission.AdmissionGate`)."""
+
+    def reset(self, pods: Sequence[PodStatus]) -> None:
+        """A full listing."""
+
+    def observe(self, event_type: str, pod: PodStatus | None) -> None:
+        """One watch event."""
+
+
 def ended(event_type: str, pod: PodStatus | None) -> bool:
     """Whether a watch event says the pod is done with its GPUs (deleted, or in an ended phase)."""
     return pod is not None and (event_type == "DELETED" or pod.phase in ENDED_PHASES)
@@ -128,13 +138,16 @@ class PodFollower:
         timeout_s: how long one watch request stays open before it is reopened (s).
         retry_s: wait after a failed list or watch before trying again (s).
         pending: the index of waiting pods to keep (optional).
+        admissions: the pods waiting for their device plugin's ``Allocate`` to keep (optional,
+            :class:`~iadeep.extender._admission.AdmissionGate`).
     """
 
     def __init__(self, api: PodWatchApi, on_ended: Callable[[Sequence[str]], object], *, timeout_s: float = 30.0,
-                 retry_s: float = 1.0, pending: PendingPods | None = None):
+                 retry_s: float = 1.0, pending: PendingPods | None = None, admissions: PodObserver | None = None):
         self.api = api
         self.on_ended = on_ended
         self.pending = pending
+        self.admissions = admissions
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.listings = 0
@@ -179,6 +192,8 @@ class PodFollower:
                     self.listings += 1
                     if self.pending is not None:
                         self.pending.reset(pods)
+                    if self.admissions is not None:
+                        self.admissions.reset(pods)
                     self._report([p.uid for p in pods if p.phase in ENDED_PHASES])
                     self._listed.set()
                 for kind, pod, rv in self.api.watch_pods(version, timeout_s=self.timeout_s):
@@ -187,6 +202,8 @@ class PodFollower:
                         version = rv
                     if self.pending is not None:
                         self.pending.update(kind, pod)
+                    if self.admissions is not None:
+                        self.admissions.observe(kind, pod)
                     if ended(kind, pod):
                         self._report([pod.uid])  # type: ignore[union-attr]
                     if self._stop.is_set():

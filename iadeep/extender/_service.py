@@ -31,12 +31,22 @@ from iadeep.extender._bind import (
     bind_with_annotations,
     call_deadline,
     release_reservation,
+    time_left,
 )
+from iadeep.extender._admission import AdmissionBusy, AdmissionGate, AdmissionTurn
 from iadeep.extender._cache import StateCache
 from iadeep.extender._metrics import ExtenderMetrics
 from iadeep.extender._podwatch import PendingPods, PodFollower
 from iadeep.extender._preempt import Nominations, with_nominations
-from iadeep.extender._pods import PodDemand, PodSpecError, job_of, load_quantity_parser, pod_demand
+from iadeep.extender._pods import (
+    ANNOTATION_BIND_PHASE,
+    BIND_PHASE_ALLOCATING,
+    PodDemand,
+    PodSpecError,
+    job_of,
+    load_quantity_parser,
+    pod_demand,
+)
 from iadeep.extender._settings import ExtenderSettings
 from iadeep.extender._undo import UndoApplier
 from iadeep.extender._view import TypeResolver, ViewBase
@@ -132,6 +142,9 @@ class ExtenderService:
         # kube-scheduler's queue as far as the pods show it (the policy's gpus_ahead); filled by
         # the pod follower, empty without one
         self.pending = PendingPods(self._gpus_of)
+        # pods bound to a node with a device plugin that has not served them yet: binds there
+        # take turns (iadeep.extender._admission); fed by the pod follower
+        self.admissions = AdmissionGate(self._still_allocating if pod_api is not None else None)
         self._placement_published = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -157,7 +170,8 @@ class ExtenderService:
         self.undos.start()
         if self.settings.cache.pod_watch and self.pod_api is not None:
             self.pod_follower = PodFollower(self.pod_api, self.release_pods,  # type: ignore[arg-type]
-                                            timeout_s=self.settings.cache.pod_watch_timeout_s, pending=self.pending)
+                                            timeout_s=self.settings.cache.pod_watch_timeout_s, pending=self.pending,
+                                            admissions=self.admissions)
             self.pod_follower.start()
         interval = self.settings.cache.sweep_interval_s
         if interval > 0 and self.pod_api is not None:
@@ -552,6 +566,25 @@ class ExtenderService:
         too_wide = self._too_wide(demand)
         if too_wide is not None:  # as filter said: no node can ever take it
             return self._bind_result("failed", too_wide)
+        inventory = self.cache.current()[0].inventories.get(node)
+        if inventory is None or not inventory.allocates:
+            return self._reserve_and_bind(demand, type_id, ns, name, uid, node, None)
+        left = time_left()
+        wait_s = self.settings.admission_wait_s if left is None else min(self.settings.admission_wait_s, left / 2)
+        t_turn = time.perf_counter()
+        try:
+            with self.admissions.turn(node, uid, wait_s) as turn:
+                self.metrics.bind_phase.labels("admission").observe(time.perf_counter() - t_turn)
+                return self._reserve_and_bind(demand, type_id, ns, name, uid, node, turn)
+        except AdmissionBusy as exc:
+            return self._bind_result("wait", str(exc))
+
+    def _reserve_and_bind(self, demand: PodDemand, type_id: int, ns: str, name: str, uid: str, node: str,
+                          turn: AdmissionTurn | None) -> ExtenderBindingResult:
+        """Reserve on ``node``, then annotate and bind (steps 1-2 of :mod:`._bind`); ``turn``: the
+        node's admission turn when its device plugin serves ``Allocate`` (the bound pod is
+        recorded there as allocating)."""
+        assert self.pod_api is not None
         t_lock = time.perf_counter()
         with self._node_lock(node):
             self.metrics.bind_phase.labels("node_lock").observe(time.perf_counter() - t_lock)
@@ -583,12 +616,27 @@ class ExtenderService:
                     self._pending_release.add(uid)
             self.pod_api.event(ns, name, uid, "IadeepBindFailed", str(exc), warning=True)
             return self._bind_result("released", str(exc))
+        if turn is not None:
+            turn.bound(uid, ns, name)
         with self._memo_lock:
             self._pending_release.discard(uid)  # bound: no earlier failed attempt's release applies
         self.nominations.drop(uid)
         if self._resumed:
             self._resumed.pop(self._job_of(demand.namespace, demand.name), None)
         return self._bind_result("bound")
+
+    def _still_allocating(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether pod ``uid`` still waits for its device plugin's ``Allocate`` (the admission gate's
+        poll; raises :class:`KubeError` when the API cannot tell)."""
+        assert self.pod_api is not None
+        try:
+            pod = self.pod_api.read_pod(namespace, name)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return (pod.metadata.uid == uid and
+                (pod.metadata.annotations or {}).get(ANNOTATION_BIND_PHASE) == BIND_PHASE_ALLOCATING)
 
     @property
     def releases_in_flight(self) -> int:

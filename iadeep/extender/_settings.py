@@ -136,6 +136,11 @@ class ExtenderSettings(BaseSettings):
             (wall s; below ``call_budget_s``): then the preemptor passes in that same call.
             kube-scheduler schedules one pod at a time, so this is time it waits; a victim that
             takes longer leaves the preemptor to the next pod event that wakes it.
+        admission_wait_s: on a node whose device plugin serves ``Allocate``, how long a bind waits
+            for the GPU pod bound there before it to be served (wall s; at most half the time left
+            of the bind's budget): binds to such a node take turns, because the kubelet's
+            ``Allocate`` does not name the pod (:mod:`iadeep.extender._admission`). A bind that
+            runs out answers ``Error`` naming the pod ahead; kube-scheduler retries it.
         undo_below: the policy's undo threshold (summed progress rate of a tuning session's best
             measured configuration; 1 = taking turns; 0: never undo), for policies that undo
             (``iadeep``: its ``undo_below``, the simulator's default 1.0). Published in
@@ -168,6 +173,7 @@ class ExtenderSettings(BaseSettings):
     preemption: bool = False
     preemption_hold_s: float = Field(30.0, gt=0)
     preemption_wait_s: float = Field(2.0, ge=0)
+    admission_wait_s: float = Field(3.0, ge=0)
     undo_below: float = Field(1.0, ge=0)
     log_level: str = "info"
     workers: int = Field(1, ge=1)

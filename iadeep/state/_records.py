@@ -111,10 +111,21 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class NodeInventory:
-    """GPUs of one node, published by that node's device plugin."""
+    """GPUs of one node, published by that node's device plugin.
+
+    Attributes:
+        node: the node's name.
+        gpus: its GPUs.
+        allocates: the publisher is a device plugin whose ``Allocate`` turns each pod it serves
+            from bind phase ``allocating`` to ``allocated`` (``iadeep deviceplugin``): the
+            extender then binds one GPU pod at a time to the node (:mod:`iadeep.extender._admission`).
+            False for inventories published without a kubelet behind them (the GPU emulator's
+            kwok nodes), where pods stay ``allocating``.
+    """
 
     node: str
     gpus: tuple[GpuInfo, ...]
+    allocates: bool = False
 
 
 @dataclass(frozen=True)
