@@ -53,7 +53,7 @@ import math
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -65,6 +65,7 @@ from iadeep.state import (
     BannedType,
     BatchSizeAssignment,
     InterferenceSampleRecord,
+    JobRecord,
     Measurement,
     RecordError,
     StateStore,
@@ -271,7 +272,7 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
     return result
 
 
-def _undo(request: TuningRequest, ending: str, outcome: Outcome | None, pods: Sequence[str], records: Mapping[str, Any],
+def _undo(request: TuningRequest, ending: str, outcome: Outcome | None, pods: Sequence[str], records: Mapping[str, JobRecord],
           undo_below: float | None, name: str, clock: Callable[[], float]) -> UndoRecord | None:
     """The undo record of a session that ended ``ending`` with ``outcome`` (module docstring), or
     ``None``: :func:`iadeep.policy.undo_rule` over the session's pods in reservation order, their

@@ -70,6 +70,7 @@ from iadeep.state import (
     RecordError,
     StateStore,
     StoreUnavailable,
+    UndoRecord,
 )
 
 __all__ = ["ExtenderService"]
@@ -285,7 +286,7 @@ class ExtenderService:
 
     _job_of = staticmethod(job_of)
 
-    def _resume_after_undo(self, record: Any) -> None:
+    def _resume_after_undo(self, record: UndoRecord) -> None:
         """Before an undo evicts ``record``'s pod: its Job's replacement pod is placed with the
         work the pod had left plus the checkpoint cost, as after a preemption (:meth:`_preempt`)."""
         try:
