@@ -96,7 +96,11 @@ class UndoApplier:
             except PodSpecError as exc:
                 log.error("undo record of pod %s skipped (no ban, no eviction): %s", r.pod_uid, exc)
                 continue
-            self._ban(ids, r)
+            try:
+                self._ban(ids, r)
+            except Exception:  # noqa: BLE001 - the follower thread must go on (it would list again and again)
+                log.exception("undo record of pod %s: the ban failed; skipped", r.pod_uid)
+                continue
             with self._lock:
                 if r.outcome == "pending":
                     self._pending[r.pod_uid] = r
