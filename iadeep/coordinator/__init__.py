@@ -3,7 +3,9 @@
 ``iadeep coordinator serve`` (one per node, a DaemonSet) follows the node's tuning requests in
 etcd, drives the tuner by ask and tell, writes the jobs' batch sizes, measures through the jobs'
 own reports (:mod:`iadeep.workload`), applies the best configuration to every co-located job
-and stores what it learned (see :mod:`iadeep.coordinator._session`).
+and stores what it learned (see :mod:`iadeep.coordinator._session`); a session measured below the
+extender's undo threshold is recorded as an :class:`iadeep.state.UndoRecord` for the extender
+to carry out (:func:`iadeep.policy.undo_rule`, the simulator's rule).
 """
 
 from iadeep.coordinator._metrics import CoordinatorMetrics

@@ -1,5 +1,9 @@
 """The node coordinator: follows its node's tuning requests and runs one session per GPU.
 
+A session whose best measured progress is below the extender's ``undo_below`` (read from its
+:class:`~iadeep.state.PlacementPolicy` at each session) is undone: the session records an
+:class:`~iadeep.state.UndoRecord`, which the extender carries out (:mod:`iadeep.coordinator._session`).
+
 Loop (one thread): list the node's pending :class:`~iadeep.state.TuningRequest` records and
 start a session thread for each GPU that has none running; then wait for a change under
 ``tuning/<node>/`` with a watch bounded by ``idle_s`` (every wait on etcd is bounded; after it
@@ -26,7 +30,7 @@ from iadeep.coordinator._metrics import CoordinatorMetrics
 from iadeep.coordinator._session import SessionResult, TunerApi, run_session
 from iadeep.coordinator._settings import CoordinatorSettings
 from iadeep.interference import InterferenceModel
-from iadeep.state import StateStore, StoreUnavailable, TuningRequest
+from iadeep.state import RecordError, StateStore, StoreUnavailable, TuningRequest
 
 __all__ = ["CoordinatorService"]
 
@@ -111,7 +115,7 @@ class CoordinatorService:
         self.metrics.active_sessions.inc()
         try:
             result = run_session(req, store=self.store, tuner=self.tuner, model=self.model,
-                                 rounds=self.settings.round, metrics=self.metrics)
+                                 rounds=self.settings.round, metrics=self.metrics, undo_below=self._undo_below())
             self.metrics.sessions.labels(result.outcome).inc()
             if result.applied:
                 self.metrics.best_progress.labels(str(req.gpu) if self.settings.node else f"{req.node}/{req.gpu}").set(result.progress)
@@ -130,6 +134,17 @@ class CoordinatorService:
             log.warning("GPU %d: session failed, retrying in %.1f s: %s: %s", req.gpu, wait, type(exc).__name__, exc)
         finally:
             self.metrics.active_sessions.dec()
+
+    def _undo_below(self) -> float | None:
+        """The extender's undo threshold (:class:`~iadeep.state.PlacementPolicy`), ``None`` (never
+        undo) when no extender published one or its record is malformed (logged): a session is
+        never held back by it."""
+        try:
+            placement = self.store.placement()
+        except RecordError as exc:
+            log.warning("the extender's placement record is malformed; sessions do not undo: %s", exc)
+            return None
+        return placement.undo_below if placement is not None and placement.undo_below > 0 else None
 
     def _back_off(self, req: TuningRequest) -> float:
         """Hold ``req``'s GPU back from dispatch for an exponentially growing wait (s, at most 30;

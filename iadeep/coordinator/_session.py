@@ -27,6 +27,18 @@ A session follows a :class:`~iadeep.state.TuningRequest` (a GPU whose co-locatio
    pairs are stored as interference samples (the extender's predictions learn from them), the
    request is acknowledged and the tuner's study deleted.
 
+**Undo** (the rule the simulator's policy applies, :func:`iadeep.policy.undo_rule`): when a
+converged session's best measured summed progress is below the extender's ``undo_below``
+(published in :class:`~iadeep.state.PlacementPolicy`; 0 or no record: never), the best
+configuration is not applied; the jobs a trial moved go back to the sizes they ran at before the
+session (as the simulator keeps them: an undo applies no configuration), the session's newest pod
+(the last in reservation order) and the GPU's job types are recorded in an
+:class:`~iadeep.state.UndoRecord`, and the request is acknowledged. The extender, which holds the
+``pods/eviction`` right, bans the pair in its policy and evicts the pod; the coordinator evicts
+nothing. A session that ends any other way (a job left, superseded, a round past its deadline)
+never undoes: its measurements are incomplete, and the simulator's sessions always run their
+trials to the end.
+
 A session ends early, cleanly, when a job finishes (its SDK reports ``completed``/``failed``),
 when the request changes (a job left or came: the new request starts a new session; the jobs a
 trial moved go back to the sizes they ran at before, as the simulator discards an interrupted
@@ -47,14 +59,18 @@ import numpy as np
 
 from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
 from iadeep.jobtypes import JobType
+from iadeep.policy import undo_rule
 from iadeep.state import (
     AllocationConflict,
+    BannedType,
     BatchSizeAssignment,
     InterferenceSampleRecord,
+    JobRecord,
     Measurement,
     RecordError,
     StateStore,
     TuningRequest,
+    UndoRecord,
     from_json,
 )
 from iadeep.tuner import Outcome, Proposal, SearchSpace, SpaceError, StopRule, TunedJob, predicted_warm_start
@@ -84,7 +100,8 @@ class SessionResult:
     """How a session ended.
 
     Attributes:
-        outcome: ``converged``, ``single_job``, ``job_left``, ``superseded``, ``deadline``,
+        outcome: ``converged``, ``undone`` (converged below ``undo_below``: :attr:`undo` was
+            recorded), ``single_job``, ``job_left``, ``superseded``, ``deadline``,
             ``untunable`` (a job whose model or batch size the measurements do not cover) or
             ``no_inventory`` (the node publishes no such GPU: nothing ran, the request stays and the
             service retries it with back-off).
@@ -100,6 +117,7 @@ class SessionResult:
     restored: dict[str, int] = field(default_factory=dict)
     rounds: int = 0
     progress: float = math.nan
+    undo: UndoRecord | None = None
 
 
 def session_name(request: TuningRequest) -> str:
@@ -120,8 +138,12 @@ class _Superseded(Exception):
 
 def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, model: InterferenceModel,
                 rounds: RoundSettings, metrics: CoordinatorMetrics | None = None,
-                clock: Callable[[], float] = time.time) -> SessionResult:
+                clock: Callable[[], float] = time.time, undo_below: float | None = None) -> SessionResult:
     """Run one session to its end (module docstring).
+
+    Args:
+        undo_below: the policy's undo threshold (summed progress rate; ``None`` or 0: never undo),
+            from the extender's :class:`~iadeep.state.PlacementPolicy`.
 
     Raises:
         StoreUnavailable: etcd failed (the request stays; the caller retries the session).
@@ -220,6 +242,15 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         else:
             log.warning("session %s: the jobs keep the trial's sizes %s: the memory of the earlier ones was taken",
                         name, running)
+    elif (undo := _undo(request, ending, outcome, pods, records, undo_below, name, clock)) is not None:
+        # the simulator's undo applies no configuration: back to the sizes from before the session
+        if _resize(store, request, _cover(space, running, space.current())):
+            result.restored = _restore(jobs, store, name, clock)
+        store.put_undo(undo)
+        result.outcome, result.undo, result.progress = "undone", undo, undo.progress
+        log.info("session %s: %s; recorded for the extender to evict %s/%s and ban %s", name, undo.reason,
+                 undo.namespace, undo.name, [f"{t.model}/{t.batch_size}" for t in undo.types])
+        store.complete_tuning(request)
     else:
         best = outcome.best if outcome is not None else running
         live = [j for j in jobs if j.key in best and _alive(store, j.key)]
@@ -239,6 +270,22 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
     if metrics:
         metrics.session_seconds.observe(time.monotonic() - t0)
     return result
+
+
+def _undo(request: TuningRequest, ending: str, outcome: Outcome | None, pods: Sequence[str], records: Mapping[str, JobRecord],
+          undo_below: float | None, name: str, clock: Callable[[], float]) -> UndoRecord | None:
+    """The undo record of a session that ended ``ending`` with ``outcome`` (module docstring), or
+    ``None``: :func:`iadeep.policy.undo_rule` over the session's pods in reservation order, their
+    job types as submitted, and the best measured progress; only a converged session is judged."""
+    if ending != "converged" or outcome is None or not undo_below:
+        return None
+    types = [BannedType(records[p].model, int(records[p].batch_size)) for p in pods]
+    undo = undo_rule(float(outcome.best_objective), list(pods), types, undo_below)
+    if undo is None:
+        return None
+    newest = records[undo.evict]
+    return UndoRecord(newest.pod_uid, newest.namespace, newest.name, request.node, request.gpu, undo.avoid,
+                      max(undo.progress, 0.0), undo.below, session=name, reason=undo.reason, at=clock())
 
 
 def _restore(jobs: Sequence[TunedJob], store: StateStore, name: str, clock: Callable[[], float]) -> dict[str, int]:

@@ -107,7 +107,7 @@ def job_name(index: int, job_id: str) -> str:
 def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: float, speedup: float,
                  submit_time_s: float | None = None, pin_nodes: bool = True, gated: bool = False) -> dict[str, Any]:
     """The ``batch/v1`` Job for one trace job (a pure function; see the module docstring). A pod
-    the extender evicts to preempt the job is replaced, not counted as a failure (the Job's
+    the extender evicts (to preempt the job, or to undo a co-location) is replaced, not counted as a failure (the Job's
     ``podFailurePolicy`` ignores the ``DisruptionTarget`` condition that the Eviction API sets).
 
     Args:
@@ -142,7 +142,7 @@ def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: flo
                                      **({SUBMIT_ANNOTATION: f"{submit_time_s:.6f}"} if submit_time_s is not None else {})}},
         "spec": {
             "backoffLimit": 0,
-            # a pod evicted for a preemption (the Eviction API marks it DisruptionTarget) is replaced
+            # a pod evicted for a preemption or an undo (the Eviction API marks it DisruptionTarget) is replaced
             # without counting as a failure; the replacement resumes from the job's checkpoint
             # (Job API, batch/v1 podFailurePolicy: needs restartPolicy Never; the replacement is made
             # once the evicted pod has failed, podReplacementPolicy Failed)

@@ -3,7 +3,9 @@
 Run it with ``iadeep extender serve`` (settings from ``IADEEP_EXTENDER_*``, etcd from
 ``IADEEP_ETCD_*``); build the ASGI app in code with :func:`create_app`. Routes, annotations and
 metrics are documented in :mod:`._app`, :mod:`._pods` and :mod:`._metrics`; the scheduler
-configuration and manifests are in ``k8s/extender/``.
+configuration and manifests are in ``k8s/extender/``. Besides the verbs it carries out the node
+coordinators' undo records (:mod:`._undo`: the ban in its policy, the pod's eviction) and the
+policy's preemptions (:mod:`._preempt`).
 """
 
 from iadeep.extender._app import build_service, create_app

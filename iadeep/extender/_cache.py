@@ -20,7 +20,9 @@ arbiter, and after a conflict :meth:`sync` waits until the copy has caught up wi
 before placing again.
 
 Learned interference samples reach ``on_samples`` in order, each once (all of them at the first
-listing). The job rows of the view are compacted (rebuilt from the snapshot) when more than
+listing). Undo records (:class:`~iadeep.state.UndoRecord`) reach ``on_undos``: every one at each
+listing (the bans they carry must be applied again by a restarted extender), then each put the
+watch delivers. The job rows of the view are compacted (rebuilt from the snapshot) when more than
 half of them belong to pods that left.
 
 Thread-safety: every method may be called from any thread; readers never wait for a writer.
@@ -45,6 +47,7 @@ from iadeep.state import (
     NodeInventory,
     StateStore,
     StoreUnavailable,
+    UndoRecord,
 )
 
 __all__ = ["StateCache"]
@@ -69,11 +72,14 @@ class StateCache:
         idle_s: how long a watch waits without changes before it is reopened (s).
         clock: Unix time, injectable for tests.
         on_samples: called with new learned samples (oldest first), from the following thread.
+        on_undos: called with undo records (all of them at each listing, then each one put),
+            from the following thread; it must return quickly (no Kubernetes calls on this thread).
     """
 
     def __init__(self, store: StateStore, types: TypeResolver, *, slots: int, max_age_s: float = 5.0,
                  idle_s: float = 1.0, clock: Clock = time.time,
-                 on_samples: Callable[[Sequence[InterferenceSampleRecord]], None] | None = None):
+                 on_samples: Callable[[Sequence[InterferenceSampleRecord]], None] | None = None,
+                 on_undos: Callable[[Sequence[UndoRecord]], None] | None = None):
         self.store = store
         self.types = types
         self.slots = slots
@@ -81,6 +87,7 @@ class StateCache:
         self.idle_s = idle_s
         self.clock = clock
         self.on_samples = on_samples
+        self.on_undos = on_undos
         self._write = threading.RLock()  # one writer at a time; readers only read self._state
         self._state: tuple[Snapshot, ViewBase] | None = None
         self._error: str | None = "not loaded yet"
@@ -168,6 +175,8 @@ class StateCache:
             self._caught_up.notify_all()
         if fresh and self.on_samples is not None:
             self.on_samples(fresh)
+        if listing.undos and self.on_undos is not None:
+            self.on_undos(list(listing.undos.values()))
 
     def apply_batch(self, batch: ChangeBatch) -> None:
         """Apply one batch of store changes (from :meth:`StateStore.changes`) to the copy."""
@@ -175,6 +184,7 @@ class StateCache:
         gpus: dict[tuple[str, int], GpuState | None] = {}
         jobs: dict[str, JobRecord | None] = {}
         samples: list[InterferenceSampleRecord] = []
+        undos: list[UndoRecord] = []
         for c in batch.changes:
             if c.kind == "inventory":
                 inventories[c.name] = c.record  # type: ignore[index,assignment]
@@ -184,6 +194,8 @@ class StateCache:
                 jobs[c.name] = c.record  # type: ignore[index,assignment]
             elif c.kind == "sample" and c.record is not None:
                 samples.append(c.record)  # type: ignore[arg-type]
+            elif c.kind == "undo" and c.record is not None:
+                undos.append(c.record)  # type: ignore[arg-type]
         now = self.clock()
         with self._write:
             if self._state is None:
@@ -222,6 +234,8 @@ class StateCache:
             self._caught_up.notify_all()
         if samples and self.on_samples is not None:
             self.on_samples(samples)
+        if undos and self.on_undos is not None:
+            self.on_undos(undos)
 
     def _with_pending(self, snap: Snapshot, base: ViewBase, now: float) -> tuple[Snapshot, ViewBase]:
         for _, job, type_id, assignments in self._pending:

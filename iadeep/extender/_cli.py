@@ -131,6 +131,10 @@ def serve(
     url_prefix: Annotated[str | None, typer.Option(help="Path prefix of filter/prioritize/bind (default /iadeep).")] = None,
     policy: Annotated[str | None, typer.Option(help="Placement policy (default iadeep).")] = None,
     colocation_limit: Annotated[int | None, typer.Option(help="Jobs per GPU (default: the policy's).")] = None,
+    undo_below: Annotated[float | None, typer.Option(
+        help="Undo a co-location whose tuning session's best measured summed progress is below this (default 1.0: "
+             "taking turns; 0: never): the coordinators record it, the extender bans the pair and evicts the newest pod.",
+        min=0.0)] = None,
     throughputs_file: Annotated[Path | None, typer.Option("--throughputs-file", "--throughputs", help="Measurements in Gavel's simulation_throughputs.json schema (required; `iadeep datasets fetch gavel-throughputs` downloads the published ones, `iadeep profile` measures your own).")] = None,
     gpu_type: Annotated[str | None, typer.Option(help="GPU type (table key) of the measurements (default v100).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default $KUBECONFIG / ~/.kube/config).")] = None,
@@ -145,5 +149,6 @@ def serve(
     kube = {k: v for k, v in {"kubeconfig": kubeconfig, "in_cluster": in_cluster}.items() if v is not None}
     etcd = {"max_txn_ops": max_txn_ops} if max_txn_ops is not None else None
     run({"host": host, "port": port, "url_prefix": url_prefix, "policy": policy, "colocation_limit": colocation_limit,
+         "undo_below": undo_below,
          "throughputs_file": throughputs_file, "gpu_type": gpu_type, "log_level": log_level, "workers": workers,
          "kube": kube or None, "etcd": etcd})

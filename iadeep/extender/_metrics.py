@@ -110,6 +110,7 @@ class ExtenderMetrics:
         self.retries = Counter("iadeep_extender_reservation_retries", "Placements retried after a reservation conflict",
                                registry=r)
         self.releases = Counter("iadeep_extender_releases", "Reservations released", ["why"], registry=r)
+        self.undos = Counter("iadeep_extender_undos", "Undo records carried out (evicted, gone)", ["outcome"], registry=r)
         self.bind_phase = Histogram("iadeep_extender_bind_phase_seconds", "Time a bind spends in each phase (s)",
                                     ["phase"], buckets=_BUCKETS, registry=r)
         self.samples = Gauge("iadeep_extender_samples_learned", "Learned interference samples loaded from the store",

@@ -5,7 +5,8 @@ lock), the :class:`~iadeep.extender._cache.StateCache` and the injected :class:`
 no placement decision itself: ``filter`` and ``prioritize`` answer with :meth:`Policy.assess`
 (:meth:`Policy.filter` and :meth:`Policy.score` in one pass) and ``bind`` applies
 :meth:`Policy.place` on a view restricted to the node kube-scheduler picked. Every failure ends
-up in the wire format's ``Error`` field.
+up in the wire format's ``Error`` field. The node coordinators' undo records are carried out by
+:class:`~iadeep.extender._undo.UndoApplier` (the ban in this policy, the pod's eviction).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from iadeep.extender._pods import (
     pod_demand,
 )
 from iadeep.extender._settings import ExtenderSettings
+from iadeep.extender._undo import UndoApplier
 from iadeep.extender._view import TypeResolver, ViewBase
 from iadeep.extender._wire import (
     ExtenderArgs,
@@ -68,6 +70,7 @@ from iadeep.state import (
     RecordError,
     StateStore,
     StoreUnavailable,
+    UndoRecord,
 )
 
 __all__ = ["ExtenderService"]
@@ -104,15 +107,21 @@ class ExtenderService:
             if "preempt_unblocked" not in inspect.signature(POLICIES[settings.policy]).parameters:
                 raise ValueError(f"policy {settings.policy!r} does not preempt: IADEEP_EXTENDER_PREEMPTION needs iadeep")
             options["preempt_unblocked"] = True
+        if "undo_below" in inspect.signature(POLICIES[settings.policy]).parameters:
+            options["undo_below"] = settings.undo_below or None  # 0: never undo
         self.policy = make_policy(settings.policy, model, **options)
         self.nominations = Nominations(settings.preemption_hold_s)
         self._resumed: dict[tuple[str, str], float] = {}  # (namespace, Job) of a preempted pod -> work left (s)
         self.types = TypeResolver(model, settings.defaults.model, settings.defaults.batch_size)
-        self.cache = StateCache(store, self.types, slots=self.policy.limit, max_age_s=settings.cache.max_age_s,
-                                idle_s=settings.cache.watch_idle_s, clock=clock, on_samples=self._learn)
-        self.metrics = ExtenderMetrics(self._metrics_rows)
-        self.samples_learned = 0
         self._policy_lock = threading.RLock()
+        self.metrics = ExtenderMetrics(self._metrics_rows)
+        self.undos = UndoApplier(store=store, pod_api=pod_api, types=self.types, policy=self.policy,
+                                 policy_lock=self._policy_lock, before_evict=self._resume_after_undo, clock=clock,
+                                 on_settled=lambda outcome: self.metrics.undos.labels(outcome).inc())
+        self.cache = StateCache(store, self.types, slots=self.policy.limit, max_age_s=settings.cache.max_age_s,
+                                idle_s=settings.cache.watch_idle_s, clock=clock, on_samples=self._learn,
+                                on_undos=self.undos.receive)
+        self.samples_learned = 0
         self._node_locks: dict[str, threading.Lock] = {}
         self._node_locks_guard = threading.Lock()
         self._demands: OrderedDict[str, PodDemand] = OrderedDict()
@@ -159,6 +168,7 @@ class ExtenderService:
         gc.collect()
         gc.freeze()
         self.cache.start()
+        self.undos.start()
         if self.settings.cache.pod_watch and self.pod_api is not None:
             self.pod_follower = PodFollower(self.pod_api, self.release_pods,  # type: ignore[arg-type]
                                             timeout_s=self.settings.cache.pod_watch_timeout_s, pending=self.pending,
@@ -176,6 +186,7 @@ class ExtenderService:
             self.pod_follower.stop()
             self.pod_follower = None
         self.cache.stop()
+        self.undos.stop()
         if self._sweeper is not None:
             self._sweeper.join(timeout=10)
             self._sweeper = None
@@ -187,7 +198,8 @@ class ExtenderService:
         if self._placement_published:
             return True
         try:
-            self.store.put_placement(PlacementPolicy(self.policy.name, self.policy.limit, self.clock()))
+            self.store.put_placement(PlacementPolicy(self.policy.name, self.policy.limit, self.clock(),
+                                                     undo_below=float(getattr(self.policy, "undo_below", None) or 0.0)))
         except StoreUnavailable as exc:
             log.warning("placement not published yet (state store unreachable): %s", exc)
             return False
@@ -273,6 +285,20 @@ class ExtenderService:
         return view, (replace(request, gpus_ahead=ahead) if ahead else request)
 
     _job_of = staticmethod(job_of)
+
+    def _resume_after_undo(self, record: UndoRecord) -> None:
+        """Before an undo evicts ``record``'s pod: its Job's replacement pod is placed with the
+        work the pod had left plus the checkpoint cost, as after a preemption (:meth:`_preempt`)."""
+        try:
+            _, base = self.cache.current()
+        except StoreUnavailable:
+            return  # the replacement is placed with its annotated duration
+        h = base.handles.get(record.pod_uid)
+        if h is None:
+            return
+        now = self.clock()
+        left = max(float(base.job_work_left_s[h]) - (now - float(base.job_updated_s[h])), 0.0)  # at rate 1, as the view
+        self._resumed[self._job_of(record.namespace, record.name)] = left + float(getattr(self.policy, "checkpoint_cost_s", 0.0))
 
     def _job_record(self, demand: PodDemand, now: float) -> JobRecord:
         """The pod's job record; a Job's replacement pod after a preemption here resumes the work

@@ -9,6 +9,7 @@ One root class, :class:`ExtenderSettings`, read from environment variables prefi
     IADEEP_EXTENDER_URL_PREFIX=/iadeep
     IADEEP_EXTENDER_POLICY=iadeep
     IADEEP_EXTENDER_COLOCATION_LIMIT=2
+    IADEEP_EXTENDER_UNDO_BELOW=1.0                  # 0: never undo a co-location
     IADEEP_EXTENDER_GPU_MEM_RESOURCE=iadeep.io/gpu-mem
     IADEEP_EXTENDER_KUBE__IN_CLUSTER=true
     IADEEP_EXTENDER_CACHE__MAX_AGE_S=5
@@ -140,6 +141,12 @@ class ExtenderSettings(BaseSettings):
             of the bind's budget): binds to such a node take turns, because the kubelet's
             ``Allocate`` does not name the pod (:mod:`iadeep.extender._admission`). A bind that
             runs out answers ``Error`` naming the pod ahead; kube-scheduler retries it.
+        undo_below: the policy's undo threshold (summed progress rate of a tuning session's best
+            measured configuration; 1 = taking turns; 0: never undo), for policies that undo
+            (``iadeep``: its ``undo_below``, the simulator's default 1.0). Published in
+            :class:`~iadeep.state.PlacementPolicy` for the node coordinators, which record an
+            undo below it; the extender bans the pair and evicts the newest pod
+            (:mod:`iadeep.extender._undo`; RBAC ``pods/eviction`` create).
         log_level: uvicorn and ``iadeep`` log level.
         workers: server processes (uvicorn workers) sharing the port. Each keeps its own copy of
             the state; etcd's transactions keep them (like several replicas) from taking the same
@@ -167,6 +174,7 @@ class ExtenderSettings(BaseSettings):
     preemption_hold_s: float = Field(30.0, gt=0)
     preemption_wait_s: float = Field(2.0, ge=0)
     admission_wait_s: float = Field(3.0, ge=0)
+    undo_below: float = Field(1.0, ge=0)
     log_level: str = "info"
     workers: int = Field(1, ge=1)
     defaults: JobDefaults = Field(default_factory=JobDefaults)

@@ -7,7 +7,11 @@ Call order used by every driver:
    The extender instead calls :meth:`Policy.filter` then :meth:`Policy.score` per pod, which use the
    same :meth:`Policy.eligible` and :meth:`Policy.utility` as ``place``.
 2. :meth:`Policy.tune` for a GPU whose set of co-located jobs changed (after the placement or a
-   completion was applied). It may run trials through the injected ``measure`` executor.
+   completion was applied). It may run trials through the injected ``measure`` executor. The
+   driver applies the :class:`TuningDecision` when the session ends: the batch sizes, or an undo
+   (:func:`iadeep.policy.undo_rule`): :meth:`Policy.avoid` with ``decision.avoid``, then the jobs
+   of ``decision.evict`` re-queued (the live system: the coordinator records it, the extender
+   calls :meth:`Policy.avoid` and evicts the pod).
 
 A subclass implements :meth:`utility` (and may override ``place``/``tune``); set ``name`` and
 ``colocation_limit``, and decorate it with :func:`iadeep.policy.register`.

@@ -378,6 +378,10 @@ class TuningDecision:
         type_ids: job handle -> job-type id (i.e. batch size) to run from now on.
         trials: number of configurations measured (each costs measurement time).
         evict: handles of jobs to take off the GPU and re-queue (e.g. Gandiva's undo).
+        avoid: job-type ids the driver bans from sharing a GPU with each other
+            (:meth:`Policy.avoid`) when it applies the decision, i.e. when the session ends (an
+            undo, :func:`iadeep.policy.undo_rule`; a session interrupted before then bans nothing,
+            as on the live system, where the ban reaches the extender with the session's end).
         samples: observed ``(handle, partner_handle, type_id, partner_type_id, normalised_throughput)``
             tuples, for drivers that persist what was learned.
         progress: summed progress rate of the chosen configuration as measured (NaN if not measured).
@@ -388,6 +392,7 @@ class TuningDecision:
     type_ids: Mapping[int, int] = field(default_factory=dict)
     trials: int = 0
     evict: tuple[int, ...] = ()
+    avoid: tuple[int, ...] = ()
     samples: tuple[tuple[int, int, int, int, float], ...] = ()
     progress: float = float("nan")
     reason: str = ""

@@ -14,6 +14,7 @@ import numpy as np
 from iadeep.policy._base import Policy
 from iadeep.policy._registry import register
 from iadeep.policy._types import ClusterView, JobRequest, Measure, TuningDecision
+from iadeep.policy._undo import undo_rule
 
 
 @register
@@ -36,8 +37,10 @@ class Gandiva(Policy):
         config = {h: int(view.job_type[h]) for h in handles}
         observed = measure(config)
         total = sum(observed.values())
-        if total >= 1.0:
+        undo = undo_rule(total, handles, [config[h] for h in handles], 1.0)  # the rule iadeep's undo shares
+        if undo is None:
             return TuningDecision(gpu, trials=1, reason=f"packing kept: measured sum {total:.2f}")
-        newest = handles[-1]
-        self.avoid([config[h] for h in handles])
-        return TuningDecision(gpu, trials=1, evict=(newest,), reason=f"packing undone: measured sum {total:.2f} < 1")
+        # Gandiva's own timing, kept: the ban at once, when the packing is profiled (iadeep's undo
+        # bans when its session ends, as the live system does; gandiva's undo has no live counterpart)
+        self.avoid(list(undo.avoid))
+        return TuningDecision(gpu, trials=1, evict=(undo.evict,), reason=f"packing undone: measured sum {total:.2f} < 1")

@@ -38,8 +38,13 @@ Placement (IADeep's first challenge: mitigating interference vs. making progress
 A pair whose predicted normalised throughputs sum below 1 (sharing progresses less than taking
 turns) is formed only when the two jobs themselves gain over waiting (the queue-pressure term does
 not count for it; ``bad_pairs_when_waiting=False`` never forms it), and a tuning session whose best measured configuration still sums below 1
-undoes the co-location: the newest job goes back to the head of the queue and the pair of job
-types is not formed again (as Gandiva's undo, but judged on goodput after tuning).
+undoes the co-location (:func:`iadeep.policy.undo_rule`, which the live coordinator applies too):
+when the session ends, the newest job goes back to the queue (FIFO: at its head; kube-scheduler's
+queue: as its Job's replacement pod, created then) and the pair of job types is not formed again
+(as Gandiva's undo, but judged on goodput after tuning). The policy only decides
+(:attr:`~iadeep.policy.TuningDecision.evict` and ``avoid``); the driver bans the pair
+(:meth:`~iadeep.policy.Policy.avoid`) and evicts: the simulator when the session ends, the live
+extender when the coordinator's :class:`iadeep.state.UndoRecord` arrives.
 
 Head-of-line preemption (Gandiva's suspend-resume, OSDI'18 Sec. 3, used against head-of-line
 blocking): under a FIFO queue the head holds back every job behind it. When the head (nothing
@@ -96,6 +101,7 @@ from iadeep.policy._base import Policy, _wait_reason, choose_gpus
 from iadeep.policy._registry import register
 from iadeep.policy._rows import row_prod
 from iadeep.policy._tuning import BatchSizeTuner
+from iadeep.policy._undo import undo_rule
 from iadeep.policy._types import (ANY_BEHIND, ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait,
                                   fits_when_empty)
 from iadeep.tuner._strategy import DEFAULT_TRIALS
@@ -419,7 +425,10 @@ class IADeep(Policy):
                          f"would wait {w:.0f}s with {b} job(s) behind it", preempt=(victim,))
 
     def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
-        """Tune batch sizes of co-located jobs; learn from every measurement."""
+        """Tune batch sizes of co-located jobs; learn from every measurement; undo a co-location
+        whose best measured progress is below ``undo_below`` (:func:`iadeep.policy.undo_rule`: the
+        decision names the newest job to evict and the types to ban, which the driver applies when
+        the session ends)."""
         if view.njobs.item(gpu) < 2:  # the number of occupants (slot contract), without copying them
             return super().tune(gpu, view, measure)
         decision = self.tuner.tune(gpu, view, self.predicted, measure)  # computed only if a ranking needs it
@@ -431,11 +440,11 @@ class IADeep(Policy):
             types = self.model.types
             for _, _, t, p, y in decision.samples:
                 self.learner.observe(InterferenceSample(types[t], types[p], y))
-        if self.undo_below is not None and decision.progress < self.undo_below:
-            # even the best configuration progresses less than taking turns would: undo
-            handles = view.occupants(gpu)
-            newest = int(handles[-1])  # occupants are in placement order (ClusterView's slot contract)
-            self.avoid([int(view.job_base_type[h]) for h in handles])  # as submitted: how they queue and sit alone
-            return replace(decision, type_ids={}, evict=(newest,),
-                           reason=f"co-location undone: best measured progress {decision.progress:.2f} < 1")
+        # even the best configuration progresses less than taking turns would: undo (the rule both
+        # drivers share; the driver bans the types and evicts when the session ends)
+        occupants = view.occupants(gpu).tolist()  # placement order (ClusterView's slot contract)
+        undo = undo_rule(decision.progress, occupants, [int(view.job_base_type[h]) for h in occupants],  # as submitted
+                         self.undo_below)
+        if undo is not None:
+            return replace(decision, type_ids={}, evict=(undo.evict,), avoid=undo.avoid, reason=undo.reason)
         return decision

@@ -12,10 +12,14 @@ FIFO head, with backfill the next ``backfill_depth`` jobs, or kube-scheduler's a
 backoff; completions and evictions are reported to it as cluster events). Every
 GPU whose co-location set changed gets a tuning call; a session with ``n`` trials lasts
 ``n x trial_s`` during which the jobs progress at the mean true rate of the measured
-configurations, then the chosen configuration applies, or the jobs the policy undoes are
-re-queued (a placement may also preempt running jobs: they are re-queued the same way, ahead of
-the jobs behind the placed one) (at the head of the queue, keeping the work they did plus ``restart_penalty_s``); a
-session interrupted by another change is discarded. Measurements the policy sees are noisy; the simulator uses the true values.
+configurations, then the chosen configuration applies, or the policy's undo does: the pair of
+types is banned (:meth:`~iadeep.policy.Policy.avoid`) and the newest job re-queued, both at the
+session's end, as on the live system (the coordinator records the undo when its session ends, the
+extender then bans and evicts); a session interrupted by another change is discarded, its undo
+with it. A placement may also preempt running jobs. A job evicted either way is re-queued
+(:meth:`~iadeep.sim._queue.SchedulingQueue.requeue`: FIFO at the head, a preempted job ahead of
+the jobs behind the placed one; kube-scheduler's queue as its Job's replacement pod, created at
+the eviction) keeping the work it did plus ``restart_penalty_s``. Measurements the policy sees are noisy; the simulator uses the true values.
 
 Memory is reserved as the live system reserves it: a job holds, on each of its GPUs, the larger
 of its submitted batch size's memory (its pod's ``iadeep.io/gpu-mem`` request, which the extender
@@ -68,6 +72,7 @@ class _Session:
     version: int
     config: dict[int, int]
     evict: tuple[int, ...] = ()
+    avoid: tuple[int, ...] = ()  # job types the policy bans from sharing once the session ends
 
 
 class Simulator:
@@ -436,12 +441,12 @@ class Simulator:
                 if x in self._occupants(g):
                     self.gpu_rate[g, self._slot(g, x)] = r
                     affected.add(x)
-            if decision.type_ids or evict:
-                self.sessions[g] = _Session(int(self.gpu_version[g]), {} if evict else dict(decision.type_ids), evict)
+            if decision.type_ids or evict or decision.avoid:
+                self.sessions[g] = _Session(int(self.gpu_version[g]), {} if evict else dict(decision.type_ids), evict,
+                                            tuple(decision.avoid))
                 self._push(self.now + decision.trials * self.settings.trial_s, _TUNED, g, int(self.gpu_version[g]))
-        elif evict:
-            for h in evict:
-                self._evict(h, affected)
+        elif evict or decision.avoid:
+            self._undo(evict, decision.avoid, affected)
         elif decision.type_ids:
             self._apply_config(g, dict(decision.type_ids), affected)
 
@@ -468,6 +473,15 @@ class Simulator:
         (default: the one it runs at)."""
         mem = self._mem_list  # plain floats: the same values as the model's array
         return max(mem[self.type.item(h) if t is None else t], mem[self._base_of[h]])
+
+    def _undo(self, evict: tuple[int, ...], avoid: tuple[int, ...], affected: set[int]) -> None:
+        """Apply a session's undo when the session ends (the live system's order: the coordinator
+        records it at the end of the session, then the extender bans the pair and evicts the pod):
+        the policy bans the types (:meth:`~iadeep.policy.Policy.avoid`), the jobs are re-queued."""
+        if avoid:
+            self.policy.avoid(list(avoid))
+        for h in evict:
+            self._evict(h, affected)
 
     def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
         """Take ``h`` off its GPUs and queue it again (:meth:`SchedulingQueue.requeue`: at the head,
@@ -602,9 +616,8 @@ class Simulator:
                     if session is None or session.version != b or self.gpu_version[a] != b:
                         continue
                     del self.sessions[a]
-                    if session.evict:
-                        for h in session.evict:
-                            self._evict(h, affected)
+                    if session.evict or session.avoid:
+                        self._undo(session.evict, session.avoid, affected)
                     else:
                         self._apply_config(a, session.config, affected)
             for g in sorted(freed):

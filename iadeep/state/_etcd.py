@@ -67,6 +67,7 @@ from iadeep.state._memory import (
     ReleasePlan,
     check_gpu_count,
     check_name,
+    checked_undo,
     reservation_gpu_limit,
     new_seqs,
     plan_release,
@@ -75,6 +76,7 @@ from iadeep.state._memory import (
     check_resize,
     reservation_from_json,
     reservation_json,
+    settled_undo,
 )
 from iadeep.state._protocol import (
     AllocationConflict,
@@ -98,6 +100,7 @@ from iadeep.state._records import (
     PlacementPolicy,
     RecordError,
     TuningRequest,
+    UndoRecord,
     from_json,
     to_json,
 )
@@ -909,13 +912,32 @@ class EtcdStateStore:
         kv = self._get(self.keys.placement())
         return _parse(PlacementPolicy, kv) if kv else None
 
+    # -- undone co-locations ----------------------------------------------------------------
+
+    def put_undo(self, record: UndoRecord) -> None:
+        text = checked_undo(record)
+        self._post("/kv/put", _put_op(self.keys.undo(record.pod_uid), text)["request_put"])
+
+    def undos(self) -> dict[str, UndoRecord]:
+        found = (self.keys.decode_or_absent(kv.key, kv.value, kv.mod_revision) for kv in self._scan(self.keys.folder("undos/")))
+        return {c.name: c.record for c in found if c is not None and c.record is not None}  # type: ignore[misc]
+
+    def settle_undo(self, record: UndoRecord, outcome: str, *, at: float) -> bool:
+        new = settled_undo(record, outcome, at)
+        key = self.keys.undo(check_name("UndoRecord.pod_uid", record.pod_uid))
+        ok, _, tries = self._txn([_same_value(key, record)], [_put_op(key, to_json(new))])
+        if ok:
+            return True
+        # a retried transaction may have committed the first time: then the record is the new one
+        return tries > 1 and self._get_record(UndoRecord, key) == new
+
     # -- following the state ---------------------------------------------------------------
 
     def list_state(self) -> StateListing:
         """One paged range read per folder, all at the revision of the first."""
         revision = None
         parsed: dict[str, list[Any]] = {}
-        for folder in ("nodes/", "gpus/", "jobs/", "samples/"):
+        for folder in ("nodes/", "gpus/", "jobs/", "samples/", "undos/"):
             kvs, revision = self._scan_at(self.keys.folder(folder), revision)
             if folder == "samples/":
                 kvs.sort(key=lambda kv: (kv.create_revision, kv.key))
@@ -928,6 +950,7 @@ class EtcdStateStore:
             dict(sorted((c.name, c.record) for c in parsed["gpus/"])),  # type: ignore[arg-type,misc]
             {c.name: c.record for c in parsed["jobs/"]},  # type: ignore[misc]
             [c.record for c in parsed["samples/"]],  # type: ignore[misc]
+            {c.name: c.record for c in parsed["undos/"]},  # type: ignore[misc]
         )
 
     def changes(self, start_revision: int, *, idle_s: float) -> Iterator[ChangeBatch]:

@@ -52,6 +52,8 @@ from iadeep.state._records import (
     PlacementPolicy,
     RecordError,
     TuningRequest,
+    UNDO_OUTCOMES,
+    UndoRecord,
     from_json,
     to_json,
 )
@@ -69,6 +71,8 @@ __all__ = [
     "plan_resize",
     "check_resize",
     "check_name",
+    "checked_undo",
+    "settled_undo",
     "reservation_gpu_limit",
 ]
 
@@ -153,6 +157,9 @@ class Keys:
     def placement(self) -> str:
         return f"{self.prefix}/placement"
 
+    def undo(self, pod_uid: str) -> str:
+        return f"{self.prefix}/undos/{pod_uid}"
+
     def lock(self, name: str) -> str:
         return f"{self.prefix}/locks/{name}"
 
@@ -218,6 +225,7 @@ _FOLLOWED: dict[str, tuple[ChangeKind, type]] = {
     "gpus": ("gpu", GpuState),
     "jobs": ("job", JobRecord),
     "samples": ("sample", InterferenceSampleRecord),
+    "undos": ("undo", UndoRecord),
 }
 _FOLLOWED_TYPES: dict[str, type] = {kind: cls for kind, cls in _FOLLOWED.values()}
 #: what a followed record says its key is (samples are keyed by sequence only)
@@ -225,7 +233,33 @@ _IDENTITY: dict[str, Callable[[Any], str | tuple[str, int]]] = {
     "inventory": lambda r: r.node,
     "gpu": lambda r: (r.node, r.gpu),
     "job": lambda r: r.pod_uid,
+    "undo": lambda r: r.pod_uid,
 }
+
+
+def checked_undo(record: UndoRecord) -> str:
+    """``record`` as stored (JSON), after the checks a reader applies (both stores refuse to
+    write what a follower would drop as malformed).
+
+    Raises:
+        RecordError: the record breaks its rules.
+    """
+    if not isinstance(record, UndoRecord):
+        raise RecordError(f"put_undo: expected UndoRecord, got {type(record).__name__}")
+    text = to_json(record)
+    from_json(UndoRecord, text)
+    return text
+
+
+def settled_undo(record: UndoRecord, outcome: str, at: float) -> UndoRecord:
+    """``record`` carried out (``outcome`` at ``at``).
+
+    Raises:
+        RecordError: an outcome other than ``evicted`` or ``gone``.
+    """
+    if outcome not in UNDO_OUTCOMES or outcome == "pending":
+        raise RecordError(f"settle_undo: outcome must be one of {', '.join(UNDO_OUTCOMES[1:])}, got {outcome!r}")
+    return replace(record, outcome=outcome, settled_at=float(at))
 
 
 def new_seqs(n: int) -> list[str]:
@@ -564,6 +598,7 @@ class MemoryStateStore:
         self._workloads: dict[str, WorkloadStatus] = {}
         self._checkpoints: dict[str, JobCheckpoint] = {}
         self._placement: PlacementPolicy | None = None
+        self._undos: dict[str, UndoRecord] = {}
         self._watchers: weakref.WeakSet[_MemoryWatch] = weakref.WeakSet()
         self._closed = False
         self._revision = 0
@@ -853,6 +888,25 @@ class MemoryStateStore:
         with self._lock:
             return self._placement
 
+    def put_undo(self, record: UndoRecord) -> None:
+        text = checked_undo(record)
+        with self._lock:
+            self._undos[record.pod_uid] = record
+            self._emit("put", self.keys.undo(record.pod_uid), text)
+
+    def undos(self) -> dict[str, UndoRecord]:
+        with self._lock:
+            return dict(self._undos)
+
+    def settle_undo(self, record: UndoRecord, outcome: str, *, at: float) -> bool:
+        new = settled_undo(record, outcome, at)
+        with self._lock:
+            if self._undos.get(record.pod_uid) != record:
+                return False
+            self._undos[record.pod_uid] = new
+            self._emit("put", self.keys.undo(record.pod_uid), to_json(new))
+            return True
+
     def revision(self) -> int:
         with self._lock:
             self._expire()
@@ -862,7 +916,7 @@ class MemoryStateStore:
         with self._lock:
             self._expire()
             return StateListing(self._revision, dict(self._inventories), dict(sorted(self._gpus.items())),
-                                dict(self._jobs), list(self._samples))
+                                dict(self._jobs), list(self._samples), dict(self._undos))
 
     def changes(self, start_revision: int, *, idle_s: float) -> Iterator[ChangeBatch]:
         """See :meth:`StateStore.changes`; the history holds the last ``history`` changes."""

@@ -33,6 +33,7 @@ from iadeep.state._records import (
     NodeInventory,
     PlacementPolicy,
     TuningRequest,
+    UndoRecord,
 )
 
 __all__ = ["StateStore", "StoreUnavailable", "AllocationConflict", "TransactionTooLarge", "HistoryCompacted",
@@ -67,7 +68,7 @@ class HistoryCompacted(RuntimeError):
     compaction): list the state again (:meth:`StateStore.list_state`) and follow from there."""
 
 
-ChangeKind = Literal["inventory", "gpu", "job", "sample"]
+ChangeKind = Literal["inventory", "gpu", "job", "sample", "undo"]
 
 
 @dataclass(frozen=True)
@@ -76,15 +77,16 @@ class Change:
 
     Attributes:
         kind: ``inventory`` (key ``nodes/<node>``), ``gpu`` (``gpus/<node>/<gpu>``), ``job``
-            (``jobs/<pod_uid>``) or ``sample`` (``samples/<seq>``).
-        name: the node name, ``(node, gpu index)``, the pod UID or the sample's sequence key.
+            (``jobs/<pod_uid>``), ``sample`` (``samples/<seq>``) or ``undo`` (``undos/<pod_uid>``).
+        name: the node name, ``(node, gpu index)``, the pod UID (job, undo) or the sample's
+            sequence key.
         record: the new record; ``None`` when it was deleted.
         revision: store revision of the change.
     """
 
     kind: ChangeKind
     name: str | tuple[str, int]
-    record: NodeInventory | GpuState | JobRecord | InterferenceSampleRecord | None
+    record: NodeInventory | GpuState | JobRecord | InterferenceSampleRecord | UndoRecord | None
     revision: int
 
 
@@ -107,6 +109,7 @@ class StateListing:
     gpu_states: dict[tuple[str, int], GpuState] = field(default_factory=dict)
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     samples: list[InterferenceSampleRecord] = field(default_factory=list)
+    undos: dict[str, UndoRecord] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,27 @@ class StateStore(Protocol):
     def samples(self) -> list[InterferenceSampleRecord]:
         """All learned samples, oldest first."""
 
+    # undone co-locations (coordinator -> extender)
+    def put_undo(self, record: UndoRecord) -> None:
+        """Record an undone co-location (:class:`UndoRecord`, key ``undos/<pod_uid>``; replaces a
+        record of the same pod: a session re-run after a coordinator restart writes the same one).
+
+        Raises:
+            RecordError: the record breaks its rules (:func:`iadeep.state.from_json`'s checks).
+        """
+
+    def undos(self) -> dict[str, UndoRecord]:
+        """Every undo record by the evicted pod's UID (malformed ones are logged and left out)."""
+
+    def settle_undo(self, record: UndoRecord, outcome: str, *, at: float) -> bool:
+        """Mark an undo carried out (``outcome``: ``evicted`` or ``gone``, at ``at`` Unix s) if the
+        stored record is still ``record`` (compare and swap on its value); False when it changed or
+        is gone (nothing written).
+
+        Raises:
+            RecordError: ``outcome`` is not one of :data:`iadeep.state.UNDO_OUTCOMES`.
+        """
+
     # jobs' own records (workload SDK, coordinator)
     def set_batch_size(self, assignment: BatchSizeAssignment) -> None:
         """Set the batch size a job is to train at (the job's SDK follows it by watch)."""
@@ -262,11 +286,11 @@ class StateStore(Protocol):
         """The store's current revision (increases with every change)."""
 
     def list_state(self) -> StateListing:
-        """Inventories, GPU states, jobs and learned samples at one revision (malformed records,
+        """Inventories, GPU states, jobs, learned samples and undo records at one revision (malformed records,
         as :meth:`changes` describes them, are logged and left out)."""
 
     def changes(self, start_revision: int, *, idle_s: float) -> Iterator[ChangeBatch]:
-        """Changes of inventories, GPU states, jobs and samples from ``start_revision`` on, in
+        """Changes of inventories, GPU states, jobs, samples and undo records from ``start_revision`` on, in
         revision order, until ``idle_s`` passes without any change in the store. A malformed
         record (bad JSON, a mistyped or non-finite field, a record naming another node, GPU or
         pod than its key) is logged and reported as deleted, as :meth:`list_state` leaves it out.

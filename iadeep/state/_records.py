@@ -39,6 +39,11 @@ kept across its pods, by Job)               SDK's checkpoint), read by the
 :class:`PlacementPolicy` (its policy and    start)                                 start); the device plugins read it
 co-location limit: the device plugins'
 gpu-count slots per GPU)
+``<p>/undos/<pod_uid>``:                    node coordinator (``put_undo``, at the  kept: the ban it carries must
+:class:`UndoRecord` (a session undid its    end of a session whose best measured   survive extender restarts; bounded
+GPU's co-location: the pair's ban and the   progress is below ``undo_below``);     by the pairs of job types (a
+pod to evict)                               the extender settles it                banned pair is never formed again)
+                                            (``settle_undo``) once it evicted
 ``<p>/locks/<name>``: etcd lock keys        (none written today)                   attached to the holder's lease
 ==========================================  =====================================  ===================================
 
@@ -71,6 +76,9 @@ __all__ = [
     "JobCheckpoint",
     "WORKLOAD_STATES",
     "PlacementPolicy",
+    "BannedType",
+    "UndoRecord",
+    "UNDO_OUTCOMES",
     "RecordError",
     "to_json",
     "from_json",
@@ -284,11 +292,71 @@ class PlacementPolicy:
         colocation_limit: jobs per GPU the extender allows (its setting, else the policy's own
             limit): the device plugins advertise this many ``iadeep.io/gpu-count`` slots per GPU.
         at: when the extender published it (Unix seconds).
+        undo_below: the policy's undo threshold (its ``undo_below``; 0: the policy never undoes):
+            the node coordinators undo a session whose best measured summed progress is below it
+            (:func:`iadeep.policy.undo_rule`, :class:`UndoRecord`). A record written before this
+            field existed reads as 0.
     """
 
     policy: str
     colocation_limit: int
     at: float = 0.0
+    undo_below: float = 0.0
+
+
+@dataclass(frozen=True)
+class BannedType:
+    """A job type as the live system names it: Gavel model family and submitted batch size."""
+
+    model: str
+    batch_size: int
+
+
+#: States of :class:`UndoRecord`: the extender has not carried it out yet, evicted the pod, or
+#: found the pod gone (it had ended or been replaced: nothing to evict).
+UNDO_OUTCOMES = ("pending", "evicted", "gone")
+
+
+@dataclass(frozen=True)
+class UndoRecord:
+    """A tuning session undid its GPU's co-location (:func:`iadeep.policy.undo_rule`: its best
+    measured summed progress was below ``undo_below``): the job types are banned from sharing a
+    GPU with each other, and the newest pod is to be evicted (its Job replaces it).
+
+    Written by the node coordinator at the end of the session (key ``undos/<pod_uid>``: one per
+    evicted pod, so a coordinator that re-runs the session after a crash writes the same key);
+    read by the extender, which applies the ban to its policy (at start, from the listing, and as
+    records arrive) and evicts the pod through the Eviction API, then settles the record
+    (``outcome``). The eviction names the pod's UID, so a record processed again (an extender
+    restart before it settled it) can never evict another pod, e.g. the Job's replacement.
+
+    Attributes:
+        pod_uid / namespace / name: the pod to evict (the newest on the GPU).
+        node / gpu: the GPU (index on its node).
+        types: the job types of the GPU's pods, in reservation order (two or more): none of them
+            is to share a GPU with another of them again.
+        progress: the session's best measured summed progress rate (dimensionless; >= 0).
+        undo_below: the threshold it was judged against (> ``progress``).
+        session: the coordinator's tuning session (``<node>.<gpu>.<requested_at µs>``).
+        reason: one line for humans.
+        at: when the coordinator recorded it (Unix seconds).
+        outcome: one of :data:`UNDO_OUTCOMES` (``pending`` until the extender settles it).
+        settled_at: when the extender settled it (Unix seconds; 0 while pending).
+    """
+
+    pod_uid: str
+    namespace: str
+    name: str
+    node: str
+    gpu: int
+    types: tuple[BannedType, ...]
+    progress: float
+    undo_below: float
+    session: str = ""
+    reason: str = ""
+    at: float = 0.0
+    outcome: str = "pending"
+    settled_at: float = 0.0
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -409,7 +477,28 @@ def _checkpoint_rules(c: JobCheckpoint) -> str | None:
 
 
 def _placement_rules(p: PlacementPolicy) -> str | None:
-    return None if p.colocation_limit >= 1 else f"$.colocation_limit: must be >= 1, got {p.colocation_limit}"
+    if p.colocation_limit < 1:
+        return f"$.colocation_limit: must be >= 1, got {p.colocation_limit}"
+    return None if p.undo_below >= 0 else f"$.undo_below: must be >= 0, got {p.undo_below}"
+
+
+def _undo_rules(u: UndoRecord) -> str | None:
+    for name in ("pod_uid", "node", "namespace", "name"):
+        value = getattr(u, name)
+        if not value or "/" in value:
+            return f"$.{name}: must be a non-empty name without '/', got {value!r}"
+    if u.gpu < 0:
+        return f"$.gpu: must be >= 0, got {u.gpu}"
+    if len(u.types) < 2:
+        return f"$.types: an undone co-location has two or more job types, got {len(u.types)}"
+    for i, t in enumerate(u.types):
+        if not t.model or t.batch_size < 1:
+            return f"$.types[{i}]: model must be non-empty and batch_size >= 1, got {t.model!r} and {t.batch_size}"
+    if not 0 <= u.progress < u.undo_below:
+        return f"$.progress: must be >= 0 and below undo_below ({u.undo_below}), got {u.progress}"
+    if u.outcome not in UNDO_OUTCOMES:
+        return f"$.outcome: must be one of {', '.join(UNDO_OUTCOMES)}, got {u.outcome!r}"
+    return None
 
 
 #: Rules a parsed record must keep beyond its field types (each returns what is wrong, or None).
@@ -422,4 +511,5 @@ _RULES: dict[type, tuple[Callable[[Any], str | None], ...]] = {
     WorkloadStatus: (_workload_rules,),
     JobCheckpoint: (_checkpoint_rules,),
     PlacementPolicy: (_placement_rules,),
+    UndoRecord: (_undo_rules,),
 }

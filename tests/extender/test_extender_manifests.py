@@ -59,7 +59,7 @@ def test_rbac_is_least_privilege():
     assert rules == {
         (("",), ("pods",), ("get", "list", "watch")),  # annotations come with the Binding: no patch
         (("",), ("pods/binding",), ("create",)),
-        (("",), ("pods/eviction",), ("create",)),  # preemption (IADEEP_EXTENDER_PREEMPTION): the Eviction API
+        (("",), ("pods/eviction",), ("create",)),  # preemption and undo records: the Eviction API
         (("",), ("nodes",), ("get", "list", "watch")),
         (("", "events.k8s.io"), ("events",), ("create",)),
     }
@@ -78,6 +78,12 @@ def test_addresses_agree():
     container = objs[("Deployment", "iadeep-extender")]["spec"]["template"]["spec"]["containers"][0]
     assert container["ports"][0]["containerPort"] == settings.port == svc["spec"]["ports"][0]["port"]
     assert env["IADEEP_EXTENDER_GPU_MEM_RESOURCE"] == ExtenderSettings().gpu_mem_resource
+    # the undo threshold shipped is the policy's own default (the simulator's)
+    import inspect
+
+    from iadeep.policy import POLICIES
+    default = inspect.signature(POLICIES["iadeep"]).parameters["undo_below"].default
+    assert float(env["IADEEP_EXTENDER_UNDO_BELOW"]) == ExtenderSettings().undo_below == default
     for name in ("kube-scheduler-config.yaml", "kube-scheduler-config.control-plane.yaml"):
         (config,) = _docs(name)
         assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1" and config["kind"] == "KubeSchedulerConfiguration"

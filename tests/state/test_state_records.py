@@ -5,17 +5,23 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from state_support import inventory, job
 
 from iadeep.state import (
+    UNDO_OUTCOMES,
     Assignment,
+    BannedType,
     GpuState,
     InterferenceSampleRecord,
     JobRecord,
     Measurement,
     NodeInventory,
+    PlacementPolicy,
     RecordError,
     TuningRequest,
+    UndoRecord,
     from_json,
     to_json,
 )
@@ -93,6 +99,7 @@ def test_samples_oldest_first_and_batched(store):
         Measurement("p", 3.5, 16, 9.0),
         TuningRequest("n", 0, ("a",), 1.0),
         InterferenceSampleRecord("a", 1, "b", 2, 0.7, 3.0),
+        UndoRecord("p", "ns", "train-p", "n", 1, (BannedType("a", 1), BannedType("b", 2)), 0.4, 1.0, "n.1.2", "r", 3.0),
     ],
     ids=lambda r: type(r).__name__,
 )
@@ -140,3 +147,54 @@ def test_watch_event_values_are_record_json(store):
     assert got[0]["key"] == f"{store.keys.prefix}/jobs/w1"
     assert from_json(JobRecord, got[0]["value"]) == job("w1")
     assert json.loads(got[0]["value"])["pod_uid"] == "w1"
+
+
+def _undo(pod: str = "p2", progress: float = 0.6) -> UndoRecord:
+    return UndoRecord(pod, "ns", f"train-{pod}", "n1", 0, (BannedType("ResNet-50", 64), BannedType("LM", 5)), progress, 1.0,
+                      session="n1.0.1", reason="co-location undone", at=5.0)
+
+
+def test_undo_records_round_trip_settle_once_and_are_followed(store):
+    """Both stores: put, list (with the followed state), follow as ``undo`` changes, settle by compare
+    and swap (a second settle of the same record, e.g. another worker's, changes nothing)."""
+    start = store.revision() + 1
+    u = _undo()
+    store.put_undo(u)
+    assert store.undos() == {"p2": u}
+    assert store.list_state().undos == {"p2": u}
+    assert store.settle_undo(u, "evicted", at=7.0)
+    settled = store.undos()["p2"]
+    assert (settled.outcome, settled.settled_at) == ("evicted", 7.0)
+    assert not store.settle_undo(u, "gone", at=8.0) and store.undos()["p2"] == settled
+    assert not store.settle_undo(_undo("nobody"), "gone", at=8.0)  # no such record: nothing written
+    with pytest.raises(RecordError):
+        store.settle_undo(settled, "pending", at=9.0)
+    changes = [c for batch in store.changes(start, idle_s=0.3) for c in batch.changes if c.kind == "undo"]
+    assert [(c.name, c.record) for c in changes] == [("p2", u), ("p2", settled)]
+
+
+def test_a_placement_record_without_undo_below_reads_as_never():
+    """A record an extender wrote before the field existed: its coordinators never undo."""
+    p = from_json(PlacementPolicy, '{"policy":"iadeep","colocation_limit":2,"at":1.0}')
+    assert p.undo_below == 0.0
+    with pytest.raises(RecordError, match="undo_below"):
+        from_json(PlacementPolicy, '{"policy":"iadeep","colocation_limit":2,"undo_below":-1}')
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
+                        ["pod_uid", "namespace", "name", "node", "gpu", "types", "model", "batch_size", "progress",
+                         "undo_below", "outcome", "x"]), inner, max_size=6), max_leaves=20))
+def test_any_undo_record_text_parses_or_is_a_record_error(value):
+    """Fuzz target of the undo record (an input surface of the extender): anything a writer may
+    put there either parses into a record that keeps its rules or raises RecordError."""
+    try:
+        text = json.dumps(value)
+    except ValueError:
+        return
+    try:
+        u = from_json(UndoRecord, text)
+    except RecordError:
+        return
+    assert len(u.types) >= 2 and 0 <= u.progress < u.undo_below and u.outcome in UNDO_OUTCOMES

@@ -14,7 +14,7 @@ muts = [
  ("iadeep/policy/_base.py", "mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9", "mem_ok = view.gpu_mem_total_gib >= job.mem_gib - 1e-9", "ignore used memory"),
  ("iadeep/policy/_base.py", "mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9", "mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib > job.mem_gib", "refuse exact fit"),
  ("iadeep/sim/_engine.py", "            self.slots[g, s:-1] = self.slots[g, s + 1:].copy()\n            self.slots[g, -1] = -1\n            self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()\n            self.gpu_rate[g, -1] = 0.0\n", "            self.slots[g, s] = -1\n            self.gpu_rate[g, s] = 0.0\n", "slot left empty (old engine)"),
- ("iadeep/policy/gandiva.py", "newest = handles[-1]", "newest = handles[0]", "undo evicts the oldest"),
+ ("iadeep/policy/_undo.py", "return Undo(occupants[-1],", "return Undo(occupants[0],", "undo evicts the oldest"),
  ("iadeep/sim/_engine.py", "self._push(self.now + decision.trials * self.settings.trial_s, _TUNED", "self._push(self.now, _TUNED", "tuning session free"),
  ("iadeep/sim/_engine.py", "self.work_left[h] += self.settings.restart_penalty_s", "pass", "no restart penalty"),
 ]
