@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 muts = [
- ("iadeep/sim/_engine.py", "norm = np.asarray(self.model.normalised(types), dtype=float)", "norm = np.ones(len(types))", "ignore interference"),
- ("iadeep/sim/_engine.py", "rate = min(self.gpu_rate[g, self._slot(g, h)] for g in self.gpus[h])", "rate = max(self.gpu_rate[g, self._slot(g, h)] for g in self.gpus[h])", "gang at fastest GPU"),
- ("iadeep/policy/_base.py", "mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9", "mem_ok = view.gpu_mem_total_gib >= job.mem_gib - 1e-9", "ignore used memory"),
- ("iadeep/policy/_base.py", "mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9", "mem_ok = view.gpu_mem_total_gib - view.gpu_mem_used_gib > job.mem_gib", "refuse exact fit"),
- ("iadeep/sim/_engine.py", "            self.slots[g, s:-1] = self.slots[g, s + 1:].copy()\n            self.slots[g, -1] = -1\n            self.gpu_rate[g, s:-1] = self.gpu_rate[g, s + 1:].copy()\n            self.gpu_rate[g, -1] = 0.0\n", "            self.slots[g, s] = -1\n            self.gpu_rate[g, s] = 0.0\n", "slot left empty (old engine)"),
+ ("iadeep/sim/_engine.py", "norm = [self._norm_of(a, b), self._norm_of(b, a)]", "norm = [1.0, 1.0]", "ignore interference"),
+ ("iadeep/sim/_engine.py", "return min([rate(g, slots[g].index(h)) for g in gs])", "return max([rate(g, slots[g].index(h)) for g in gs])", "gang at fastest GPU"),
+ ("iadeep/policy/_base.py", "reason[~(view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9)] = _MEM", "reason[~(view.gpu_mem_total_gib >= job.mem_gib - 1e-9)] = _MEM", "ignore used memory"),
+ ("iadeep/policy/_base.py", "reason[~(view.gpu_mem_total_gib - view.gpu_mem_used_gib >= job.mem_gib - 1e-9)] = _MEM", "reason[~(view.gpu_mem_total_gib - view.gpu_mem_used_gib > job.mem_gib)] = _MEM", "refuse exact fit"),
+ ("iadeep/sim/_engine.py", "            del row[s]\n            row.append(-1)\n", "            row[s] = -1\n", "slot left empty (old engine)"),
  ("iadeep/policy/_undo.py", "return Undo(occupants[-1],", "return Undo(occupants[0],", "undo evicts the oldest"),
  ("iadeep/sim/_engine.py", "self._push(self.now + decision.trials * self.settings.trial_s, _TUNED", "self._push(self.now, _TUNED", "tuning session free"),
  ("iadeep/sim/_engine.py", "self.work_left[h] += self.settings.restart_penalty_s", "pass", "no restart penalty"),
