@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from extender_support import free_port, scheduler_config
 
-from iadeep.extender import ExtenderService, ExtenderSettings
+from iadeep.extender import ExtenderService, ExtenderSettings, KubernetesPodApi, KubeSettings
 from iadeep.interference import InterferenceModel
 from iadeep.state import EtcdStateStore, LocalEtcd, StateSettings
 from iadeep.testing.controlplane import (  # noqa: F401 - pytest finds fixtures by name
@@ -92,3 +92,11 @@ def extender_port() -> int:
 def control_plane_options(extender_port: int) -> dict[str, Any]:
     """No initial nodes (each test adds its own); kube-scheduler with our two-profile configuration."""
     return {"nodes": 0, "gpus_per_node": 2, "gpu_mem_gib": 16, "scheduler_config": scheduler_config(extender_port)}
+
+
+@pytest.fixture
+def api(control_plane) -> Iterator[KubernetesPodApi]:
+    """The extender's Kubernetes client against the local control plane's API server, closed after."""
+    pod_api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())
+    yield pod_api
+    pod_api.close()

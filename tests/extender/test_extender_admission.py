@@ -19,7 +19,7 @@ import httpx
 import pytest
 from extender_support import ThreadServer, gpu_pod, node
 
-from iadeep.extender import ANNOTATION_BIND_PHASE, ANNOTATION_GPU_UUID, KubernetesPodApi, KubeSettings, create_app
+from iadeep.extender import ANNOTATION_BIND_PHASE, ANNOTATION_GPU_UUID, create_app
 from iadeep.extender._admission import AdmissionBusy, AdmissionGate
 from iadeep.extender._bind import PodStatus
 from iadeep.state import GpuInfo, NodeInventory
@@ -168,7 +168,7 @@ def _admit(stub, size: int) -> dict[str, str]:
 
 
 def test_two_pods_of_one_size_bound_at_once_to_a_device_plugin_node_each_get_their_own_gpu(
-        k8s_client, k8s_namespace, store, make_service, plugin_node) -> None:
+        k8s_client, k8s_namespace, store, make_service, api, plugin_node) -> None:
     """12 GiB each on 16-GiB GPUs: each needs its own GPU, and the plugin cannot tell the two
     requests apart. Both binds are sent at once; the second is bound only after the kubelet
     served the first, so whichever pod it admits first is the only candidate."""
@@ -176,27 +176,23 @@ def test_two_pods_of_one_size_bound_at_once_to_a_device_plugin_node_each_get_the
     core = client.CoreV1Api(k8s_client)
     pods = [core.create_namespaced_pod(k8s_namespace, gpu_pod(n, mem=12, namespace=k8s_namespace, scheduler=NOBODY,
                                                                annotations=R18)) for n in ("twin-a", "twin-b")]
-    api = KubernetesPodApi(KubeSettings(), api_client=k8s_client)
     served: dict[str, dict[str, str]] = {}
-    try:
-        with ThreadServer(create_app(service=make_service(pod_api=api, admission_wait_s=6))) as srv, \
-                httpx.Client(timeout=30) as http, ThreadPoolExecutor(2) as ex:
-            binds = [ex.submit(http.post, f"{srv.url}/iadeep/bind",
-                               json={"PodName": p.metadata.name, "PodNamespace": k8s_namespace,
-                                     "PodUID": p.metadata.uid, "Node": name}) for p in pods]
-            for _ in range(2):  # the kubelet admits each pod as it arrives bound
-                deadline = time.monotonic() + 20
-                while True:
-                    bound = [p for p in core.list_namespaced_pod(k8s_namespace).items
-                             if p.spec.node_name == name and p.metadata.name not in served]
-                    if bound or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.05)
-                assert len(bound) == 1, [p.metadata.name for p in bound]  # never two waiting at once
-                served[bound[0].metadata.name] = _admit(stub, 12)
-            assert [b.result().json() for b in binds] == [{"Error": ""}] * 2
-    finally:
-        api.close()
+    with ThreadServer(create_app(service=make_service(pod_api=api, admission_wait_s=6))) as srv, \
+            httpx.Client(timeout=30) as http, ThreadPoolExecutor(2) as ex:
+        binds = [ex.submit(http.post, f"{srv.url}/iadeep/bind",
+                           json={"PodName": p.metadata.name, "PodNamespace": k8s_namespace,
+                                 "PodUID": p.metadata.uid, "Node": name}) for p in pods]
+        for _ in range(2):  # the kubelet admits each pod as it arrives bound
+            deadline = time.monotonic() + 20
+            while True:
+                bound = [p for p in core.list_namespaced_pod(k8s_namespace).items
+                         if p.spec.node_name == name and p.metadata.name not in served]
+                if bound or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert len(bound) == 1, [p.metadata.name for p in bound]  # never two waiting at once
+            served[bound[0].metadata.name] = _admit(stub, 12)
+        assert [b.result().json() for b in binds] == [{"Error": ""}] * 2
     uuids = set()
     for pod_name, env in served.items():
         ann = core.read_namespaced_pod(pod_name, k8s_namespace).metadata.annotations
@@ -207,34 +203,29 @@ def test_two_pods_of_one_size_bound_at_once_to_a_device_plugin_node_each_get_the
 
 
 def test_a_bind_behind_a_pod_never_served_fails_naming_it_and_holds_nothing(
-        k8s_client, k8s_namespace, store, make_service, plugin_node) -> None:
+        k8s_client, k8s_namespace, store, make_service, api, plugin_node) -> None:
     name, _, _ = plugin_node
     core = client.CoreV1Api(k8s_client)
     first, second = (core.create_namespaced_pod(k8s_namespace, gpu_pod(n, mem=4, namespace=k8s_namespace,
                                                                         scheduler=NOBODY, annotations=R18))
                      for n in ("first", "second"))
-    api = KubernetesPodApi(KubeSettings(), api_client=k8s_client)
 
     def body(p):
         return {"PodName": p.metadata.name, "PodNamespace": k8s_namespace, "PodUID": p.metadata.uid, "Node": name}
 
-    try:
-        with ThreadServer(create_app(service=make_service(pod_api=api, admission_wait_s=1))) as srv:
-            assert httpx.post(f"{srv.url}/iadeep/bind", json=body(first), timeout=30).json() == {"Error": ""}
-            err = httpx.post(f"{srv.url}/iadeep/bind", json=body(second), timeout=30).json()["Error"]
-            assert f"{k8s_namespace}/first" in err and "still wait for the device plugin's Allocate" in err, err
-            assert core.read_namespaced_pod("second", k8s_namespace).spec.node_name is None
-            assert [a.pod_uid for a in store.assignments(name)] == [first.metadata.uid]
-            # a pod the kubelet rejected (Failed) never holds the node
-            status = {"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError"}}
-            core.patch_namespaced_pod_status("first", k8s_namespace, status)
-            assert httpx.post(f"{srv.url}/iadeep/bind", json=body(second), timeout=30).json() == {"Error": ""}
-    finally:
-        api.close()
+    with ThreadServer(create_app(service=make_service(pod_api=api, admission_wait_s=1))) as srv:
+        assert httpx.post(f"{srv.url}/iadeep/bind", json=body(first), timeout=30).json() == {"Error": ""}
+        err = httpx.post(f"{srv.url}/iadeep/bind", json=body(second), timeout=30).json()["Error"]
+        assert f"{k8s_namespace}/first" in err and "still wait for the device plugin's Allocate" in err, err
+        assert core.read_namespaced_pod("second", k8s_namespace).spec.node_name is None
+        assert [a.pod_uid for a in store.assignments(name)] == [first.metadata.uid]
+        # a pod the kubelet rejected (Failed) never holds the node
+        status = {"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError"}}
+        core.patch_namespaced_pod_status("first", k8s_namespace, status)
+        assert httpx.post(f"{srv.url}/iadeep/bind", json=body(second), timeout=30).json() == {"Error": ""}
 
 
-def test_nodes_without_a_device_plugin_are_not_gated(k8s_client, k8s_namespace, store, make_service,
-                                                     control_plane) -> None:
+def test_nodes_without_a_device_plugin_are_not_gated(k8s_client, k8s_namespace, store, make_service, api) -> None:
     """kwok-style inventories (no kubelet calls Allocate: pods stay allocating) bind at once."""
     core = client.CoreV1Api(k8s_client)
     name = f"kw{uuid.uuid4().hex[:6]}"
@@ -242,7 +233,6 @@ def test_nodes_without_a_device_plugin_are_not_gated(k8s_client, k8s_namespace, 
     store.put_inventory(NodeInventory(name, tuple(GpuInfo(i, 16.0, f"GPU-{name}-{i}") for i in range(2))))
     pods = [core.create_namespaced_pod(k8s_namespace, gpu_pod(n, mem=4, namespace=k8s_namespace, scheduler=NOBODY,
                                                                annotations=R18)) for n in ("k1", "k2")]
-    api = KubernetesPodApi(KubeSettings(), api_client=k8s_client)
     try:
         with ThreadServer(create_app(service=make_service(pod_api=api, admission_wait_s=5))) as srv:
             t0 = time.monotonic()
@@ -252,5 +242,4 @@ def test_nodes_without_a_device_plugin_are_not_gated(k8s_client, k8s_namespace, 
                     "Node": name}).json() == {"Error": ""}
             assert time.monotonic() - t0 < 5  # neither waited out the other's admission
     finally:
-        api.close()
         core.delete_node(name)

@@ -19,8 +19,6 @@ from iadeep.extender import (
     ANNOTATION_GPU_MEM,
     ANNOTATION_GPU_UUID,
     ANNOTATION_NODE,
-    KubernetesPodApi,
-    KubeSettings,
     create_app,
 )
 
@@ -35,13 +33,6 @@ def nodes(control_plane, store):
     names = control_plane.add_nodes(2, gpus=2, gpu_mem_gib=16, prefix=f"b{uuid.uuid4().hex[:6]}-")
     publish(store, names)
     return names
-
-
-@pytest.fixture
-def api(control_plane):
-    pod_api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())
-    yield pod_api
-    pod_api.close()
 
 
 @pytest.fixture

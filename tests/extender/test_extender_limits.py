@@ -11,7 +11,7 @@ import httpx
 import pytest
 from extender_support import ThreadServer, extender_args, gpu_pod, publish
 
-from iadeep.extender import KubernetesPodApi, KubeSettings, create_app
+from iadeep.extender import create_app
 from iadeep.extender._wire import ExtenderArgs
 from iadeep.state import EtcdStateStore, JobRecord
 
@@ -47,13 +47,6 @@ def test_the_limit_comes_from_configuration(make_service, store, etcd_settings):
 
 
 # -- bind against the real kube-apiserver --------------------------------------------------------
-
-@pytest.fixture
-def api(control_plane):
-    pod_api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())
-    yield pod_api
-    pod_api.close()
-
 
 def _bind(srv, pod, node):
     body = {"PodName": pod.metadata.name, "PodNamespace": pod.metadata.namespace, "PodUID": pod.metadata.uid,

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from extender_support import gpu_pod, publish, wait_for, wire
 
-from iadeep.extender import KubernetesPodApi, KubeSettings, PodStatus
+from iadeep.extender import PodStatus
 from iadeep.extender._podwatch import ended
 from iadeep.extender._wire import Pod
 
@@ -16,13 +16,6 @@ client = pytest.importorskip("kubernetes.client")
 
 NOBODY = "nobody-schedules-this"
 R18 = {"iadeep.io/model": "ResNet-18", "iadeep.io/batch-size": "16"}
-
-
-@pytest.fixture
-def api(control_plane):
-    pod_api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())
-    yield pod_api
-    pod_api.close()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import uuid
 import pytest
 from extender_support import extender_args, gpu_pod, publish, wait_for
 
-from iadeep.extender import KubernetesPodApi, KubeSettings
 from iadeep.extender._wire import ExtenderArgs
 from iadeep.jobtypes import JobType
 from iadeep.state import BannedType, JobRecord, PlacementPolicy, UndoRecord
@@ -25,13 +24,6 @@ NOBODY = "nobody-schedules-this"
 A = ("ResNet-50", 64)
 B = ("Transformer", 64)
 BANNED = "refused by the policy (this pair was measured to share badly)"
-
-
-@pytest.fixture
-def api(control_plane):
-    pod_api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())
-    yield pod_api
-    pod_api.close()
 
 
 @pytest.fixture
