@@ -36,8 +36,17 @@ Placement (IADeep's first challenge: mitigating interference vs. making progress
   tuning session's measurements improve (or the measured table with ``predictor="oracle"``).
 
 A pair whose predicted normalised throughputs sum below 1 (sharing progresses less than taking
-turns) is formed only when the two jobs themselves gain over waiting (the queue-pressure term does
-not count for it; ``bad_pairs_when_waiting=False`` never forms it), and a tuning session whose best measured configuration still sums below 1
+turns) is formed only when the two jobs themselves gain over waiting (``bad_pairs_when_waiting=False``
+never forms it), with one exception: when the job would take free GPUs that otherwise stay idle
+while it waits (a gang head with some of its GPUs free), the queue-pressure term counts for such a
+pair too. Why: under FIFO such a head whose only partners share badly held every job behind it for
+the tens of hours until a gang ended, with GPUs idle (README, "Collapses beyond the sweep", kind
+A); a head with no free GPU, as in an overloaded cluster, keeps the old rule, since forming bad
+pairs there lowers the cluster's throughput. Measured in session 10 (``make results``): the FIFO
+settings beyond the sweep went from worst 2.66 (20000-2-5) and median 0.98 to worst 1.40
+(30000-1-3) and median 0.96 (six settings above 1.05 to three); the sweep's 22 FIFO settings from
+worst 1.06 to 1.08 (0-1-1), median 0.95 unchanged; under kube-scheduler's queue nothing changes
+(``jobs_behind = 0``); ``tests/core/test_core_robust.py`` holds the rule on a hand-made trace. And a tuning session whose best measured configuration still sums below 1
 undoes the co-location (:func:`iadeep.policy.undo_rule`, which the live coordinator applies too):
 when the session ends, the newest job goes back to the queue (FIFO: at its head; kube-scheduler's
 queue: as its Job's replacement pod, created then) and the pair of job types is not formed again
@@ -308,8 +317,9 @@ class IADeep(Policy):
         rate = view.job_rate.take(first)
         np.maximum(rate, 1e-6, out=rate)
         base = (t_new - job.remaining_s) + k_p * (t_part - r_p / rate)
-        # A pair predicted to progress less than taking turns on the GPU (a + b < 1) is formed only
-        # for the two jobs' own sake; the queue-pressure term below applies to good pairs alone.
+        # A pair predicted to progress less than taking turns on the GPU (a + b < 1) is formed for
+        # the two jobs' own sake, and for the queue's only when the head would otherwise leave
+        # free GPUs idle (module docstring: a gang head stuck behind bad partners).
         good = a + b >= 1.0
         need = k - n_free
         good_base = np.where(good, base, np.inf)
@@ -322,7 +332,8 @@ class IADeep(Policy):
             # so each of them starts up to ``W`` later (module docstring: all of them count).
             wait = self.expected_wait_s(job, view, n_free)
             blocked = job.jobs_behind
-            delta = base - wait * np.where(good, 1.0 + blocked / need, 1.0 if self.bad_pairs_when_waiting else 0.0)
+            bad_weight = (1.0 + blocked / need if n_free else 1.0) if self.bad_pairs_when_waiting else 0.0
+            delta = base - wait * np.where(good, 1.0 + blocked / need, bad_weight)
             order = _smallest(delta, need)
             gain = -float(delta[order[0]] if need == 1 else delta[order].sum())
             if gain <= 0:

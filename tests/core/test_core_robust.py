@@ -208,3 +208,22 @@ def test_a_head_whose_partners_all_share_badly_does_not_hold_the_queue_for_a_gan
                    SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
     short = out.loc[[f"s{i}" for i in range(10)]]
     assert (short["queueing_s"] < 2 * HOUR).all(), short["queueing_s"].round().to_dict()
+
+
+@pytest.mark.parametrize("behind", [0, 10])
+def test_a_gang_head_with_a_free_gpu_counts_the_queue_even_for_a_bad_partner(model, behind):
+    """Rule (a) of the module docstring of ``iadeep.policy.iadeep`` on the trace above: the head
+    has one of its two GPUs free, its only partners share with it below taking turns. With ten
+    jobs queued behind it (FIFO), waiting 20 h for the gang holds them all, so the head takes the
+    free GPU and a shared one within seconds (the queue's pressure counts for a bad pair when GPUs would
+    stay idle). With nobody behind, the same pair is worse for the two jobs than waiting: it waits
+    for the gang. Before the rule it waited in both cases (the kind A collapse)."""
+    rows = _stuck_head_trace()
+    if not behind:
+        rows = rows[~rows["job_id"].str.startswith("s")]
+    out = simulate(rows, make_policy("iadeep", model, predictor="oracle"), model, ClusterSpec(1, 4, 24.0),
+                   SimSettings(measurement_noise=0.0)).jobs.set_index("job_id")
+    if behind:
+        assert out.loc["head", "start_s"] < 120  # once enough jobs queue behind it (the sixth, at 67 s)
+    else:
+        assert out.loc["head", "start_s"] >= 20 * HOUR
