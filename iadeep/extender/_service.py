@@ -294,11 +294,15 @@ class ExtenderService:
         except StoreUnavailable:
             return  # the replacement is placed with its annotated duration
         h = base.handles.get(record.pod_uid)
-        if h is None:
-            return
-        now = self.clock()
-        left = max(float(base.job_work_left_s[h]) - (now - float(base.job_updated_s[h])), 0.0)  # at rate 1, as the view
-        self._resumed[self._job_of(record.namespace, record.name)] = left + float(getattr(self.policy, "checkpoint_cost_s", 0.0))
+        if h is not None:
+            self._keep_work(base, h, record.namespace, record.name, self.clock())
+
+    def _keep_work(self, base: ViewBase, h: int, namespace: str, name: str, now: float) -> None:
+        """Pod ``namespace/name`` (handle ``h`` of ``base``) is evicted: its Job's replacement pod
+        resumes the work it had left at ``now`` (at rate 1, as the view counts it) plus the
+        policy's checkpoint cost (what the simulator charges a preempted or undone job)."""
+        left = max(float(base.job_work_left_s[h]) - (now - float(base.job_updated_s[h])), 0.0)
+        self._resumed[self._job_of(namespace, name)] = left + float(getattr(self.policy, "checkpoint_cost_s", 0.0))
 
     def _job_record(self, demand: PodDemand, now: float) -> JobRecord:
         """The pod's job record; a Job's replacement pod after a preemption here resumes the work
@@ -451,11 +455,9 @@ class ExtenderService:
         if why:
             return ExtenderFilterResult.for_args(args, [], {n: f"iadeep: waits (no preemption: {why})" for n in names}, {})
         now = self.clock()
-        cost = float(getattr(self.policy, "checkpoint_cost_s", 0.0))
         for h, r in zip(decision.preempt, records):
             assert r is not None
-            left = max(float(base.job_work_left_s[h]) - (now - float(base.job_updated_s[h])), 0.0)  # at rate 1, as the view
-            self._resumed[self._job_of(r.namespace, r.name)] = left + cost
+            self._keep_work(base, h, r.namespace, r.name, now)
         gpus = [(base.node_names[int(base.gpu_node[g])], int(base.gpu_local_index[g])) for g in decision.gpus]
         self.nominations.add(demand.uid, self._job_record(demand, now), type_id, gpus, victims)
         msg = f"preempted {', '.join(f'{r.namespace}/{r.name}' for r in records if r)}: {decision.reason}"
