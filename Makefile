@@ -29,9 +29,12 @@ experiment: $(STAMP)
 airflow: $(STAMP)
 	$(BIN)/python -m iadeep.orchestration
 
+# The suite runs on TEST_WORKERS pytest-xdist workers (default 2), one test folder to a worker
+# (tests/conftest.py); TEST_WORKERS=0 runs it in this process, one test after the other.
+TEST_WORKERS ?= 2
 test: $(STAMP) controlplane node images stack-images
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)

@@ -31,3 +31,36 @@ def throughputs_path(dataset) -> Path:
 def philly_path(dataset) -> Path:
     """The Philly CSV (Pollux's preprocessed ``philly.csv``)."""
     return dataset("philly") / "philly.csv"
+
+
+
+# -- parallel runs (`make test`: `pytest -n 2`, pytest-xdist) -----------------------------------------
+# Each folder under tests/ goes to one worker as a whole and runs there in file order, as in a
+# serial run: a folder's session- and module-scoped services (etcd, the local control plane, the
+# real node, Airflow) start once. (xdist's own `--dist loadgroup` set module-scoped fixtures up
+# twice per module, measured with xdist 3.8.) tests/node (kubelet, containerd, runc) and
+# tests/compose (podman) drive the machine's container runtimes: one unit, one after the other.
+_UNIT_OF_FOLDER = {"node": "containers", "compose": "containers"}
+
+
+def _unit(nodeid: str) -> str:
+    """The scheduling unit of a test: its folder under tests/ (``tests/live/test_x.py::t`` -> ``live``)."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    folder = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+    return _UNIT_OF_FOLDER.get(folder, folder)
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest without xdist: serial runs need none of this
+    pass
+else:
+    class FolderScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with a folder (``_unit``) as the scope."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log) -> FolderScheduling:
+        """One folder, one worker (see above)."""
+        return FolderScheduling(config, log)

@@ -25,6 +25,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -34,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from iadeep.dev._binaries import NodeBinaries, find_node_binaries
 from iadeep.dev._errors import ControlPlaneError
 from iadeep.dev._nodeclean import cgroup_hierarchies, cgroup_v2, make_cgroup, teardown
-from iadeep.dev._nodeconfig import NodePaths, cni_conflist, containerd_config, kubelet_config
+from iadeep.dev._nodeconfig import (KUBELET_LINK, UNIX_SOCKET_PATH_MAX, NodePaths, cni_conflist, containerd_config,
+                                    kubelet_config)
 from iadeep.dev._oci import ImageFile, write_image_archive
 from iadeep._host._procs import Proc, spawn
 
@@ -85,6 +87,28 @@ def _digest8(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
+# The kubelet's root directory may be at most this long: the sockets below it
+# (``device-plugins/<plugin>.sock`` and others) then have 66 bytes of UNIX_SOCKET_PATH_MAX left.
+# /var/lib/kubelet, the kubelet's default, has 16.
+KUBELET_ROOT_MAX = 40
+
+
+def _short_kubelet_dir(workdir: Path, node_id: str) -> Path | None:
+    """``None`` when ``<workdir>/kubelet`` is short enough for the kubelet's sockets
+    (``KUBELET_ROOT_MAX``), else a short directory in the temporary folder for this node.
+
+    Raises:
+        NodeError: even the temporary folder's path is too long (set ``TMPDIR`` to a short one).
+    """
+    if len(str(workdir.absolute() / KUBELET_LINK)) <= KUBELET_ROOT_MAX:
+        return None
+    short = Path(tempfile.gettempdir()) / f"iadeep-kubelet-{node_id}"
+    if len(str(short)) > KUBELET_ROOT_MAX:
+        raise NodeError(f"the kubelet's root directory {short} is over {KUBELET_ROOT_MAX} characters: the unix sockets "
+                        f"below it would not fit {UNIX_SOCKET_PATH_MAX} bytes; set TMPDIR to a shorter folder")
+    return short
+
+
 class Node:
     """containerd + kubelet registered with a running control plane.
 
@@ -118,14 +142,14 @@ class Node:
         self.server = server
         self.pki_dir = Path(pki_dir)
         self.admin_kubeconfig = Path(admin_kubeconfig)
-        self.paths = NodePaths(Path(workdir))
+        self.cgroup = f"/iadeep-node-{uuid.uuid4().hex[:8]}"
+        self.paths = NodePaths(Path(workdir), kubelet_dir=_short_kubelet_dir(Path(workdir), self.cgroup.rsplit("-", 1)[-1]))
         self.log_dir = Path(log_dir)
         self.name = name
         self.labels = {REAL_NODE_LABEL: "true", **dict(labels or {})}
         self.die_with_parent = die_with_parent
         self.ready_timeout = ready_timeout
         self.binaries = binaries
-        self.cgroup = f"/iadeep-node-{uuid.uuid4().hex[:8]}"
         self.procs: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
         self.pause_image = ""
@@ -290,6 +314,12 @@ class Node:
         p = self.paths
         for d in (p.root, p.containerd_state, p.cni_conf_dir, p.kubelet_root, p.pod_logs, p.images):
             d.mkdir(parents=True, exist_ok=True)
+        if p.kubelet_dir is not None:  # <root>/kubelet leads to it (and teardown follows the link)
+            link = p.root / KUBELET_LINK
+            if link.is_symlink():
+                link.unlink()
+            if not link.exists():
+                link.symlink_to(p.kubelet_dir, target_is_directory=True)
         self.ports = {"kubelet": free_port(), "kubelet-healthz": free_port()}
         v1 = not cgroup_v2()
         if v1:

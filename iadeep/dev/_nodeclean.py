@@ -15,9 +15,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
+
+from iadeep.dev._nodeconfig import KUBELET_LINK
 
 __all__ = [
     "CONTAINER_LOG_LINKS",
@@ -187,13 +190,25 @@ def _remove_log_links(directory: Path) -> None:
 
 def teardown(directory: Path, cgroup: str, *, timeout: float = 15.0) -> dict[str, int]:
     """Kill every process of cgroup ``cgroup``, unmount everything below ``directory``, remove
-    the cgroups and the kubelet's log links into ``directory``. Idempotent.
+    the cgroups and the kubelet's log links into ``directory``. When ``<directory>/kubelet`` is a
+    link (the kubelet's root directory kept short, ``NodePaths.kubelet_dir``), the same below its
+    target, which is then removed with the link. Idempotent.
 
     Returns:
         counts: ``killed`` (signals sent), ``unmounted`` (mount points).
     """
     killed = _kill_cgroup(cgroup, timeout)
-    unmounted = _unmount_under(directory)
+    # the kubelet's root directory, when it lives elsewhere (NodePaths.kubelet_dir): reached
+    # through its link, so that a reaper or `iadeep dev node down` needs the node's folder alone
+    link = directory / KUBELET_LINK
+    elsewhere = link.resolve() if link.is_symlink() else None
+    unmounted = 0
+    for d in (directory, elsewhere):
+        if d is not None:
+            unmounted += _unmount_under(d)
+            _remove_log_links(d)
     _remove_cgroup(cgroup)
-    _remove_log_links(directory)
+    if elsewhere is not None and not mounts_under(elsewhere):  # nothing mounted is left in it: only the node's files
+        shutil.rmtree(elsewhere, ignore_errors=True)
+        link.unlink(missing_ok=True)
     return {"killed": killed, "unmounted": unmounted}

@@ -14,6 +14,8 @@ from typing import Any
 
 __all__ = [
     "CNI_NETWORK",
+    "KUBELET_LINK",
+    "UNIX_SOCKET_PATH_MAX",
     "NodePaths",
     "cni_conflist",
     "containerd_config",
@@ -27,11 +29,24 @@ __all__ = [
 CNI_NETWORK = "iadeep-loopback"
 
 
+# A unix socket's path holds at most 107 bytes (``sun_path`` of ``struct sockaddr_un``, Linux
+# unix(7)). The kubelet dials and creates sockets below its root directory (device plugins'
+# ``device-plugins/<name>.sock``, ``pod-resources/<10 digits>``, ``plugins_registry/...``), so that
+# directory must stay short whatever the node's own directory is (pytest's temporary folders,
+# a user's ``--workdir``): see ``NodePaths.kubelet_dir``.
+UNIX_SOCKET_PATH_MAX = 107
+KUBELET_LINK = "kubelet"
+
+
 @dataclass(frozen=True)
 class NodePaths:
-    """Every file and directory of one node, below ``root``."""
+    """Every file and directory of one node, below ``root``, except the kubelet's root directory
+    when ``kubelet_dir`` is given: then ``<root>/kubelet`` is a symbolic link to it (made at start,
+    followed by teardown) and the kubelet runs in the short ``kubelet_dir``, so that the sockets
+    below it fit ``UNIX_SOCKET_PATH_MAX`` (the device plugins' sockets are dialled there)."""
 
     root: Path
+    kubelet_dir: Path | None = None
 
     @property
     def containerd_root(self) -> Path:
@@ -59,7 +74,7 @@ class NodePaths:
 
     @property
     def kubelet_root(self) -> Path:
-        return self.root / "kubelet"
+        return self.kubelet_dir if self.kubelet_dir is not None else self.root / KUBELET_LINK
 
     @property
     def kubelet_config(self) -> Path:

@@ -59,23 +59,29 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
     return found
 
 
-def leftovers(workdir: Path, cgroup: str) -> dict[str, list[Any]]:
-    """Everything a stopped node must not leave behind; all lists empty when clean."""
+def leftovers(workdir: Path, cgroup: str, kubelet_dir: Path | None = None) -> dict[str, list[Any]]:
+    """Everything a stopped node must not leave behind; all lists empty when clean.
+    ``kubelet_dir``: the kubelet's root directory when it was kept apart (``NodePaths.kubelet_dir``):
+    it must be gone too, with nothing mounted below it."""
+    folders = [workdir] + ([kubelet_dir] if kubelet_dir is not None else [])
     links = []
     if CONTAINER_LOG_LINKS.is_dir():
-        root = str(workdir.resolve())
-        links = [str(p) for p in CONTAINER_LOG_LINKS.iterdir() if p.is_symlink() and os.readlink(p).startswith(root)]
+        roots = tuple(str(d.resolve()) for d in folders)
+        links = [str(p) for p in CONTAINER_LOG_LINKS.iterdir() if p.is_symlink() and os.readlink(p).startswith(roots)]
     pids = sorted(cgroup_pids(cgroup))
-    mounts = set(mounts_under(workdir))  # this (the host's) namespace, and the node's own (_node.py)
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            mounts.update(mounts_under(workdir, pid))
+    mounts: set[str] = set()
+    for d in folders:
+        mounts.update(mounts_under(d))  # this (the host's) namespace, and the node's own (_node.py)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                mounts.update(mounts_under(d, pid))
     return {
-        "processes": processes_mentioning(str(workdir)),
+        "processes": sorted({p for d in folders for p in processes_mentioning(str(d))}),
         "cgroup_pids": pids,
         "mounts": sorted(mounts),
         "cgroups": [str(h / cgroup.strip("/")) for h in cgroup_hierarchies() if (h / cgroup.strip("/")).exists()],
         "log_links": links,
+        "kubelet_dir": [str(kubelet_dir)] if kubelet_dir is not None and kubelet_dir.exists() else [],
     }
 
 

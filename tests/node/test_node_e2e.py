@@ -21,7 +21,7 @@ from kubernetes import client
 from node_support import host_pod, leftovers, pod_log, processes_mentioning, wait_phase
 
 from iadeep.dev import REAL_NODE_LABEL, ControlPlane, Node
-from iadeep.dev._node import KUBELET_DEVICE_PLUGINS
+from iadeep.dev._node import KUBELET_DEVICE_PLUGINS, KUBELET_ROOT_MAX
 from iadeep.dev._nodeclean import cgroup_pids, cgroup_v2, mounts_under
 from iadeep.testing import wait_for
 
@@ -93,7 +93,7 @@ _CHILD = textwrap.dedent(
                                  "command": ["/bin/sleep", "3600"]}]}})
     while core.read_namespaced_pod("sleeper", args["namespace"]).status.phase != "Running":
         time.sleep(0.2)
-    print(json.dumps({"cgroup": node.cgroup}), flush=True)
+    print(json.dumps({"cgroup": node.cgroup, "kubelet": str(node.paths.kubelet_root)}), flush=True)
     time.sleep(3600)
     """
 )
@@ -122,8 +122,8 @@ def test_teardown_leaves_no_process_mount_or_cgroup(
         image = node.busybox_image()
         core.create_namespaced_pod(k8s_namespace, host_pod("sleeper", image, ["/bin/sleep", "3600"], node=name))
         wait_phase(core, k8s_namespace, "sleeper", {"Running"})
-        cgroup = node.cgroup
-        before = leftovers(workdir, cgroup)
+        cgroup, kubelet = node.cgroup, node.paths.kubelet_root
+        before = leftovers(workdir, cgroup, kubelet)
         node.stop()
     else:
         child = subprocess.Popen(
@@ -134,12 +134,12 @@ def test_teardown_leaves_no_process_mount_or_cgroup(
         if not line:
             child.wait(10)
             pytest.fail(f"the child never got its node up:\n{(tmp_path / 'child.log').read_text()[-4000:]}")
-        cgroup = json.loads(line)["cgroup"]
-        before = leftovers(workdir, cgroup)
+        cgroup, kubelet = json.loads(line)["cgroup"], Path(json.loads(line)["kubelet"])
+        before = leftovers(workdir, cgroup, kubelet)
         os.kill(child.pid, signal.SIGKILL)
         child.wait(10)
         wait_for(
-            lambda: leftovers(workdir, cgroup),
+            lambda: leftovers(workdir, cgroup, kubelet),
             lambda left: not any(left.values()),
             timeout=60,
             what="the reaper's cleanup after SIGKILL",
@@ -147,7 +147,12 @@ def test_teardown_leaves_no_process_mount_or_cgroup(
     # The node really had something to clean: a shim, the container, its mounts and cgroups.
     assert any("containerd-shim-runc-v2" in cmd for _pid, cmd in before["processes"]), before
     assert before["cgroup_pids"] and before["mounts"] and before["cgroups"], before
-    assert leftovers(workdir, cgroup) == {"processes": [], "cgroup_pids": [], "mounts": [], "cgroups": [], "log_links": []}
+    # pytest's folders are long: the kubelet ran in a short folder of its own (its sockets must fit
+    # a unix socket path), reached through <workdir>/kubelet; it had the token's mount, and is gone
+    assert len(str(kubelet)) <= KUBELET_ROOT_MAX < len(str(workdir / "kubelet")) and (workdir / "kubelet").resolve() == kubelet
+    assert before["kubelet_dir"] == [str(kubelet)] and any(m.startswith(str(kubelet)) for m in before["mounts"]), before
+    assert leftovers(workdir, cgroup, kubelet) == {"processes": [], "cgroup_pids": [], "mounts": [], "cgroups": [],
+                                                   "log_links": [], "kubelet_dir": []}
     assert not cgroup_pids(cgroup) and not mounts_under(workdir)
     assert str(KUBELET_DEVICE_PLUGINS) not in _host_mount_points()  # bound only in the node's namespace
     assert not processes_mentioning(f"-id {cgroup}")

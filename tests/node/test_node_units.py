@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from iadeep.dev._nodeconfig import NodePaths, cni_conflist, containerd_config, kubelet_config
+from iadeep.dev._nodeconfig import UNIX_SOCKET_PATH_MAX, NodePaths, cni_conflist, containerd_config, kubelet_config
 from iadeep.dev._oci import ImageFile, write_image_archive
 from iadeep.orchestration import COMPONENTS, GPU_NODE_LABEL, prepare_local_rollout, render
 from iadeep.orchestration._local import LOCAL_SERVICES, REAL_NODE_LABEL
@@ -154,3 +154,27 @@ def test_every_service_has_a_dockerfile_with_its_serve_entry_point() -> None:
         text = (REPO / "images" / s / "Dockerfile").read_text()
         assert f'ENTRYPOINT ["iadeep", "{s}", "serve"]' in text
         assert "FROM ${BASE_IMAGE}" in text
+
+
+def test_the_kubelet_root_stays_short_enough_for_its_sockets_whatever_the_node_folder(tmp_path: Path) -> None:
+    """The kubelet creates and dials unix sockets below its root directory (a device plugin's
+    ``device-plugins/iadeep-gpu-count.sock``), and a socket path holds at most 107 bytes (unix(7)).
+    A node in a long folder (pytest's, with a worker's ``popen-gwN``: 116 bytes to that socket, and
+    the kubelet failed with ``bind: invalid argument``) runs its kubelet in a short folder of its own;
+    a short folder keeps the kubelet inside it."""
+    from iadeep.dev import Node
+    from iadeep.dev._node import KUBELET_ROOT_MAX
+
+    def node(workdir: Path) -> Node:
+        return Node(server="https://127.0.0.1:1", pki_dir=tmp_path, admin_kubeconfig=tmp_path / "k", workdir=workdir,
+                    log_dir=tmp_path)
+
+    deep = tmp_path / ("x" * 60) / "node-teardown-sigkill"
+    far = node(deep)
+    assert far.paths.kubelet_dir is not None and len(str(far.paths.kubelet_root)) <= KUBELET_ROOT_MAX
+    socket = far.device_plugin_dir / "iadeep-gpu-count.sock"
+    assert len(str(socket).encode()) <= UNIX_SOCKET_PATH_MAX < len(str(deep / "kubelet" / "device-plugins" / socket.name))
+    assert far.paths.kubelet_root != node(deep).paths.kubelet_root  # one folder per node
+    assert not far.paths.kubelet_root.exists()  # made at start, not when the node is described
+    near = node(Path("/n"))
+    assert near.paths.kubelet_dir is None and near.paths.kubelet_root == Path("/n/kubelet")
