@@ -60,22 +60,27 @@ def browser(tmp_path_factory) -> Iterator:
 
 
 def _type(element, text: str) -> None:
-    """Type ``text`` into a form field as a user would, until the field holds exactly it.
+    """Type ``text`` into a form field, a few keys at a time as a user would, until the field holds
+    exactly it.
 
-    Under load the form's controlled inputs can drop a keystroke (seen with the suite on two
-    workers: an ``out`` path typed as ``.../expriment``); the field is read back and typed again,
-    so the run is triggered with the params the test later looks for.
+    The trigger form's inputs can lose a keystroke when the text arrives as one burst: with the
+    suite on two workers an ``out`` path of 59 characters came back as ``.../expriment`` five times
+    in a row. The field is read back and typed again in smaller pieces, so the run is triggered
+    with the params the test later looks for.
     """
     from selenium.webdriver.common.keys import Keys
 
-    for _ in range(5):
+    for chunk in (len(text), 8, 4, 1):
         element.send_keys(Keys.CONTROL, "a")
         element.send_keys(Keys.DELETE)
-        element.send_keys(text)
+        for i in range(0, len(text), chunk):
+            element.send_keys(text[i:i + chunk])
+            if chunk < len(text):
+                time.sleep(0.05)
         time.sleep(0.2)  # the form re-renders the field from its state after the last keystroke
         if element.get_attribute("value") == text:
             return
-    raise AssertionError(f"the form field holds {element.get_attribute('value')!r} after typing {text!r} five times")
+    raise AssertionError(f"the form field holds {element.get_attribute('value')!r} after typing {text!r}")
 
 
 def test_trigger_iadeep_experiment_from_the_form_and_open_the_report(airflow_server, browser, tmp_path_factory) -> None:
