@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from iadeep.dev._binaries import NodeBinaries, find_node_binaries
 from iadeep.dev._errors import ControlPlaneError
 from iadeep.dev._nodeclean import cgroup_hierarchies, cgroup_v2, make_cgroup, teardown
-from iadeep.dev._nodeconfig import (KUBELET_LINK, UNIX_SOCKET_PATH_MAX, NodePaths, cni_conflist, containerd_config,
+from iadeep.dev._nodeconfig import (KUBELET_DIR_PREFIX, KUBELET_LINK, UNIX_SOCKET_PATH_MAX, NodePaths, cni_conflist, containerd_config,
                                     kubelet_config)
 from iadeep.dev._oci import ImageFile, write_image_archive
 from iadeep._host._procs import Proc, spawn
@@ -102,7 +102,7 @@ def _short_kubelet_dir(workdir: Path, node_id: str) -> Path | None:
     """
     if len(str(workdir.absolute() / KUBELET_LINK)) <= KUBELET_ROOT_MAX:
         return None
-    short = Path(tempfile.gettempdir()) / f"iadeep-kubelet-{node_id}"
+    short = Path(tempfile.gettempdir()) / f"{KUBELET_DIR_PREFIX}{node_id}"
     if len(str(short)) > KUBELET_ROOT_MAX:
         raise NodeError(f"the kubelet's root directory {short} is over {KUBELET_ROOT_MAX} characters: the unix sockets "
                         f"below it would not fit {UNIX_SOCKET_PATH_MAX} bytes; set TMPDIR to a shorter folder")

@@ -20,7 +20,7 @@ import signal
 import time
 from pathlib import Path
 
-from iadeep.dev._nodeconfig import KUBELET_LINK
+from iadeep.dev._nodeconfig import KUBELET_DIR_PREFIX, KUBELET_LINK
 
 __all__ = [
     "CONTAINER_LOG_LINKS",
@@ -200,8 +200,11 @@ def teardown(directory: Path, cgroup: str, *, timeout: float = 15.0) -> dict[str
     killed = _kill_cgroup(cgroup, timeout)
     # the kubelet's root directory, when it lives elsewhere (NodePaths.kubelet_dir): reached
     # through its link, so that a reaper or `iadeep dev node down` needs the node's folder alone
+    # (only a folder the node made: a link to anything else is left as it is)
     link = directory / KUBELET_LINK
     elsewhere = link.resolve() if link.is_symlink() else None
+    if elsewhere is not None and not elsewhere.name.startswith(KUBELET_DIR_PREFIX):
+        elsewhere = None
     unmounted = 0
     for d in (directory, elsewhere):
         if d is not None:

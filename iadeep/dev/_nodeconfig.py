@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "CNI_NETWORK",
+    "KUBELET_DIR_PREFIX",
     "KUBELET_LINK",
     "UNIX_SOCKET_PATH_MAX",
     "NodePaths",
@@ -36,6 +37,8 @@ CNI_NETWORK = "iadeep-loopback"
 # a user's ``--workdir``): see ``NodePaths.kubelet_dir``.
 UNIX_SOCKET_PATH_MAX = 107
 KUBELET_LINK = "kubelet"
+# the name of such a short folder starts with this; teardown removes only a folder so named
+KUBELET_DIR_PREFIX = "iadeep-kubelet-"
 
 
 @dataclass(frozen=True)

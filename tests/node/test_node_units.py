@@ -178,3 +178,23 @@ def test_the_kubelet_root_stays_short_enough_for_its_sockets_whatever_the_node_f
     assert not far.paths.kubelet_root.exists()  # made at start, not when the node is described
     near = node(Path("/n"))
     assert near.paths.kubelet_dir is None and near.paths.kubelet_root == Path("/n/kubelet")
+
+
+def test_teardown_removes_the_kubelet_folder_it_made_and_nothing_a_link_points_at_otherwise(tmp_path: Path) -> None:
+    """Teardown follows ``<node folder>/kubelet`` only to a folder the node made
+    (``iadeep-kubelet-*``): that one goes with the link; a link a user left to another folder (say
+    the host's own kubelet directory) is not followed, and that folder keeps its files."""
+    from iadeep.dev._nodeclean import teardown
+
+    made, other = tmp_path / "iadeep-kubelet-0000abcd", tmp_path / "var-lib-kubelet"
+    for target in (made, other):
+        (target / "pods").mkdir(parents=True)
+        (target / "pods" / "state").write_text("x")
+    for name, target in (("node-a", made), ("node-b", other)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "kubelet").symlink_to(target, target_is_directory=True)
+    cgroup = "/iadeep-node-absent0"  # no such cgroup: nothing to kill
+    teardown(tmp_path / "node-a", cgroup, timeout=1.0)
+    teardown(tmp_path / "node-b", cgroup, timeout=1.0)
+    assert not made.exists() and not (tmp_path / "node-a" / "kubelet").is_symlink()
+    assert (other / "pods" / "state").read_text() == "x" and (tmp_path / "node-b" / "kubelet").is_symlink()
