@@ -34,7 +34,7 @@ def philly_path(dataset) -> Path:
 
 
 
-# -- parallel runs (`make test`: `pytest -n 2`, pytest-xdist) -----------------------------------------
+# -- parallel runs (`make test TEST_WORKERS=2`: `pytest -n 2`, pytest-xdist; README "Tests") -------------
 # Each folder under tests/ goes to one worker as a whole and runs there in file order, as in a
 # serial run: a folder's session- and module-scoped services (etcd, the local control plane, the
 # real node, Airflow) start once. (xdist's own `--dist loadgroup` set module-scoped fixtures up
