@@ -144,9 +144,13 @@ CLIENT_IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def generate(directory: Path, *, service_ip: str = "10.96.0.1") -> Pki:
+def generate(directory: Path, *, service_ip: str | None = None) -> Pki:
     """Write a CA, a serving certificate for 127.0.0.1/localhost, client certificates for
-    :data:`CLIENT_IDENTITIES` and the service-account key pair into ``directory``."""
+    :data:`CLIENT_IDENTITIES` and the service-account key pair into ``directory``.
+
+    ``service_ip``: an extra IP SAN of the serving certificate (the control plane passes its
+    ``kubernetes`` Service address, :data:`iadeep.dev._cluster.SERVICE_IP`, which nothing connects
+    to: configuration only); none by default."""
     directory.mkdir(parents=True, exist_ok=True)
     ca = _Ca()
     pem = serialization.Encoding.PEM
@@ -163,7 +167,7 @@ def generate(directory: Path, *, service_ip: str = "10.96.0.1") -> Pki:
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
         ),
-        ips=("127.0.0.1", service_ip),
+        ips=("127.0.0.1",) if service_ip is None else ("127.0.0.1", service_ip),
     )
     serving_cert_path = _write(directory / "apiserver.crt", serving.public_bytes(pem))
     serving_key_path = _write(directory / "apiserver.key", _key_pem(serving_key), private=True)
