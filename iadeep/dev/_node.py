@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from iadeep.dev._binaries import NodeBinaries, find_node_binaries
 from iadeep.dev._errors import ControlPlaneError
 from iadeep.dev._nodeclean import cgroup_hierarchies, cgroup_v2, make_cgroup, teardown
-from iadeep.dev._nodeconfig import (KUBELET_DIR_PREFIX, KUBELET_LINK, UNIX_SOCKET_PATH_MAX, NodePaths, cni_conflist, containerd_config,
-                                    kubelet_config)
+from iadeep.dev._nodeconfig import (KUBELET_DIR_PREFIX, KUBELET_LINK, UNIX_SOCKET_PATH_MAX, NodePaths, cni_conflist,
+                                    containerd_config, kubelet_config)
 from iadeep.dev._oci import ImageFile, write_image_archive
 from iadeep._host._procs import Proc, spawn
 
@@ -142,8 +142,9 @@ class Node:
         self.server = server
         self.pki_dir = Path(pki_dir)
         self.admin_kubeconfig = Path(admin_kubeconfig)
-        self.cgroup = f"/iadeep-node-{uuid.uuid4().hex[:8]}"
-        self.paths = NodePaths(Path(workdir), kubelet_dir=_short_kubelet_dir(Path(workdir), self.cgroup.rsplit("-", 1)[-1]))
+        node_id = uuid.uuid4().hex[:8]
+        self.cgroup = f"/iadeep-node-{node_id}"
+        self.paths = NodePaths(Path(workdir), kubelet_dir=_short_kubelet_dir(Path(workdir), node_id))
         self.log_dir = Path(log_dir)
         self.name = name
         self.labels = {REAL_NODE_LABEL: "true", **dict(labels or {})}
