@@ -148,6 +148,9 @@ class PodApi(Protocol):
     def evict(self, namespace: str, name: str, uid: str) -> None:
         """Evict the pod with this UID through the Eviction API (``policy/v1``)."""
 
+    def annotate_node(self, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge ``annotations`` into the Node's (JSON merge patch; status 404: no such node)."""
+
 
 def bind_annotations(assignments: Sequence[Assignment], *, node: str, uuids: Mapping[int, str], reason: str,
                      now_s: float) -> dict[str, str]:
@@ -263,6 +266,13 @@ class KubernetesPodApi:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
                 "deleteOptions": {"preconditions": {"uid": uid}}}
         self._call(f"evict pod {namespace}/{name}", self.core.create_namespaced_pod_eviction, name, namespace, body)
+
+    def annotate_node(self, name: str, annotations: Mapping[str, str]) -> None:
+        # PATCH nodes/<name> (RBAC: nodes patch; k8s/extender/admission.yaml lets the extender's
+        # service account change only iadeep.io/ annotations); an unchanged value writes nothing
+        body = {"metadata": {"annotations": dict(annotations)}}
+        self._call(f"annotate node {name}", self.core.patch_node, name, body,
+                   _content_type="application/merge-patch+json")
 
     def list_pods(self) -> tuple[list[PodStatus], str]:
         """Every pod of the cluster and the list's ``resourceVersion`` (from the API server's watch

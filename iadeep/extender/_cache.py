@@ -74,12 +74,16 @@ class StateCache:
         on_samples: called with new learned samples (oldest first), from the following thread.
         on_undos: called with undo records (all of them at each listing, then each one put),
             from the following thread; it must return quickly (no Kubernetes calls on this thread).
+        on_nodes: called with the names of the nodes whose inventory or GPU states changed (all
+            published nodes at each listing), after the copy reflects the change, from the
+            following thread; it must return quickly (:class:`~iadeep.extender._nodestate.NodeStatePublisher`).
     """
 
     def __init__(self, store: StateStore, types: TypeResolver, *, slots: int, max_age_s: float = 5.0,
                  idle_s: float = 1.0, clock: Clock = time.time,
                  on_samples: Callable[[Sequence[InterferenceSampleRecord]], None] | None = None,
-                 on_undos: Callable[[Sequence[UndoRecord]], None] | None = None):
+                 on_undos: Callable[[Sequence[UndoRecord]], None] | None = None,
+                 on_nodes: Callable[[set[str]], None] | None = None):
         self.store = store
         self.types = types
         self.slots = slots
@@ -88,6 +92,7 @@ class StateCache:
         self.clock = clock
         self.on_samples = on_samples
         self.on_undos = on_undos
+        self.on_nodes = on_nodes
         self._write = threading.RLock()  # one writer at a time; readers only read self._state
         self._state: tuple[Snapshot, ViewBase] | None = None
         self._error: str | None = "not loaded yet"
@@ -177,6 +182,8 @@ class StateCache:
             self.on_samples(fresh)
         if listing.undos and self.on_undos is not None:
             self.on_undos(list(listing.undos.values()))
+        if self.on_nodes is not None:
+            self.on_nodes(set(snap.inventories))
 
     def apply_batch(self, batch: ChangeBatch) -> None:
         """Apply one batch of store changes (from :meth:`StateStore.changes`) to the copy."""
@@ -196,6 +203,9 @@ class StateCache:
                 samples.append(c.record)  # type: ignore[arg-type]
             elif c.kind == "undo" and c.record is not None:
                 undos.append(c.record)  # type: ignore[arg-type]
+        # every node a change concerns, also those the copy already reflects (a release this
+        # process made: forget() applied it before the watch delivered it)
+        nodes = set(inventories) | {node for node, _ in gpus}
         now = self.clock()
         with self._write:
             if self._state is None:
@@ -236,6 +246,8 @@ class StateCache:
             self.on_samples(samples)
         if undos and self.on_undos is not None:
             self.on_undos(undos)
+        if nodes and self.on_nodes is not None:
+            self.on_nodes(nodes)
 
     def _with_pending(self, snap: Snapshot, base: ViewBase, now: float) -> tuple[Snapshot, ViewBase]:
         for _, job, type_id, assignments in self._pending:

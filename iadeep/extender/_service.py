@@ -36,6 +36,7 @@ from iadeep.extender._bind import (
 from iadeep.extender._admission import AdmissionBusy, AdmissionGate, AdmissionTurn
 from iadeep.extender._cache import StateCache
 from iadeep.extender._metrics import ExtenderMetrics
+from iadeep.extender._nodestate import NodeStatePublisher, gpus_annotation
 from iadeep.extender._podwatch import PendingPods, PodFollower
 from iadeep.extender._preempt import Nominations, with_nominations
 from iadeep.extender._pods import (
@@ -118,9 +119,16 @@ class ExtenderService:
         self.undos = UndoApplier(store=store, pod_api=pod_api, types=self.types, policy=self.policy,
                                  policy_lock=self._policy_lock, before_evict=self._resume_after_undo, clock=clock,
                                  on_settled=lambda outcome: self.metrics.undos.labels(outcome).inc())
+        # the iadeep.io/gpus Node annotation: a Node event after each change, on which kube-scheduler
+        # retries the pods this extender refused (iadeep.extender._nodestate)
+        self.node_state: NodeStatePublisher | None = None
+        if settings.annotate_nodes and pod_api is not None:
+            self.node_state = NodeStatePublisher(pod_api.annotate_node, self._node_annotation,
+                                                 on_outcome=lambda outcome: self.metrics.node_annotations.labels(outcome).inc())
         self.cache = StateCache(store, self.types, slots=self.policy.limit, max_age_s=settings.cache.max_age_s,
                                 idle_s=settings.cache.watch_idle_s, clock=clock, on_samples=self._learn,
-                                on_undos=self.undos.receive)
+                                on_undos=self.undos.receive,
+                                on_nodes=self.node_state.mark if self.node_state is not None else None)
         self.samples_learned = 0
         self._node_locks: dict[str, threading.Lock] = {}
         self._node_locks_guard = threading.Lock()
@@ -167,6 +175,8 @@ class ExtenderService:
             log.exception("could not load the state at start")
         gc.collect()
         gc.freeze()
+        if self.node_state is not None:
+            self.node_state.start()
         self.cache.start()
         self.undos.start()
         if self.settings.cache.pod_watch and self.pod_api is not None:
@@ -187,6 +197,8 @@ class ExtenderService:
             self.pod_follower = None
         self.cache.stop()
         self.undos.stop()
+        if self.node_state is not None:
+            self.node_state.stop()
         if self._sweeper is not None:
             self._sweeper.join(timeout=10)
             self._sweeper = None
@@ -225,6 +237,10 @@ class ExtenderService:
         return True, "ok"
 
     # -- learning ----------------------------------------------------------------------------
+    def _node_annotation(self, node: str) -> str | None:
+        """The ``iadeep.io/gpus`` value of ``node`` from the followed copy (raises StoreUnavailable)."""
+        return gpus_annotation(self.cache.current()[0], node)
+
     def _learn(self, records: Sequence[InterferenceSampleRecord]) -> None:
         learner = getattr(self.policy, "learner", None)
         types = self.model.types

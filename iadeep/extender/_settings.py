@@ -147,6 +147,11 @@ class ExtenderSettings(BaseSettings):
             :class:`~iadeep.state.PlacementPolicy` for the node coordinators, which record an
             undo below it; the extender bans the pair and evicts the newest pod
             (:mod:`iadeep.extender._undo`; RBAC ``pods/eviction`` create).
+        annotate_nodes: write each node's GPU reservations on its Node (annotation
+            ``iadeep.io/gpus``, :mod:`iadeep.extender._nodestate`) after every change. The write is a
+            Node event, on which kube-scheduler retries the pods the extender refused: without it,
+            a pod refused while the release of an ended pod was still in flight waits for
+            kube-scheduler's periodic retry (5 min). RBAC: ``nodes`` patch.
         log_level: uvicorn and ``iadeep`` log level.
         workers: server processes (uvicorn workers) sharing the port. Each keeps its own copy of
             the state; etcd's transactions keep them (like several replicas) from taking the same
@@ -175,6 +180,7 @@ class ExtenderSettings(BaseSettings):
     preemption_wait_s: float = Field(2.0, ge=0)
     admission_wait_s: float = Field(3.0, ge=0)
     undo_below: float = Field(1.0, ge=0)
+    annotate_nodes: bool = True
     log_level: str = "info"
     workers: int = Field(1, ge=1)
     defaults: JobDefaults = Field(default_factory=JobDefaults)

@@ -21,6 +21,7 @@ from iadeep.extender import (
     KubeSettings,
     create_app,
 )
+from iadeep.extender._podwatch import ended
 from iadeep.state import InterferenceSampleRecord, JobRecord
 
 pytestmark = pytest.mark.slow
@@ -168,3 +169,53 @@ def test_restart_serves_the_same_state_and_keeps_learned_samples(k8s_client, k8s
     for pod in (one, two):
         assert placed[pod.metadata.uid] == (pod.spec.node_name, int(pod.metadata.annotations[ANNOTATION_GPU_INDEX]))
     assert sorted(a.pod_uid for a in store.assignments()) == sorted(["pair-a", "pair-b", one.metadata.uid, two.metadata.uid])
+
+
+class _LaggingPodApi(KubernetesPodApi):
+    """The real client, whose pod watch hands the extender the end of a pod ``LAG_S`` late: its pod
+    follower behind kube-scheduler's informer, as on a loaded machine (fault injection into the
+    real watch stream; kube-scheduler, the API server and kwok are real)."""
+
+    LAG_S = 3.0
+
+    def watch_pods(self, resource_version, *, timeout_s):
+        for kind, pod, rv in super().watch_pods(resource_version, timeout_s=timeout_s):
+            if ended(kind, pod):
+                time.sleep(self.LAG_S)
+            yield kind, pod, rv
+
+
+def test_a_pod_refused_before_the_release_of_an_ended_pod_is_retried_at_once(k8s_client, k8s_namespace, control_plane,
+                                                                            store, make_service, extender_port):
+    """kube-scheduler retries a waiting pod on the very event that ended the pod holding its GPU;
+    when that retry reaches the extender before its pod follower released the reservation, the pod
+    is refused and nothing wakes it for kube-scheduler's 5-minute flush, unless the extender's
+    release makes an event: the node's ``iadeep.io/gpus`` annotation (``_nodestate``)."""
+    (name,) = control_plane.add_nodes(1, gpus=1, gpu_mem_gib=16, prefix=f"l{uuid.uuid4().hex[:6]}-")
+    publish(store, [name], gpus=1)
+    core = client.CoreV1Api(k8s_client)
+    api = _LaggingPodApi(KubeSettings(), api_client=control_plane.api_client())
+    svc = make_service(pod_api=api)
+    try:
+        with ThreadServer(create_app(service=svc), port=extender_port) as srv:
+            ends = {**R18, "iadeep.io/fake-exit-code": "1", "iadeep.io/fake-run-duration": "4s"}
+            core.create_namespaced_pod(k8s_namespace, _pod(k8s_namespace, "first", 10, annotations=ends))
+            first = _running(core, k8s_namespace, "first")
+            core.create_namespaced_pod(k8s_namespace, _pod(k8s_namespace, "second", 10))  # no room: refused
+            failed = 'iadeep_extender_filter_nodes_total{result="failed"}'
+            wait_for(lambda: _metric(srv.url, failed), lambda n: n >= 1, what="second refused")
+            wait_for(lambda: core.read_namespaced_pod("first", k8s_namespace), lambda p: p.status.phase == "Failed",
+                     timeout=30, what="first ended")
+            refused_before = _metric(srv.url, failed)
+            second = _running(core, k8s_namespace, "second", timeout=40)  # 5 min without the annotation
+            # the race did happen: kube-scheduler retried the pod while the release was held back
+            assert refused_before >= 1
+            assert _metric(srv.url, 'iadeep_extender_node_annotations_total{outcome="written"}') >= 2
+            (a,) = store.assignments(name)
+            assert a.pod_uid == second.metadata.uid != first.metadata.uid
+            gpus = wait_for(lambda: core.read_node(name).metadata.annotations.get("iadeep.io/gpus"),
+                            lambda v: v == '[{"gpu":0,"mem_gib":16.0,"used_gib":10.0,"pods":1}]',
+                            what="the node's annotation shows the second pod's reservation")
+            assert gpus
+    finally:
+        api.close()

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from extender_support import REPO, scheduler_config
-from extender_support import gpu_pod
+from extender_support import gpu_pod, wait_for
 
 from iadeep.extender import ExtenderSettings, KubeError, KubernetesPodApi, KubeSettings
 from iadeep.state import StateSettings
@@ -18,9 +18,12 @@ client = pytest.importorskip("kubernetes.client")
 from kubernetes import utils  # noqa: E402
 
 K8S = REPO / "k8s" / "extender"
-OBJECT_FILES = ["namespace.yaml", "config.yaml", "rbac.yaml", "deployment.yaml", "service.yaml", "scheduler.yaml"]
+OBJECT_FILES = ["namespace.yaml", "config.yaml", "rbac.yaml", "admission.yaml", "deployment.yaml", "service.yaml",
+                "scheduler.yaml"]
 SA_USER = "system:serviceaccount:iadeep-system:iadeep-extender"
-INSTALLED = [("ServiceAccount", "iadeep-extender"), ("ClusterRole", "iadeep-extender"), ("ClusterRoleBinding", "iadeep-extender")]
+INSTALLED = [("ServiceAccount", "iadeep-extender"), ("ClusterRole", "iadeep-extender"), ("ClusterRoleBinding", "iadeep-extender"),
+             ("ValidatingAdmissionPolicy", "iadeep-extender-node-annotations"),
+             ("ValidatingAdmissionPolicyBinding", "iadeep-extender-node-annotations")]
 
 
 def _docs(name: str) -> list[dict]:
@@ -61,6 +64,7 @@ def test_rbac_is_least_privilege():
         (("",), ("pods/binding",), ("create",)),
         (("",), ("pods/eviction",), ("create",)),  # preemption and undo records: the Eviction API
         (("",), ("nodes",), ("get", "list", "watch")),
+        (("",), ("nodes",), ("patch",)),  # only iadeep.io/ annotations: admission.yaml
         (("", "events.k8s.io"), ("events",), ("create",)),
     }
     dep = _objects()[("Deployment", "iadeep-extender")]["spec"]["template"]["spec"]
@@ -149,6 +153,29 @@ def test_the_service_account_can_do_what_the_extender_does_and_no_more(installed
         with pytest.raises(client.exceptions.ApiException) as denied:  # annotations come with the Binding
             client.CoreV1Api(as_sa).patch_namespaced_pod("rbac", k8s_namespace, {"metadata": {"labels": {"x": "y"}}})
         assert denied.value.status == 403
+        # nodes: its own annotation, nothing else (the admission policy; the API server loads a new
+        # policy within seconds, so the first refusal is waited for)
+        sa_core = client.CoreV1Api(as_sa)
+
+        def refused(patch):
+            try:
+                sa_core.patch_node(node, patch)
+            except client.exceptions.ApiException as exc:
+                return exc
+            return None
+
+        tries = iter(range(1000))  # a new value each time: a patch that changes nothing is never refused
+        exc = wait_for(lambda: refused({"metadata": {"labels": {"iadeep-test": f"v{next(tries)}"}}}), bool, timeout=30,
+                       what="the admission policy enforced")
+        assert exc.status == 403 and "may not change a node's labels" in exc.body
+        for patch in ({"metadata": {"annotations": {"example.com/other": "x"}}}, {"spec": {"unschedulable": True}}):
+            exc = refused(patch)
+            assert exc is not None and exc.status == 403, patch
+        api.annotate_node(node, {"iadeep.io/gpus": "[]"})
+        live_node = core.read_node(node)
+        assert live_node.metadata.annotations["iadeep.io/gpus"] == "[]"
+        assert "example.com/other" not in live_node.metadata.annotations and not live_node.spec.unschedulable
+        core.patch_node(node, {"metadata": {"labels": {"iadeep-test": "admin"}}})  # others are not bound by it
     finally:
         api.close()
     live = core.read_namespaced_pod("rbac", k8s_namespace)
