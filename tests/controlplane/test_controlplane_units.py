@@ -107,3 +107,34 @@ def test_build_script_reports_its_directory(tmp_path):
     pins = Path(out.stdout.strip())
     assert pins.parent == tmp_path / "cache" / "iadeep" / "controlplane"
     assert len(pins.name) == 16
+
+
+def test_free_port_never_hands_a_live_process_s_port_to_another(tmp_path, monkeypatch):
+    """Two pytest workers were once handed the same loopback port (one's kube-scheduler then called
+    the other's extender). A port handed to a live process (a real child process here) is refused
+    to every other caller, and taken over once that process has ended."""
+    import sys
+    import tempfile
+
+    from iadeep._host import _net
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    child = subprocess.Popen([sys.executable, "-c", "from iadeep._host import free_port; import sys, time; "
+                              "print(free_port(), flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        port = int(child.stdout.readline())
+        folder = tmp_path / _net.CLAIMS_DIR_NAME
+        assert (folder / str(port)).read_text() == str(child.pid)
+        assert not _net._claim(folder, port)  # the child lives: refused
+        # the OS offers that port first: free_port moves on to another
+        offers = iter([port, port, port + 1 if port < 65535 else port - 1])
+        monkeypatch.setattr(_net, "_os_port", lambda: next(offers))
+        other = _net.free_port()
+        assert other != port
+        assert not _net._claim(folder, other)  # handed to this process now: not twice either
+    finally:
+        child.communicate("")
+    assert _net._claim(folder, port)  # the child ended: its claim is taken over
+    assert (folder / str(port)).read_text() == str(os.getpid())
