@@ -6,7 +6,7 @@ it; it imports nothing else of iadeep but :mod:`iadeep._parent`.
 
 from iadeep._host._binaries import GO_BINARIES, controlplane_dir, etcd_binary
 from iadeep._host._net import etcd_argv, free_port
-from iadeep._host._procs import Proc, log_tail, signal_group, spawn, stop_detached
+from iadeep._host._procs import Proc, log_tail, pid_alive, signal_group, spawn, stop_detached
 
 __all__ = ["GO_BINARIES", "Proc", "controlplane_dir", "etcd_argv", "etcd_binary", "free_port", "log_tail",
-           "signal_group", "spawn", "stop_detached"]
+           "pid_alive", "signal_group", "spawn", "stop_detached"]

@@ -8,6 +8,8 @@ import socket
 import tempfile
 from pathlib import Path
 
+from iadeep._host._procs import pid_alive
+
 __all__ = ["etcd_argv", "free_port"]
 
 #: Where :func:`free_port` records which process each port was handed to (one file per port).
@@ -19,16 +21,6 @@ def _os_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _claim(folder: Path, port: int) -> bool:
@@ -43,7 +35,7 @@ def _claim(folder: Path, port: int) -> bool:
                 pid = int(path.read_text() or "0")
             except (OSError, ValueError):
                 return False  # being written by its claimer, or unreadable: not ours either way
-            if _alive(pid):
+            if pid_alive(pid):
                 return False
             try:  # stale: move it aside (one of several racing processes wins), then claim anew
                 stale = folder / f".{port}.{os.getpid()}.stale"

@@ -21,6 +21,17 @@ from pathlib import Path
 
 from iadeep._parent import die_with_parent
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID exists (signal 0; one owned by another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _pdeathsig() -> None:  # runs in the child between fork and exec
     die_with_parent(signal.SIGKILL)
 

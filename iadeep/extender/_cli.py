@@ -13,6 +13,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from iadeep._host import pid_alive
+
 __all__ = ["app", "run"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -44,18 +46,8 @@ def _clean_stale_metrics_dirs(parent: Path) -> None:
     each folder is named after the pid of the server that made it."""
     for d in parent.glob(f"{METRICS_DIR_PREFIX}*"):
         pid = d.name[len(METRICS_DIR_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _check_startup(settings: Any) -> None:

@@ -91,15 +91,32 @@ def k8s_client(control_plane: ControlPlane) -> Iterator[ApiClient]:
 
 @pytest.fixture
 def k8s_namespace(control_plane: ControlPlane, k8s_client: ApiClient) -> Iterator[str]:
-    """A fresh namespace for one test (its default service account exists); deleted afterwards."""
-    from kubernetes import client
-
+    """A fresh namespace for one test (its default service account exists); deleted afterwards
+    (:func:`delete_test_namespace`)."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     control_plane.create_namespace(name)
     try:
         yield name
     finally:
-        try:
-            client.CoreV1Api(k8s_client).delete_namespace(name, propagation_policy="Background")
-        except Exception:  # noqa: BLE001 - best effort; the cluster goes away with the session
-            pass
+        delete_test_namespace(k8s_client, name)
+
+
+def delete_test_namespace(api_client: ApiClient, name: str) -> None:
+    """Delete a test's namespace, its unscheduled pods first and at once (best effort, never raises).
+
+    An unbound pod has no kubelet to wait for, so it is gone when the call returns. The namespace
+    controller deletes everything else in the background; a pending pod it has not reached yet
+    would be placed by the next test's scheduler extender, into that test's state store (a
+    suspect of session 11's extra reservation in the extender's restart test).
+    """
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    try:
+        core.delete_collection_namespaced_pod(name, field_selector="spec.nodeName=", grace_period_seconds=0)
+    except Exception:  # noqa: BLE001 - best effort, as below
+        pass
+    try:
+        core.delete_namespace(name, propagation_policy="Background")
+    except Exception:  # noqa: BLE001 - best effort; the cluster goes away with the session
+        pass

@@ -198,3 +198,21 @@ def test_custom_scheduler_profile(k8s_client, k8s_namespace, control_plane):
         assert scheduled[0].reporting_component == "iadeep-test"
     finally:
         control_plane.restart_scheduler({})
+
+
+def test_a_test_namespace_leaves_no_pending_pod_behind(k8s_client, control_plane):
+    """``delete_test_namespace`` (the ``k8s_namespace`` fixture's teardown): the namespace's
+    unscheduled pods are gone when it returns (a later test's scheduler extender could place
+    them otherwise); a bound pod is left to the namespace controller."""
+    from iadeep.testing.controlplane import delete_test_namespace
+
+    core = client.CoreV1Api(k8s_client)
+    name = "t-leftover"
+    control_plane.create_namespace(name)
+    core.create_namespaced_pod(name, _pod("waits", gpu_mem=1, scheduler="nobody-schedules-this"))
+    core.create_namespaced_pod(name, _pod("runs", gpu_mem=1, gpus=1))
+    wait_for(lambda: core.read_namespaced_pod("runs", name), lambda p: p.status.phase == "Running",
+             timeout=60, what="the bound pod running")
+    delete_test_namespace(k8s_client, name)
+    left = {p.metadata.name for p in core.list_namespaced_pod(name).items if not p.spec.node_name}
+    assert left == set()
