@@ -236,11 +236,11 @@ class ExtenderService:
             return False, str(exc)
         return True, "ok"
 
-    # -- learning ----------------------------------------------------------------------------
     def _node_annotation(self, node: str) -> str | None:
         """The ``iadeep.io/gpus`` value of ``node`` from the followed copy (raises StoreUnavailable)."""
         return gpus_annotation(self.cache.current()[0], node)
 
+    # -- learning ----------------------------------------------------------------------------
     def _learn(self, records: Sequence[InterferenceSampleRecord]) -> None:
         learner = getattr(self.policy, "learner", None)
         types = self.model.types
