@@ -8,7 +8,7 @@ import uuid
 import pytest
 from extender_support import gpu_pod, publish, wait_for, wire
 
-from iadeep.extender import PodStatus
+from iadeep.extender import KubernetesPodApi, KubeSettings, PodStatus
 from iadeep.extender._podwatch import ended
 from iadeep.extender._wire import Pod
 
@@ -206,9 +206,10 @@ def test_the_node_annotation_follows_reservations_and_releases(make_service, sto
         svc.cache.stop()
 
 
-def test_the_publisher_writes_changed_values_and_skips_unknown_nodes(control_plane, api):
+def test_the_publisher_writes_changed_values_and_skips_unknown_nodes(control_plane, api, caplog):
     """:class:`NodeStatePublisher` against the real API server: a write, no second write of the same
-    value, 404 for a node the API does not know (an inventory without a Node)."""
+    value, 404 for a node the API does not know (an inventory without a Node), 403 for a client
+    without the right (logged once)."""
     from iadeep.extender._nodestate import ANNOTATION_NODE_GPUS, NodeStatePublisher
 
     (node,) = control_plane.add_nodes(1, prefix=f"p{uuid.uuid4().hex[:6]}-")
@@ -230,3 +231,17 @@ def test_the_publisher_writes_changed_values_and_skips_unknown_nodes(control_pla
         wait_for(lambda: sorted(outcomes), lambda o: o == ["no_node", "written"], what="both nodes handled")
     finally:
         pub.stop()
+    # without the right to patch nodes: refused (403), said once in the log, never raised
+    nobody = control_plane.api_client()
+    nobody.set_default_header("Impersonate-User", "iadeep-test-nobody")
+    unprivileged = KubernetesPodApi(KubeSettings(), api_client=nobody)
+    try:
+        values[node] = '[{"gpu":2}]'
+        refused = NodeStatePublisher(unprivileged.annotate_node, values.get)
+        with caplog.at_level("ERROR", logger="iadeep.extender"):
+            assert refused.publish(node) == "forbidden"
+            assert refused.publish(node) == "forbidden"
+        assert len([r for r in caplog.records if "patch nodes" in r.getMessage()]) == 1
+        assert core.read_node(node).metadata.annotations[ANNOTATION_NODE_GPUS] == '[{"gpu":1}]'
+    finally:
+        unprivileged.close()
