@@ -18,7 +18,7 @@ name                                       type       labels
                                                       ``kube``: annotate + Binding, ``admission``: the
                                                       wait for a node's turn, :mod:`._admission`)
 ``iadeep_extender_node_annotations_total``  counter    ``outcome`` (written, unchanged, no_node,
-                                                      forbidden, failed): the ``iadeep.io/gpus``
+                                                      forbidden, failed): the ``iadeep.io/gpu-reservations``
                                                       Node annotation, :mod:`._nodestate`
 ``iadeep_extender_samples_learned``        gauge      (none)
 =========================================  =========  ==========================================
@@ -114,7 +114,7 @@ class ExtenderMetrics:
                                registry=r)
         self.releases = Counter("iadeep_extender_releases", "Reservations released", ["why"], registry=r)
         self.undos = Counter("iadeep_extender_undos", "Undo records carried out (evicted, gone)", ["outcome"], registry=r)
-        self.node_annotations = Counter("iadeep_extender_node_annotations", "Writes of the iadeep.io/gpus Node "
+        self.node_annotations = Counter("iadeep_extender_node_annotations", "Writes of the iadeep.io/gpu-reservations Node "
                                         "annotation", ["outcome"], registry=r)
         self.bind_phase = Histogram("iadeep_extender_bind_phase_seconds", "Time a bind spends in each phase (s)",
                                     ["phase"], buckets=_BUCKETS, registry=r)

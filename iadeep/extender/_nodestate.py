@@ -1,4 +1,4 @@
-"""Each node's GPU reservations written on its Node object (annotation ``iadeep.io/gpus``).
+"""Each node's GPU reservations written on its Node object (annotation ``iadeep.io/gpu-reservations``).
 
 **Why.** kube-scheduler retries a pod the extender refused only when a cluster event could make
 it schedulable. A refused pod (kube-scheduler records the fake plugin ``Extender`` as its
@@ -19,14 +19,15 @@ annotation (``UpdateNodeAnnotation``), on which kube-scheduler moves every pod t
 back to its queue. The annotation also shows operators iadeep's view of each node
 (``kubectl get node -o yaml``).
 
-**Content** (:func:`gpus_annotation`): compact JSON, one object per GPU of the node's inventory,
+**Content** (:func:`reservations_annotation`): compact JSON, one object per GPU of the node's inventory,
 in index order: ``{"gpu": index, "mem_gib": total, "used_gib": reserved, "pods": reservations}``
 (GiB). It is written after every change of the node's GPU states that the state store's watch
 delivers (reservations and releases, by any extender process), coalesced per node, never on the
 request path: :class:`NodeStatePublisher` is a thread of its own.
 
 **Rights.** ``patch`` on ``nodes`` (``k8s/extender/rbac.yaml``), narrowed by the
-ValidatingAdmissionPolicy in ``k8s/extender/admission.yaml`` to annotations under ``iadeep.io/``.
+ValidatingAdmissionPolicy in ``k8s/extender/admission.yaml`` to this one annotation. (Not
+``iadeep.io/gpus``: that one is the node agents' list of a node's GPUs, which the GPU emulator reads.)
 A node the API does not know (404: an inventory published without a Node) is skipped; a refusal
 (403: the right is missing) is logged once, and the pods refused in the race above then wait for
 kube-scheduler's flush as before. Other errors are retried after ``retry_s``.
@@ -42,16 +43,16 @@ from collections.abc import Callable, Iterable
 from iadeep.extender._bind import KubeError
 from iadeep.extender._view import Snapshot
 
-__all__ = ["ANNOTATION_NODE_GPUS", "NodeStatePublisher", "gpus_annotation"]
+__all__ = ["ANNOTATION_NODE_RESERVATIONS", "NodeStatePublisher", "reservations_annotation"]
 
 log = logging.getLogger("iadeep.extender")
 
 #: The Node annotation holding the node's GPU reservations as the extender sees them.
-ANNOTATION_NODE_GPUS = "iadeep.io/gpus"
+ANNOTATION_NODE_RESERVATIONS = "iadeep.io/gpu-reservations"
 
 
-def gpus_annotation(snap: Snapshot, node: str) -> str | None:
-    """The ``iadeep.io/gpus`` value of ``node`` in ``snap`` (``None``: no inventory published).
+def reservations_annotation(snap: Snapshot, node: str) -> str | None:
+    """The ``iadeep.io/gpu-reservations`` value of ``node`` in ``snap`` (``None``: no inventory published).
 
     Returns:
         JSON text, e.g. ``[{"gpu":0,"mem_gib":32.0,"used_gib":12.0,"pods":2}]``: per GPU its
@@ -69,7 +70,7 @@ def gpus_annotation(snap: Snapshot, node: str) -> str | None:
 
 
 class NodeStatePublisher:
-    """A daemon thread that writes the ``iadeep.io/gpus`` annotation of the nodes marked changed.
+    """A daemon thread that writes the ``iadeep.io/gpu-reservations`` annotation of the nodes marked changed.
 
     Args:
         annotate: ``annotate(node, {key: value})`` merges annotations into the Node (raises
@@ -135,7 +136,7 @@ class NodeStatePublisher:
         if value is None or self._written.get(node) == value:
             return "unchanged"
         try:
-            self.annotate(node, {ANNOTATION_NODE_GPUS: value})
+            self.annotate(node, {ANNOTATION_NODE_RESERVATIONS: value})
         except KubeError as exc:
             if exc.status == 404:
                 return "no_node"
@@ -145,7 +146,7 @@ class NodeStatePublisher:
                     log.error("cannot write the %s annotation of node %s (%s): the extender needs the right to "
                               "patch nodes (k8s/extender/rbac.yaml); until then a pod refused while a release "
                               "was in flight waits for kube-scheduler's periodic retry (5 min)",
-                              ANNOTATION_NODE_GPUS, node, exc)
+                              ANNOTATION_NODE_RESERVATIONS, node, exc)
                 return "forbidden"
             raise
         self._written[node] = value
@@ -162,7 +163,7 @@ class NodeStatePublisher:
                 try:
                     outcome = self.publish(node)
                 except Exception as exc:  # noqa: BLE001 - the thread never dies; the node is retried
-                    log.warning("writing the %s annotation of node %s failed: %s", ANNOTATION_NODE_GPUS, node, exc)
+                    log.warning("writing the %s annotation of node %s failed: %s", ANNOTATION_NODE_RESERVATIONS, node, exc)
                     failed.append(node)
                     outcome = "failed"
                 if self.on_outcome is not None:

@@ -36,7 +36,7 @@ from iadeep.extender._bind import (
 from iadeep.extender._admission import AdmissionBusy, AdmissionGate, AdmissionTurn
 from iadeep.extender._cache import StateCache
 from iadeep.extender._metrics import ExtenderMetrics
-from iadeep.extender._nodestate import NodeStatePublisher, gpus_annotation
+from iadeep.extender._nodestate import NodeStatePublisher, reservations_annotation
 from iadeep.extender._podwatch import PendingPods, PodFollower
 from iadeep.extender._preempt import Nominations, with_nominations
 from iadeep.extender._pods import (
@@ -119,7 +119,7 @@ class ExtenderService:
         self.undos = UndoApplier(store=store, pod_api=pod_api, types=self.types, policy=self.policy,
                                  policy_lock=self._policy_lock, before_evict=self._resume_after_undo, clock=clock,
                                  on_settled=lambda outcome: self.metrics.undos.labels(outcome).inc())
-        # the iadeep.io/gpus Node annotation: a Node event after each change, on which kube-scheduler
+        # the iadeep.io/gpu-reservations Node annotation: a Node event after each change, on which kube-scheduler
         # retries the pods this extender refused (iadeep.extender._nodestate)
         self.node_state: NodeStatePublisher | None = None
         if settings.annotate_nodes and pod_api is not None:
@@ -237,8 +237,8 @@ class ExtenderService:
         return True, "ok"
 
     def _node_annotation(self, node: str) -> str | None:
-        """The ``iadeep.io/gpus`` value of ``node`` from the followed copy (raises StoreUnavailable)."""
-        return gpus_annotation(self.cache.current()[0], node)
+        """The ``iadeep.io/gpu-reservations`` value of ``node`` from the followed copy (raises StoreUnavailable)."""
+        return reservations_annotation(self.cache.current()[0], node)
 
     # -- learning ----------------------------------------------------------------------------
     def _learn(self, records: Sequence[InterferenceSampleRecord]) -> None:

@@ -148,7 +148,7 @@ class ExtenderSettings(BaseSettings):
             undo below it; the extender bans the pair and evicts the newest pod
             (:mod:`iadeep.extender._undo`; RBAC ``pods/eviction`` create).
         annotate_nodes: write each node's GPU reservations on its Node (annotation
-            ``iadeep.io/gpus``, :mod:`iadeep.extender._nodestate`) after every change. The write is a
+            ``iadeep.io/gpu-reservations``, :mod:`iadeep.extender._nodestate`) after every change. The write is a
             Node event, on which kube-scheduler retries the pods the extender refused: without it,
             a pod refused while the release of an ended pod was still in flight waits for
             kube-scheduler's periodic retry (5 min). RBAC: ``nodes`` patch.

@@ -190,10 +190,11 @@ def test_a_pod_refused_before_the_release_of_an_ended_pod_is_retried_at_once(k8s
     """kube-scheduler retries a waiting pod on the very event that ended the pod holding its GPU;
     when that retry reaches the extender before its pod follower released the reservation, the pod
     is refused and nothing wakes it for kube-scheduler's 5-minute flush, unless the extender's
-    release makes an event: the node's ``iadeep.io/gpus`` annotation (``_nodestate``)."""
+    release makes an event: the node's ``iadeep.io/gpu-reservations`` annotation (``_nodestate``)."""
     (name,) = control_plane.add_nodes(1, gpus=1, gpu_mem_gib=16, prefix=f"l{uuid.uuid4().hex[:6]}-")
     publish(store, [name], gpus=1)
     core = client.CoreV1Api(k8s_client)
+    node_gpus = core.read_node(name).metadata.annotations["iadeep.io/gpus"]  # the node agent's (kwok's) GPU list
     api = _LaggingPodApi(KubeSettings(), api_client=control_plane.api_client())
     svc = make_service(pod_api=api)
     try:
@@ -213,9 +214,12 @@ def test_a_pod_refused_before_the_release_of_an_ended_pod_is_retried_at_once(k8s
             assert _metric(srv.url, 'iadeep_extender_node_annotations_total{outcome="written"}') >= 2
             (a,) = store.assignments(name)
             assert a.pod_uid == second.metadata.uid != first.metadata.uid
-            gpus = wait_for(lambda: core.read_node(name).metadata.annotations.get("iadeep.io/gpus"),
+            gpus = wait_for(lambda: core.read_node(name).metadata.annotations.get("iadeep.io/gpu-reservations"),
                             lambda v: v == '[{"gpu":0,"mem_gib":16.0,"used_gib":10.0,"pods":1}]',
                             what="the node's annotation shows the second pod's reservation")
             assert gpus
+            # the extender writes its own annotation only: the GPU emulator reads the node's GPUs
+            # from iadeep.io/gpus (session 12 first used that name and broke the live replays)
+            assert core.read_node(name).metadata.annotations["iadeep.io/gpus"] == node_gpus
     finally:
         api.close()

@@ -168,12 +168,13 @@ def test_the_service_account_can_do_what_the_extender_does_and_no_more(installed
         exc = wait_for(lambda: refused({"metadata": {"labels": {"iadeep-test": f"v{next(tries)}"}}}), bool, timeout=30,
                        what="the admission policy enforced")
         assert exc.status == 403 and "may not change a node's labels" in exc.body
-        for patch in ({"metadata": {"annotations": {"example.com/other": "x"}}}, {"spec": {"unschedulable": True}}):
+        for patch in ({"metadata": {"annotations": {"example.com/other": "x"}}}, {"spec": {"unschedulable": True}},
+                      {"metadata": {"annotations": {"iadeep.io/gpus": "[]"}}}):  # the node agents' GPU list
             exc = refused(patch)
             assert exc is not None and exc.status == 403, patch
-        api.annotate_node(node, {"iadeep.io/gpus": "[]"})
+        api.annotate_node(node, {"iadeep.io/gpu-reservations": "[]"})
         live_node = core.read_node(node)
-        assert live_node.metadata.annotations["iadeep.io/gpus"] == "[]"
+        assert live_node.metadata.annotations["iadeep.io/gpu-reservations"] == "[]"
         assert "example.com/other" not in live_node.metadata.annotations and not live_node.spec.unschedulable
         core.patch_node(node, {"metadata": {"labels": {"iadeep-test": "admin"}}})  # others are not bound by it
     finally:

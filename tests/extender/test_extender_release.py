@@ -176,9 +176,9 @@ def test_filter_waits_for_the_bind_of_the_pod_it_passed_before(control_plane, k8
 
 
 def test_the_node_annotation_follows_reservations_and_releases(make_service, store):
-    """``iadeep.io/gpus`` (``_nodestate``): the copy's per-GPU memory and pods, marked for writing
+    """``iadeep.io/gpu-reservations`` (``_nodestate``): the copy's per-GPU memory and pods, marked for writing
     by the store's watch after a reservation and after a release (real etcd)."""
-    from iadeep.extender._nodestate import gpus_annotation
+    from iadeep.extender._nodestate import reservations_annotation
     from iadeep.state import JobRecord
 
     publish(store, ["n0"], gpus=2, gpu_mem_gib=16.0)
@@ -189,19 +189,19 @@ def test_the_node_annotation_follows_reservations_and_releases(make_service, sto
     try:
         wait_for(lambda: marked, bool, what="the listing marks every node")
         assert marked[0] == {"n0"}
-        assert gpus_annotation(svc.cache.current()[0], "n0") == \
+        assert reservations_annotation(svc.cache.current()[0], "n0") == \
             '[{"gpu":0,"mem_gib":16.0,"used_gib":0.0,"pods":0},{"gpu":1,"mem_gib":16.0,"used_gib":0.0,"pods":0}]'
-        assert gpus_annotation(svc.cache.current()[0], "elsewhere") is None
+        assert reservations_annotation(svc.cache.current()[0], "elsewhere") is None
         job = JobRecord("uid-a", "ns", "a", "ResNet-18", 16, 1, 6.5, remaining_s=100.0)
         store.reserve(job, "n0", [1], colocation_limit=2, now_s=0.0)
-        wait_for(lambda: gpus_annotation(svc.cache.current()[0], "n0"), lambda v: '"gpu":1,"mem_gib":16.0,"used_gib":6.5,"pods":1' in v,
+        wait_for(lambda: reservations_annotation(svc.cache.current()[0], "n0"), lambda v: '"gpu":1,"mem_gib":16.0,"used_gib":6.5,"pods":1' in v,
                  what="the reservation in the copy")
         assert {"n0"} in marked[1:]
         del marked[:]
         assert svc.release_pods(["uid-a"]) == ["uid-a"]
         wait_for(lambda: marked, bool, what="the release marks the node")  # delivered by the watch after forget()
         assert set().union(*marked) == {"n0"}
-        assert '"gpu":1,"mem_gib":16.0,"used_gib":0.0,"pods":0' in gpus_annotation(svc.cache.current()[0], "n0")
+        assert '"gpu":1,"mem_gib":16.0,"used_gib":0.0,"pods":0' in reservations_annotation(svc.cache.current()[0], "n0")
     finally:
         svc.cache.stop()
 
@@ -210,7 +210,7 @@ def test_the_publisher_writes_changed_values_and_skips_unknown_nodes(control_pla
     """:class:`NodeStatePublisher` against the real API server: a write, no second write of the same
     value, 404 for a node the API does not know (an inventory without a Node), 403 for a client
     without the right (logged once)."""
-    from iadeep.extender._nodestate import ANNOTATION_NODE_GPUS, NodeStatePublisher
+    from iadeep.extender._nodestate import ANNOTATION_NODE_RESERVATIONS, NodeStatePublisher
 
     (node,) = control_plane.add_nodes(1, prefix=f"p{uuid.uuid4().hex[:6]}-")
     values = {node: '[{"gpu":0}]', "no-such-node": "[]"}
@@ -221,12 +221,12 @@ def test_the_publisher_writes_changed_values_and_skips_unknown_nodes(control_pla
     assert pub.publish("no-such-node") == "no_node"
     assert pub.publish("neither") == "unchanged"  # no value: nothing to write
     core = client.CoreV1Api(control_plane.api_client())
-    assert core.read_node(node).metadata.annotations[ANNOTATION_NODE_GPUS] == '[{"gpu":0}]'
+    assert core.read_node(node).metadata.annotations[ANNOTATION_NODE_RESERVATIONS] == '[{"gpu":0}]'
     values[node] = '[{"gpu":1}]'
     pub.start()
     try:
         pub.mark([node, "no-such-node"])
-        wait_for(lambda: core.read_node(node).metadata.annotations[ANNOTATION_NODE_GPUS], lambda v: v == '[{"gpu":1}]',
+        wait_for(lambda: core.read_node(node).metadata.annotations[ANNOTATION_NODE_RESERVATIONS], lambda v: v == '[{"gpu":1}]',
                  what="the thread wrote the new value")
         wait_for(lambda: sorted(outcomes), lambda o: o == ["no_node", "written"], what="both nodes handled")
     finally:
@@ -242,6 +242,6 @@ def test_the_publisher_writes_changed_values_and_skips_unknown_nodes(control_pla
             assert refused.publish(node) == "forbidden"
             assert refused.publish(node) == "forbidden"
         assert len([r for r in caplog.records if "patch nodes" in r.getMessage()]) == 1
-        assert core.read_node(node).metadata.annotations[ANNOTATION_NODE_GPUS] == '[{"gpu":1}]'
+        assert core.read_node(node).metadata.annotations[ANNOTATION_NODE_RESERVATIONS] == '[{"gpu":1}]'
     finally:
         unprivileged.close()
