@@ -55,9 +55,9 @@ def free_port() -> int:
     this function before.
 
     The OS picks a port that is free now (bind to port 0); between that and the moment the caller's
-    server binds it, another process could be handed the same port. That happened with two pytest
-    workers: one worker's kube-scheduler called the other worker's extender, which had been given
-    the same port, and bound a pod of the wrong cluster. So every port handed out is recorded in
+    server binds it, another process could be handed the same port (one of two suspects of an extra
+    reservation seen once with two pytest workers: a worker's kube-scheduler calling the other
+    worker's extender on a shared port; README, "Tests"). So every port handed out is recorded in
     ``$TMPDIR/iadeep-ports/<port>`` with the receiving process's PID, and a port recorded for a
     live process is never handed out again (a record of an ended process is taken over). Falls
     back to the OS's pick alone when the folder cannot be written.

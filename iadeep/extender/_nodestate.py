@@ -121,11 +121,6 @@ class NodeStatePublisher:
             self._thread.join(timeout=timeout_s)
             self._thread = None
 
-    def idle(self) -> bool:
-        """True when no node waits to be written (tests)."""
-        with self._cond:
-            return not self._dirty
-
     def publish(self, node: str) -> str:
         """Write ``node``'s annotation now if its value changed; returns the outcome (see ``on_outcome``).
 
