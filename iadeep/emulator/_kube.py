@@ -12,10 +12,13 @@ stage ``iadeep-pod-succeeded`` skips pods annotated ``iadeep.io/emulated``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from iadeep._host import watch_lines
 
 __all__ = ["KubeApi", "KubeCallError", "rfc3339"]
 
@@ -108,19 +111,11 @@ class KubeApi:
         except (HTTPError, OSError) as exc:
             raise KubeCallError(f"{what}: {exc}") from None
         try:
-            buf = b""
-            for chunk in resp.stream(None, decode_content=False):
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
+            with contextlib.closing(watch_lines(resp)) as lines:
                 for line in lines:
-                    if line.strip():
-                        yield _event(what, line)
-            if buf.strip():
-                yield _event(what, buf)
+                    yield _event(what, line)
         except (HTTPError, OSError) as exc:
             raise KubeCallError(f"{what}: watch broke: {exc}") from None
-        finally:
-            resp.release_conn()
 
     def annotate_pod(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> None:
         """Merge-patch annotations of the pod with this UID."""

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from iadeep._host import watch_lines
 from iadeep.extender._pods import (
     ANNOTATION_ASSUME_TIME,
     ANNOTATION_BIND_PHASE,
@@ -306,19 +307,11 @@ class KubernetesPodApi:
         except (HTTPError, OSError) as exc:
             raise KubeError(f"{what}: Kubernetes API unreachable: {exc}") from None
         try:
-            buf = b""
-            for chunk in resp.stream(None, decode_content=False):
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
+            with contextlib.closing(watch_lines(resp)) as lines:
                 for line in lines:
-                    if line.strip():
-                        yield _watch_event(what, line)
-            if buf.strip():
-                yield _watch_event(what, buf)
+                    yield _watch_event(what, line)
         except (HTTPError, OSError) as exc:
             raise KubeError(f"{what}: watch broke: {exc}") from None
-        finally:
-            resp.release_conn()
 
     def event(self, namespace: str, name: str, uid: str, reason: str, message: str, *, warning: bool = False) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -138,3 +138,30 @@ def test_free_port_never_hands_a_live_process_s_port_to_another(tmp_path, monkey
         child.communicate("")
     assert _net._claim(folder, port)  # the child ended: its claim is taken over
     assert (folder / str(port)).read_text() == str(os.getpid())
+
+
+class _Stream:
+    """The two methods of a ``urllib3`` response that :func:`watch_lines` uses, over chosen chunks
+    (the chunk boundaries are what this test controls; the e2e tests read real API server watches)."""
+
+    def __init__(self, chunks):
+        self.chunks, self.released = chunks, 0
+
+    def stream(self, amt, decode_content):
+        yield from self.chunks
+
+    def release_conn(self):
+        self.released += 1
+
+
+def test_watch_lines_joins_events_split_across_chunks_and_always_releases_the_connection():
+    from iadeep._host import watch_lines
+
+    resp = _Stream([b'{"type":"ADD', b'ED"}\n\n{"type":', b'"MODIFIED"}\n{"type":"DELETED"}'])
+    assert list(watch_lines(resp)) == [b'{"type":"ADDED"}', b'{"type":"MODIFIED"}', b'{"type":"DELETED"}']
+    assert resp.released == 1
+    early = _Stream([b"a\nb\nc\n"])
+    lines = watch_lines(early)
+    assert next(lines) == b"a"
+    lines.close()  # a caller that stops early (the watch's timeout, a 410) still frees the connection
+    assert early.released == 1
