@@ -13,10 +13,13 @@ from rich.table import Table
 
 from iadeep._climain import usage_error
 from iadeep._params import ConfigError
-from iadeep.experiment._config import DEFAULT_POLICIES, ExperimentConfig
+from iadeep.experiment._config import DEFAULT_POLICIES, TRACE_DATASETS, ExperimentConfig
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 _D = ExperimentConfig()
+SWEEP_WINDOWS = {"philly": "0,20000,40000,60000"}
+"""The sweep's default windows (start jobs) per trace: Philly's 82k jobs hold four 400-job windows
+20,000 jobs apart; openb (about 6k GPU pods) and an ITP cluster (about 3k jobs) start at 0."""
 
 
 @app.command("run")
@@ -24,11 +27,11 @@ def run_cmd(
     trace: Annotated[str, typer.Option(help="Trace format: philly, ms-itp, openb, philly-json.")] = _D.trace,
     trace_file: Annotated[Optional[str], typer.Option(help="Use this trace file/folder instead of the registry's.")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="Number of jobs (after filters); 0 = all.")] = _D.jobs,
-    start_job: Annotated[Optional[int], typer.Option(help="Skip this many jobs first [default: 40000 for the registry's Philly trace, else 0].")] = None,
+    start_job: Annotated[Optional[int], typer.Option(help="Skip this many jobs first (default: 40000 for the registry's Philly trace, else 0).")] = None,
     window_start_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted at or after this (s from trace start).")] = None,
     window_end_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted before this (s from trace start).")] = None,
     virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
-    max_gpus: Annotated[Optional[int], typer.Option(help="Drop jobs needing more GPUs [default: the cluster's size; wider jobs are counted as wider_than_cluster].")] = _D.max_gpus,
+    max_gpus: Annotated[Optional[int], typer.Option(help="Drop jobs needing more GPUs (default: the cluster's size; wider jobs are counted as wider_than_cluster).")] = _D.max_gpus,
     arrival_scale: Annotated[float, typer.Option(help="Multiply inter-arrival gaps.")] = _D.arrival_scale,
     iadeep_arrival_rule: Annotated[bool, typer.Option(help="IADeep's rule: gap / 1000 x arrival-scale.")] = False,
     target_load: Annotated[Optional[float], typer.Option(help="Rescale arrivals to this mean offered load; 0 = keep trace timing.")] = _D.target_load,
@@ -52,7 +55,7 @@ def run_cmd(
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle.")] = _D.predictor,
     backend: Annotated[str, typer.Option(help="simulator, or kubernetes (Jobs on the local control plane with kwok GPU nodes, the extender and the GPU emulator).")] = _D.backend,
     speedup: Annotated[float, typer.Option(help="kubernetes backend: emulated seconds per wall second.")] = _D.speedup,
-    timeout_s: Annotated[Optional[float], typer.Option(help="kubernetes backend: wall-clock bound per policy (s) [default: from the trace].")] = None,
+    timeout_s: Annotated[Optional[float], typer.Option(help="kubernetes backend: wall-clock bound per policy (s) (default: from the trace).")] = None,
     kubeconfig: Annotated[Optional[str], typer.Option(help="kubernetes backend on your cluster (extender deployed with the one --policies policy; GPU emulator for nodes without GPUs) instead of the local control plane; etcd from IADEEP_ETCD_* for the reservation count.")] = None,
     out: Annotated[str, typer.Option(help="Output folder.")] = _D.out,
 ) -> None:
@@ -77,9 +80,8 @@ def run_cmd(
         cluster = cluster_of(cfg)
     except ConfigError as exc:
         raise usage_error(exc) from None
-    except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
-        typer.echo(f"iadeep experiment run: error: {' '.join(str(exc).split())}", err=True)
-        raise typer.Exit(2) from None
+    except (ValueError, DatasetError, TraceFormatError, OSError) as exc:
+        raise _input_error("run", exc) from None
     if meta["skipped_rows"]:
         console.print(f"[yellow]skipped {meta['skipped_rows']} malformed row(s) of {meta['source']}[/yellow]")
     if meta["dropped"]:
@@ -129,7 +131,7 @@ def run_cmd(
 
 @app.command("sweep")
 def sweep_cmd(
-    start_jobs: Annotated[str, typer.Option(help="Comma-separated start jobs (trace windows).")] = "0,20000,40000,60000",
+    start_jobs: Annotated[Optional[str], typer.Option(help="Comma-separated start jobs (trace windows) (default: 0,20000,40000,60000 for philly, 0 for the smaller traces).")] = None,
     loads: Annotated[str, typer.Option(help="Comma-separated target mean offered loads.")] = "1,2",
     seeds: Annotated[str, typer.Option(help="Comma-separated seeds.")] = "0,1",
     jobs: Annotated[int, typer.Option(help="Jobs per setting.")] = _D.jobs or 400,
@@ -149,17 +151,30 @@ def sweep_cmd(
     from iadeep.report import write_json
 
     console = Console(width=None if sys.stdout.isatty() else 130)
+    from iadeep.datasets import DatasetError
+    from iadeep.traces import TraceFormatError
+
     try:
-        base = ExperimentConfig(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
-                                policies=tuple(p.strip() for p in policies.split(",") if p.strip()), kube_preemption=kube_preemption,
-                                out=out)
-        queues = [q.strip() for q in queue.split(",") if q.strip()]
+        base = _registry_config(trace, dict(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
+                                            policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
+                                            kube_preemption=kube_preemption, out=out))
+        queues = _name_list("queue", queue)
         bases = {q: dataclasses.replace(base, queue=q) for q in queues}  # validates each queue name
-        starts = _number_list("start_jobs", start_jobs, int)
+        starts = _number_list("start_jobs", start_jobs or SWEEP_WINDOWS.get(trace, "0"), int)
         load_list = _number_list("loads", loads, float)
         seed_list = _number_list("seeds", seeds, int)
+        # every setting's configuration checked before the first runs, under the sweep's option names
+        for field_name, option, values in (("start_job", "start_jobs", starts), ("target_load", "loads", load_list),
+                                           ("seed", "seeds", seed_list)):
+            for v in values:
+                try:
+                    dataclasses.replace(base, **{field_name: v})
+                except ConfigError as exc:
+                    raise ConfigError(option, exc.reason) from None
     except ConfigError as exc:
         raise usage_error(exc) from None
+    # the table and the guard read each policy against iadeep; a sweep without it, against its first policy
+    reference = "iadeep" if "iadeep" in base.policies else base.policies[0]
     n = len(starts) * len(load_list) * len(seed_list) * len(queues)
     with Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("settings", total=n)
@@ -171,14 +186,18 @@ def sweep_cmd(
             started[0] += 1
 
         label = (lambda q: f"{q}:") if len(queues) > 1 else (lambda q: "")
-        df = pd.concat([run_sweep(b, starts, load_list, seed_list, on_setting=step, label=label(q), write=False).assign(queue=q)
-                        for q, b in bases.items()], ignore_index=True)
+        try:
+            df = pd.concat([run_sweep(b, starts, load_list, seed_list, reference=reference, on_setting=step, label=label(q),
+                                      write=False).assign(queue=q) for q, b in bases.items()], ignore_index=True)
+        except (ValueError, DatasetError, TraceFormatError, OSError) as exc:  # e.g. a window past the trace's end
+            bar.stop()
+            raise _input_error("sweep", exc) from None
         base.out_dir.mkdir(parents=True, exist_ok=True)
         df.to_csv(base.out_dir / "sweep.csv", index=False)
         bar.update(task, completed=n)
-    plot_sweep(df, base.out_dir / "sweep.png")
-    table = Table(title="avg JCT / iadeep's (above 1: iadeep is faster)")
-    pivot = df.pivot(index="setting", columns="policy", values="avg_jct_vs_iadeep").reindex(df["setting"].unique())
+    plot_sweep(df, base.out_dir / "sweep.png", reference=reference)
+    table = Table(title=f"avg JCT / {reference}'s (above 1: {reference} is faster)")
+    pivot = df.pivot(index="setting", columns="policy", values=f"avg_jct_vs_{reference}").reindex(df["setting"].unique())
     table.add_column("setting")
     for name in pivot.columns:
         table.add_column(name, justify="right")
@@ -211,7 +230,7 @@ app.command("cluster")(cluster_cmd)
 @app.command("compare")
 def compare_cmd(
     jobs: Annotated[int, typer.Option(help="Number of jobs of the slice.")] = 30,
-    start_job: Annotated[Optional[int], typer.Option(help="Skip this many jobs first [default: 40000 for Philly].")] = None,
+    start_job: Annotated[Optional[int], typer.Option(help="Skip this many jobs first (default: 40000 for Philly).")] = None,
     trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
     target_load: Annotated[Optional[float], typer.Option(help="Rescale arrivals to this mean offered load.")] = 2.0,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = "iadeep",
@@ -234,13 +253,13 @@ def compare_cmd(
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
-        cfg = ExperimentConfig(trace=trace, jobs=jobs, start_job=start_job, target_load=target_load,
-                               policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes,
-                               gpus_per_node=gpus_per_node, gpu_mem_gib=gpu_mem_gib, seed=seed, queue=queue, tuning=tuning,
-                               kube_preemption=kube_preemption, speedup=speedup, timeout_s=timeout_s, out=out)
-    except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        cfg = _registry_config(trace, dict(trace=trace, jobs=jobs, start_job=start_job, target_load=target_load,
+                                           policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes,
+                                           gpus_per_node=gpus_per_node, gpu_mem_gib=gpu_mem_gib, seed=seed, queue=queue,
+                                           tuning=tuning, kube_preemption=kube_preemption, speedup=speedup,
+                                           timeout_s=timeout_s, out=out))
+    except ConfigError as exc:
+        raise usage_error(exc) from None
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:
         def on_policy(name: str, n: int):
@@ -249,11 +268,12 @@ def compare_cmd(
 
         try:
             figures = run_compare(cfg, on_policy)
-        except (ValueError, DatasetError, TraceFormatError, FileNotFoundError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from None
-        except (ControlPlaneError, TimeoutError, RuntimeError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
+        except (ValueError, DatasetError, TraceFormatError, FileNotFoundError, IsADirectoryError) as exc:
+            bar.stop()
+            raise _input_error("compare", exc) from None
+        except (ControlPlaneError, TimeoutError, RuntimeError, OSError) as exc:
+            bar.stop()
+            typer.echo(f"iadeep experiment compare: error: {' '.join(str(exc).split())}", err=True)
             raise typer.Exit(1) from None
     table = Table(title="Simulator-live parity (live relative to the simulator)")
     for col in ("policy", "avg JCT sim (h)", "avg JCT live (h)", "avg JCT", "p99", "makespan", "same partners",
@@ -276,16 +296,60 @@ def compare_cmd(
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: parity.md, parity.json, parity-<policy>.csv, sim/, live/")
 
 
-def _number_list(name: str, text: str, kind: type[int] | type[float]) -> list:
-    """A comma-separated option as numbers.
+def _input_error(command: str, exc: BaseException) -> typer.Exit:
+    """Print an input error (a trace, a file, a window the trace does not have) as one line on
+    stderr, ``iadeep experiment <command>: error: <message>``, and return the exit (code 2) to raise."""
+    typer.echo(f"iadeep experiment {command}: error: {' '.join(str(exc).split())}", err=True)
+    return typer.Exit(2)
+
+
+def _registry_config(trace: str, fields: dict) -> ExperimentConfig:
+    """The configuration of a command that reads its trace from the dataset registry (``sweep``,
+    ``compare``: they have no ``--trace-file``).
 
     Raises:
-        ConfigError: an item is not a number of that kind (the message names the option).
+        ConfigError: as :class:`ExperimentConfig`; a trace the registry does not hold names ``--trace``.
     """
     try:
-        return [kind(x) for x in text.split(",")]
+        return ExperimentConfig(**fields)
+    except ConfigError as exc:
+        if exc.parameter == "trace_file":
+            known = ", ".join(t for t, d in TRACE_DATASETS.items() if d is not None)
+            raise ConfigError("trace", f"trace {trace!r} has no dataset in the registry; this command runs the "
+                              f"registry's traces ({known}); `iadeep experiment run --trace-file` reads a file") from None
+        raise
+
+
+def _name_list(name: str, text: str) -> list[str]:
+    """A comma-separated option as names, each once.
+
+    Raises:
+        ConfigError: no name, or a name given twice (the message names the option).
+    """
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise ConfigError(name, f"expected comma-separated names, got {text!r}")
+    twice = sorted({x for x in names if names.count(x) > 1})
+    if twice:
+        raise ConfigError(name, f"{', '.join(twice)} given more than once")
+    return names
+
+
+def _number_list(name: str, text: str, kind: type[int] | type[float]) -> list:
+    """A comma-separated option as numbers, each once.
+
+    Raises:
+        ConfigError: an item is not a number of that kind, or a value is given twice (``1,1.0``:
+            the settings would repeat; the message names the option).
+    """
+    try:
+        values = [kind(x) for x in text.split(",")]
     except ValueError:
         raise ConfigError(name, f"expected comma-separated {kind.__name__}s, got {text!r}") from None
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise ConfigError(name, f"{', '.join(f'{v:g}' for v in twice)} given more than once")
+    return values
 
 
 def summary_table(summary: dict) -> Table:

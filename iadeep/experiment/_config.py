@@ -128,7 +128,7 @@ class ExperimentConfig:
     kube_time_scale: float = 1.0
     backend: str = "simulator"
     speedup: float = 1000.0
-    timeout_s: float | None = None
+    timeout_s: float | None = field(default=None, metadata={"gt": 0})
     kubeconfig: str | None = None
     out: str = "runs/latest"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -141,7 +141,8 @@ class ExperimentConfig:
         Raises:
             ConfigError: (a ``ValueError``) a value of the wrong type or out of bounds, an unknown
                 trace, policy, mix, GPU type or predictor (the message names the parameter and
-                lists the known values), or a registry-less trace without ``trace_file``.
+                lists the known values), a policy named twice, ``backfill`` with the ``kube`` queue,
+                an unreadable ``scheduler_config``, or a registry-less trace without ``trace_file``.
         """
         from iadeep._params import ConfigError, coerce_fields
         from iadeep.interference import GPU_TYPES
@@ -165,6 +166,9 @@ class ExperimentConfig:
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown:
             raise ConfigError("policies", f"unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(POLICIES)}")
+        twice = sorted({p for p in self.policies if self.policies.count(p) > 1})
+        if twice:
+            raise ConfigError("policies", f"{', '.join(map(repr, twice))} named more than once")
         from iadeep.sim import QUEUES
 
         checks = [("mix", self.mix, tuple(MIXES)), ("predictor", self.predictor, ("learned", "oracle")),
@@ -183,6 +187,16 @@ class ExperimentConfig:
             if len(self.policies) != 1:
                 raise ConfigError("policies", "on a user's cluster (kubeconfig) the run is of the one policy its deployed "
                                   f"extender runs: name that one policy, got {', '.join(self.policies)}")
+        if self.backfill and self.queue == "kube":
+            raise ConfigError("backfill", "backfill lets jobs pass a waiting FIFO head; kube-scheduler's queue (queue "
+                              "'kube') never waits on a head: use one or the other")
+        if self.scheduler_config is not None:  # read now, not when the first policy's run reaches it
+            from iadeep.sim import KubeQueueSettings
+
+            try:
+                KubeQueueSettings.from_scheduler_config(self.scheduler_config)
+            except ValueError as exc:
+                raise ConfigError("scheduler_config", str(exc)) from None
         if self.window_start_s is not None and self.window_end_s is not None and self.window_end_s <= self.window_start_s:
             raise ConfigError("window_end_s", f"must be after window_start_s ({self.window_start_s}), got {self.window_end_s}")
 

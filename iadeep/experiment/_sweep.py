@@ -168,7 +168,8 @@ def plot_sweep(df: pd.DataFrame, path: Path, reference: str = "iadeep") -> Path:
     ax.set_xlabel("setting: start job - target load - seed")
     ax.set_ylabel(f"avg JCT / {reference}'s (log)")
     ax.set_title(f"Above 1: {reference} is faster")
-    ax.legend(fontsize=8)
+    if others:  # a sweep of the reference alone has no bars to name
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -2,8 +2,11 @@
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
+from iadeep._climain import run_cli
 from iadeep.cli import app
 from iadeep.experiment import ExperimentConfig, run_experiment
 
@@ -93,3 +96,56 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
         floor = dedicated_floor(result.jobs)
         assert result.summary()["avg_jct_s"] >= floor > 0
         assert (result.jobs["jct_s"] >= result.jobs["duration_s"] - 1e-6).all()
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["run", "--trace-file", "{dir}"], "Is a directory"),
+    (["run", "--scheduler-config", "{dir}/none.yaml"], "'--scheduler-config': cannot read the scheduler configuration"),
+    (["run", "--timeout-s", "-5"], "'--timeout-s': must be greater than 0"),
+    (["run", "--backfill", "--queue", "kube"], "'--backfill'"),
+    (["run", "--policies", "iadeep,iadeep"], "'--policies': 'iadeep' named more than once"),
+    (["sweep", "--seeds", "0,0"], "'--seeds': 0 given more than once"),
+    (["sweep", "--loads", "1,1.0"], "'--loads': 1 given more than once"),
+    (["sweep", "--loads", "-1"], "'--loads': must be at least 0"),
+    (["sweep", "--queue", "fifo,fifo"], "'--queue': fifo given more than once"),
+    (["sweep", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
+    (["compare", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
+    (["compare", "--nodes", "0"], "'--nodes': must be at least 1"),
+])
+def test_bad_options_are_refused_before_any_run_naming_the_option(tmp_path, dataset_cache, monkeypatch, capsys, argv, says):
+    """Found by a new user's trial (session 13): each of these ended in a traceback, printed on
+    stdout, named an option the command does not have, or was silently accepted. Run as the
+    ``iadeep`` console script runs the app (:func:`iadeep._climain.run_cli`)."""
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    out = tmp_path / "out"
+    code = run_cli(app, ["experiment", *[a.format(dir=tmp_path) for a in argv], "--out", str(out)])
+    std = capsys.readouterr()
+    assert code == 2, std
+    assert not std.out.strip() and "Traceback" not in std.err
+    (line,) = std.err.strip().splitlines()  # one line on stderr
+    assert line.startswith(f"iadeep experiment {argv[0]}: error: ") and says in line, line
+    assert not out.exists()  # refused before any setting ran
+
+
+def test_a_sweep_window_the_trace_lacks_is_one_line_and_a_sweep_without_iadeep_compares_to_its_first_policy(
+        tmp_path, dataset_cache, monkeypatch, capsys):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    few = ["--jobs", "15", "--loads", "1", "--seeds", "0"]
+    assert run_cli(app, ["experiment", "sweep", *few, "--start-jobs", "99999999", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("iadeep experiment sweep: error: philly: no job left")
+    res = CliRunner().invoke(app, ["experiment", "sweep", *few, "--start-jobs", "20000", "--policies", "exclusive,antman",
+                                   "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    assert "avg_jct_vs_exclusive" in (tmp_path / "b" / "sweep.csv").read_text().splitlines()[0]
+    assert json.loads((tmp_path / "b" / "guard.json").read_text())["worst_vs_packing"] is None  # no iadeep: no guard
+    assert (tmp_path / "b" / "sweep.png").stat().st_size > 0
+
+
+def test_help_shows_the_defaults_written_in_brackets_of_old(monkeypatch):
+    """rich read ``[default: ...]`` in a help text as markup and dropped it (session 13)."""
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option: no wrapping inside the phrases
+    res = CliRunner().invoke(app, ["experiment", "run", "--help"])
+    text = " ".join(res.output.split())
+    assert "default: 40000 for the registry's Philly trace" in text
+    assert "default: the cluster's size" in text
