@@ -54,14 +54,20 @@ def fetch_command(
     all_: Annotated[bool, typer.Option("--all", help="Fetch every registered dataset.")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Draw progress bars.")] = True,
 ) -> None:
-    """Download (or copy from the mirror), verify and unpack datasets; print their folders."""
+    """Download (or copy from the mirror), verify and unpack datasets; print their folders. Exit code 2
+    for an unknown name (nothing fetched), 1 when a fetch fails (the others are still fetched)."""
     try:
-        selected = [d.name for d in list_datasets()] if all_ else list(names or [])
+        known = [d.name for d in list_datasets()]
     except DatasetError as exc:
         _report(exc)
         raise typer.Exit(code=1) from None
+    selected = known if all_ else list(names or [])
     if not selected:
         raise typer.BadParameter("give dataset names or --all")
+    unknown = [n for n in selected if n not in known]
+    if unknown:  # a usage error (exit code 2), found before anything is fetched
+        raise typer.BadParameter(f"unknown dataset {', '.join(map(repr, unknown))}; known datasets: {', '.join(known)}",
+                                 param_hint="'NAMES...'")
     failed = False
     for name in selected:
         try:

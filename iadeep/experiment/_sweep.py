@@ -99,7 +99,7 @@ GUARD_FLAG = 1.05
 
 
 def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[str] = ("antman", "gandiva"),
-                  exclusive: str = "exclusive") -> dict[str, float | str | None]:
+                  exclusive: str = "exclusive") -> dict[str, int | float | str | None]:
     """The sweep's guard against collapse: ``policy``'s avg JCT relative to the better packing baseline.
 
     Args:
@@ -117,7 +117,7 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
         :data:`GUARD_GOALS`); a figure is ``None`` when its policies were not run.
     """
     table = df.pivot(index="setting", columns="policy", values="avg_jct_s")
-    out: dict[str, float | str | None] = {"settings": float(len(table)), "worst_vs_packing": None, "worst_setting": None,
+    out: dict[str, int | float | str | None] = {"settings": len(table), "worst_vs_packing": None, "worst_setting": None,
                                           "median_vs_packing": None, "worst_vs_exclusive": None,
                                           "floor_vs_exclusive": None, "unreachable_vs_exclusive": None, "above_packing": None,
                                           "met": None}

@@ -68,9 +68,10 @@ def test_verify_failure_exits_1(mirror: Path, isolated_env: Path) -> None:
 
 def test_errors_are_messages_not_tracebacks(mirror: Path) -> None:
     unknown = runner.invoke(app, ["fetch", "nope", "--no-progress"])
-    assert unknown.exit_code == 1 and isinstance(unknown.exception, SystemExit)
+    assert unknown.exit_code == 2 and isinstance(unknown.exception, SystemExit)  # a usage error, as the CLI's others
     assert "unknown dataset 'nope'; known datasets: alpha, beta" in unknown.output
     assert "Traceback" not in unknown.output
+    assert not runner.invoke(app, ["fetch", "alpha", "nope", "--no-progress"]).stdout.strip()  # nothing fetched
 
     (mirror / "beta" / "beta.csv").unlink()
     partial = runner.invoke(app, ["fetch", "beta", "alpha", "--no-progress"])
