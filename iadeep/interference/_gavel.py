@@ -55,20 +55,39 @@ class GavelMeasurements:
                 file; ``iadeep profile`` writes its own (e.g. ``"cpu"``, ``"nvidia-h200"``).
 
         Raises:
-            ValueError: ``gpu_type`` not in the file (the message lists the file's), a malformed
-                key, a non-positive isolated throughput, or a pair missing from the matrix (the
-                message names the file and the key).
+            FileNotFoundError: no such file.
+            ValueError: every other problem, the message naming the file: a folder or unreadable
+                file, not JSON (with the line and column), ``gpu_type`` not in the file (the
+                message lists the file's) or its table empty, a malformed key, a missing or
+                non-positive isolated throughput, or a pair missing from the matrix or not a
+                number (the message names the key).
         """
         path = Path(path)
-        with path.open() as fh:
-            raw = json.load(fh)
+        try:
+            with path.open() as fh:
+                raw = json.load(fh)
+        except FileNotFoundError:
+            raise
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not JSON: {e.msg}: line {e.lineno} column {e.colno}") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not JSON: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except IsADirectoryError:
+            raise ValueError(f"{path}: is a folder, not a throughputs JSON file") from None
+        except OSError as e:
+            raise ValueError(f"{path}: cannot read: {e.strerror or e}") from None
         table = raw.get(gpu_type) if isinstance(raw, dict) else None
-        if not isinstance(table, dict) or not table:
+        if isinstance(table, dict) and not table:
+            raise ValueError(f"{path}: the {gpu_type!r} table is empty (no job type measured)")
+        if not isinstance(table, dict):
             known = sorted(k for k, v in raw.items() if isinstance(v, dict) and k != "iadeep_profile") if isinstance(raw, dict) else []
             raise ValueError(f"{path}: unknown GPU type {gpu_type!r}; the file has {', '.join(known) or 'none'}")
         keys = {}
         for key in table:
-            jt, scale = JobType.from_gavel_key(key)
+            try:
+                jt, scale = JobType.from_gavel_key(key)
+            except ValueError as e:
+                raise ValueError(f"{path}: {gpu_type}: {e}") from None
             if scale == 1:
                 keys[jt] = key
         types = tuple(sorted(keys))
@@ -77,7 +96,12 @@ class GavelMeasurements:
         co = np.zeros((n, n))
         for i, a in enumerate(types):
             entry = table[keys[a]]
-            iso[i] = float(entry["null"])
+            if not isinstance(entry, dict) or "null" not in entry:
+                raise ValueError(f"{path}: {gpu_type} {keys[a]}: expected a mapping with a \"null\" (isolated) throughput")
+            try:
+                iso[i] = float(entry["null"])
+            except (TypeError, ValueError):
+                iso[i] = np.nan
             if not iso[i] > 0:
                 raise ValueError(f"{path}: {gpu_type} isolated throughput of {keys[a]} must be > 0, got {entry['null']!r}")
             for j, b in enumerate(types):
@@ -85,6 +109,9 @@ class GavelMeasurements:
                     co[i, j] = float(entry[keys[b]][0])
                 except KeyError:
                     raise ValueError(f"{path}: {gpu_type} has no co-located measurement for {keys[a]} with {keys[b]}") from None
+                except (TypeError, ValueError, IndexError):
+                    raise ValueError(f"{path}: {gpu_type} co-located measurement of {keys[a]} with {keys[b]}: "
+                                     f"expected [own, other] steps/s, got {entry[keys[b]]!r}") from None
         for arr in (iso, co):
             arr.setflags(write=False)
         return cls(gpu_type, types, iso, co)

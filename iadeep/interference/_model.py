@@ -59,7 +59,13 @@ class InterferenceModel:
 
     @classmethod
     def from_file(cls, path: str | Path, gpu_type: str = "v100") -> "InterferenceModel":
-        """Build from Gavel's ``simulation_throughputs.json`` (see :class:`GavelMeasurements`)."""
+        """Build from Gavel's ``simulation_throughputs.json`` (see :class:`GavelMeasurements`).
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: the file cannot be used (not JSON, no or an empty ``gpu_type`` table, a
+                malformed entry); the message names the file, as :meth:`GavelMeasurements.load`.
+        """
         return cls(GavelMeasurements.load(path, gpu_type))
 
     def whole_gib(self) -> "InterferenceModel":

@@ -1,5 +1,7 @@
 """The interference model on the real Gavel measurements."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -66,3 +68,46 @@ def test_interference_report_cli(dataset_cache, monkeypatch):
     assert "40 ordered pairs do not fit" in res.output and "98.2%" in res.output
     bad = CliRunner().invoke(app, ["interference", "report", "--gpu-type", "h100"])
     assert bad.exit_code == 2 and "unknown GPU type 'h100'" in bad.output
+
+
+_BAD_KEY = '("ResNet-50 (batch size 16)", 1)'
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("a,b\n1,2\n", r"not JSON: Expecting value: line 1 column 1"),
+    ('{"v100": {}}', r"the 'v100' table is empty"),
+    ('{"p100": {}}', r"unknown GPU type 'v100'; the file has p100"),
+    ('{"v100": {%s: {"null": 1}}}' % json.dumps(_BAD_KEY), r"v100: not a Gavel job-type key"),
+    ('{"v100": {"(\'A3C\', 1)": {}}}', r"v100 \('A3C', 1\): expected a mapping with a \"null\""),
+    ('{"v100": {"(\'A3C\', 1)": {"null": "fast"}}}', r"isolated throughput of \('A3C', 1\) must be > 0, got 'fast'"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": 1, "(\'A3C\', 1)": 3}}}', r"expected \[own, other\] steps/s, got 3"),
+])
+def test_bad_throughputs_file_raises_value_error_naming_the_file(tmp_path, text, match):
+    from iadeep.interference import InterferenceModel
+
+    p = tmp_path / "trace.csv"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=match) as ei:
+        InterferenceModel.from_file(p, "v100")
+    assert str(ei.value).startswith(f"{p}: ")
+    with pytest.raises(ValueError, match=r"is a folder"):
+        InterferenceModel.from_file(tmp_path, "v100")
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("a,b\n1,2\n", "trace.csv: not JSON: Expecting value: line 1 column 1"),
+    ('{"v100": {}}', "trace.csv: the 'v100' table is empty"),
+    ('{"v100": {%s: {"null": 1}}}' % json.dumps(_BAD_KEY), "trace.csv: v100: not a Gavel job-type key"),
+])
+def test_experiment_run_names_a_bad_throughputs_file(tmp_path, dataset_cache, monkeypatch, capsys, text, match):
+    """A bad ``--throughputs`` file: one line on stderr naming it, exit code 2, no traceback."""
+    from iadeep.cli import main
+
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trace.csv").write_text(text)
+    assert main(["experiment", "run", "--throughputs", "trace.csv", "--jobs", "10", "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    last = err.splitlines()[-1]  # a first run may print the datasets' download progress before
+    assert last.startswith("iadeep experiment run: error: ") and err.count(": error: ") == 1, err
+    assert match in last and "Traceback" not in err + out
