@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -34,13 +34,27 @@ def cluster_cmd(
     from_philly: Annotated[Optional[str], typer.Option(help="Philly's cluster_machine_list.")] = None,
     job_log: Annotated[Optional[str], typer.Option(help="Philly's cluster_job_log: check the machine list against it.")] = None,
 ) -> None:
-    """Derive a cluster file from a trace's node list (openb) or machine list (Philly, with a consistency report)."""
+    """Derive a cluster file from a trace's node list (openb) or machine list (Philly, with a consistency report).
+    \f
+    Bad input (no source or both, a missing, empty or malformed file, a folder where a file is
+    expected, an ``--out`` that cannot be written) ends with one line on stderr
+    (``iadeep experiment cluster: error: ...``, naming the file) and exit code 2.
+    """
+    from iadeep.datasets import DatasetError
     from iadeep.sim import ClusterFileError, cluster_from_openb, cluster_from_philly, dump_cluster, philly_consistency
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     if (from_openb is None) == (from_philly is None):
-        console.print("[red]error:[/red] give exactly one of --from-openb and --from-philly")
-        raise typer.Exit(2)
+        _fail("give exactly one of --from-openb and --from-philly")
+    path = Path(out)
+    if path.is_dir():
+        _fail(f"--out {out}: is a folder; give the cluster file's path (e.g. {path / 'cluster.yaml'})")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        _fail(f"--out {out}: {path.parent} is a file, not a folder")
+    except OSError as exc:
+        _fail(f"--out {out}: cannot create the folder {path.parent}: {exc.strerror or exc}")
     try:
         comment = ""
         if from_openb is not None:
@@ -59,9 +73,21 @@ def cluster_cmd(
                 for line in lines:
                     console.print(line)
                 comment += "\nconsistency with " + job_log + ":\n" + "\n".join(lines)
-    except (ClusterFileError, FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
-    path = dump_cluster(spec, Path(out), comment)
+    except (ClusterFileError, ValueError, DatasetError) as exc:
+        _fail(str(exc))
+    except OSError as exc:  # FileNotFoundError and the like: the OS message names the file
+        _fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc))
+    try:
+        path = dump_cluster(spec, path, comment)
+    except OSError as exc:
+        _fail(f"--out {out}: cannot write: {exc.strerror or exc}")
     console.print(f"{spec.nodes} nodes, {spec.total_gpus} GPUs: {spec.describe()}")
     console.print(f"cluster file [bold]{path}[/bold]")
+
+
+def _fail(message: str) -> NoReturn:
+    """End the command: ``iadeep experiment cluster: error: <message>`` (one line) on stderr, exit code 2."""
+    from iadeep._climain import one_line
+
+    typer.echo(f"iadeep experiment cluster: error: {one_line(ValueError(message))}", err=True)
+    raise typer.Exit(2)

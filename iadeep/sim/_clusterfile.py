@@ -69,17 +69,47 @@ def _group(entry: Any, where: str) -> NodeGroup:
         raise ClusterFileError(f"{where}: {e}") from None
 
 
+def _read_csv(p: Path) -> pd.DataFrame:
+    """``p`` as a table of strings; a file that is not one raises :class:`ClusterFileError` naming it."""
+    try:
+        return pd.read_csv(p, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise
+    except pd.errors.EmptyDataError:
+        raise ClusterFileError(f"{p}: empty file (expected a CSV header line)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise ClusterFileError(f"{p}: not a CSV table: {' '.join(str(e).split())}") from None
+    except IsADirectoryError:
+        raise ClusterFileError(f"{p}: is a folder, not a CSV file") from None
+    except OSError as e:
+        raise ClusterFileError(f"{p}: cannot read: {e.strerror or e}") from None
+
+
+def _read_text(p: Path, what: str) -> str:
+    try:
+        return p.read_text()
+    except FileNotFoundError:
+        raise
+    except UnicodeDecodeError as e:
+        raise ClusterFileError(f"{p}: not a {what}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except IsADirectoryError:
+        raise ClusterFileError(f"{p}: is a folder, not a {what}") from None
+    except OSError as e:
+        raise ClusterFileError(f"{p}: cannot read: {e.strerror or e}") from None
+
+
 def load_cluster(path: str | PathLike[str]) -> ClusterSpec:
     """Read a YAML cluster file (see the module docstring).
 
     Raises:
         FileNotFoundError: no such file.
-        ClusterFileError: (a ``ValueError``) invalid YAML, no ``groups`` list, or a bad group
-            (the message names the file and the group's index).
+        ClusterFileError: (a ``ValueError``) a folder or unreadable file, invalid YAML, no
+            ``groups`` list, or a bad group (the message names the file and the group's index).
     """
     p = Path(path)
+    text = _read_text(p, "YAML cluster file")
     try:
-        doc = yaml.safe_load(p.read_text())
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ClusterFileError(f"{p}: invalid YAML: {e}") from None
     groups = doc.get("groups") if isinstance(doc, dict) else None
@@ -112,10 +142,12 @@ def cluster_from_openb(node_list: str | PathLike[str]) -> ClusterSpec:
     Nodes with no GPU are left out. GPU memory per model: :data:`GPU_MEM_GIB`.
 
     Raises:
-        ClusterFileError: a missing column, or a GPU count that is not a whole number (row named).
+        FileNotFoundError: no such file.
+        ClusterFileError: a folder, an empty file or one that is not CSV, a missing column, or a
+            GPU count that is not a whole number (the message names the file, and the row).
     """
     p = Path(node_list)
-    df = pd.read_csv(p, dtype=str, keep_default_na=False)
+    df = _read_csv(p)
     for col in ("sn", "gpu", "model"):
         if col not in df.columns:
             raise ClusterFileError(f"{p}: column {col!r} missing from the header {list(df.columns)}")
@@ -133,7 +165,7 @@ def cluster_from_openb(node_list: str | PathLike[str]) -> ClusterSpec:
 
 def _philly_machines(machine_list: str | PathLike[str]) -> pd.DataFrame:
     p = Path(machine_list)
-    df = pd.read_csv(p, dtype=str, keep_default_na=False)
+    df = _read_csv(p)
     df.columns = [c.strip() for c in df.columns]
     cols = {"machineId": None, "number of GPUs": None, "single GPU mem": None}
     for c in cols:
@@ -157,7 +189,9 @@ def cluster_from_philly(machine_list: str | PathLike[str]) -> ClusterSpec:
     Philly's GPUs are unnamed in the trace (the paper: 12 GB and 24 GB GPUs); the model is ``""``.
 
     Raises:
-        ClusterFileError: a missing column or a non-numeric value (row named).
+        FileNotFoundError: no such file.
+        ClusterFileError: a folder, an empty file or one that is not CSV, a missing column or a
+            non-numeric value (the message names the file, and the row).
     """
     m = _philly_machines(machine_list)
     counts: Counter = Counter((("", int(g), float(mem)) for g, mem in zip(m["gpus"], m["mem"]) if g > 0))
@@ -195,11 +229,20 @@ def philly_consistency(machine_list: str | PathLike[str], job_log: str | PathLik
     Reports machines listed with fewer GPUs than one attempt used on them, and machines used but
     not listed. Job-log entries that are not the documented shape are ignored here (the trace
     loader reports them).
+
+    Raises:
+        FileNotFoundError: either file missing.
+        ClusterFileError: the machine list as :func:`cluster_from_philly`; a job log that is a
+            folder or not JSON (the message names the file, and the line and column).
     """
     m = _philly_machines(machine_list)
     listed = dict(zip(m["machine"], m["gpus"].astype(int)))
     used: dict[str, int] = {}
-    log = json.loads(Path(job_log).read_text())
+    log_path = Path(job_log)
+    try:
+        log = json.loads(_read_text(log_path, "JSON job log"))
+    except json.JSONDecodeError as e:
+        raise ClusterFileError(f"{log_path}: not JSON: {e.msg}: line {e.lineno} column {e.colno}") from None
     for job in log if isinstance(log, list) else []:
         for att in (job.get("attempts") or []) if isinstance(job, dict) else []:
             for d in (att.get("detail") or []) if isinstance(att, dict) else []:

@@ -119,3 +119,66 @@ def test_cluster_command_writes_a_file_and_prints_the_report(tmp_path):
     assert "m3 (2 listed, 3 used)" in out.read_text()  # the report is kept in the file's comment
     res = CliRunner().invoke(app, ["experiment", "cluster", "--out", str(out)])
     assert res.exit_code == 2 and "exactly one of" in res.output
+
+
+def _cluster_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    from iadeep.cli import main
+
+    code = main(["experiment", "cluster", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(("case", "match"), [
+    ("no source", "give exactly one of --from-openb and --from-philly"),
+    ("job log not JSON", "trace.csv: not JSON: Expecting value: line 1 column 1"),
+    ("empty machine list", "empty.csv: empty file"),
+    ("folder as node list", "some_dir: is a folder, not a CSV file"),
+    ("missing node list", "nope.csv: No such file or directory"),
+    ("folder as --out", "--out some_dir: is a folder"),
+    ("file as --out's folder", "machines.csv is a file, not a folder"),
+])
+def test_cluster_command_bad_input_is_one_line_on_stderr(tmp_path, monkeypatch, capsys, case, match):
+    """Bad input to ``iadeep experiment cluster``: exit code 2, one stderr line naming the file, no traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "machines.csv").write_text(MACHINES)
+    (tmp_path / "trace.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "some_dir").mkdir()
+    argv = {"no source": ["--out", "x.yaml"],
+            "job log not JSON": ["--from-philly", "machines.csv", "--job-log", "trace.csv", "--out", "x.yaml"],
+            "empty machine list": ["--from-philly", "empty.csv", "--out", "x.yaml"],
+            "folder as node list": ["--from-openb", "some_dir", "--out", "x.yaml"],
+            "missing node list": ["--from-openb", "nope.csv", "--out", "x.yaml"],
+            "folder as --out": ["--from-philly", "machines.csv", "--out", "some_dir"],
+            "file as --out's folder": ["--from-philly", "machines.csv", "--out", "machines.csv/x.yaml"]}[case]
+    code, out, err = _cluster_cli(argv, capsys)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("iadeep experiment cluster: error: "), err
+    assert match in err and "Traceback" not in err + out
+    assert "error" not in out and not (tmp_path / "x.yaml").exists()
+
+
+def test_cluster_command_creates_the_out_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "machines.csv").write_text(MACHINES)
+    out = tmp_path / "new" / "sub" / "philly.yaml"
+    code, stdout, err = _cluster_cli(["--from-philly", "machines.csv", "--out", str(out)], capsys)
+    assert code == 0 and err == "", err
+    assert load_cluster(out).total_gpus == 18
+
+
+@pytest.mark.parametrize(("name", "text", "match"), [
+    ("empty.csv", "", "empty.csv: empty file"),
+    ("binary.csv", b"\xff\xfe\x00\x81", "binary.csv: not a CSV table"),
+])
+def test_node_lists_that_are_not_csv_name_the_file(tmp_path, name, text, match):
+    p = tmp_path / name
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    for read in (cluster_from_openb, cluster_from_philly):
+        with pytest.raises(ClusterFileError, match=match):
+            read(p)
+    with pytest.raises(ClusterFileError, match=f"{tmp_path}: is a folder"):
+        cluster_from_openb(tmp_path)
+    with pytest.raises(ClusterFileError, match=f"{tmp_path}: is a folder"):
+        load_cluster(tmp_path)
