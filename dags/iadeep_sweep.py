@@ -7,7 +7,8 @@
 Each mapped instance simulates every policy on one setting and writes its files under
 ``<out>/<start>-<load>-<seed>/``; with the Celery or Kubernetes executor the settings fan out
 over the workers (the output folder must be shared, e.g. the NFS export). ``combine`` writes
-``sweep.csv``, ``sweep.png`` and ``sweep.json`` (the guard figures against the packing baselines).
+``sweep.csv``, ``sweep.png`` and ``guard.json`` (the guard figures against the packing baselines, strict
+JSON as ``iadeep experiment sweep`` writes it: an undefined figure is ``null``).
 """
 
 from __future__ import annotations
@@ -64,10 +65,10 @@ def iadeep_sweep() -> None:
 
     @task
     def combine(prepared: dict[str, Any], results: list[list[dict[str, Any]]]) -> dict[str, Any]:
-        import json
         from pathlib import Path
 
         from iadeep.experiment._sweep import guard_figures, plot_sweep, sweep_table
+        from iadeep.report import write_json
 
         out = Path(prepared["config"]["out"])
         out.mkdir(parents=True, exist_ok=True)
@@ -75,8 +76,7 @@ def iadeep_sweep() -> None:
         df.to_csv(out / "sweep.csv", index=False)
         if f"avg_jct_vs_{prepared['reference']}" in df:
             plot_sweep(df, out / "sweep.png", prepared["reference"])
-        guard = guard_figures(df, prepared["reference"])
-        (out / "sweep.json").write_text(json.dumps(guard, indent=2) + "\n")
+        guard = write_json(out / "guard.json", guard_figures(df, prepared["reference"]))
         return {"out": str(out), "rows": len(df), "guard": guard}
 
     prepared = prepare()

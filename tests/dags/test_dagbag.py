@@ -98,3 +98,26 @@ def test_dag_files_stay_thin(dagbag) -> None:
             "print(bad)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_sweep_combine_writes_guard_json_strictly_as_the_cli_does(dagbag, tmp_path) -> None:
+    """``combine`` writes the guard figures as ``guard.json`` (the CLI's name) with the report's
+    strict writer: an undefined figure (here over exclusive's undefined avg JCT) is ``null``, never ``NaN``."""
+    import json
+    import math
+
+    combine = dagbag.dags["iadeep_sweep"].get_task("combine").python_callable
+    out = tmp_path / "sweep"
+    rows = [{"setting": "0-1-0", "policy": "iadeep", "avg_jct_s": 10.0},
+            {"setting": "0-1-0", "policy": "antman", "avg_jct_s": 20.0},
+            {"setting": "0-1-0", "policy": "exclusive", "avg_jct_s": math.nan}]
+    result = combine({"config": {"out": str(out)}, "reference": "iadeep"}, [rows])
+    assert not (out / "sweep.json").exists()
+
+    def no_nan(token: str) -> float:
+        raise AssertionError(f"guard.json holds {token}")
+
+    guard = json.loads((out / "guard.json").read_text(), parse_constant=no_nan)
+    assert guard["worst_vs_packing"] == 0.5
+    assert guard["worst_vs_exclusive"] is None and "worst_vs_exclusive" in guard["null_reasons"]
+    assert result["guard"] == guard
