@@ -124,8 +124,8 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
     if policy not in table:
         return out
     base = [p for p in packing if p in table]
-    if base:
-        ratio = table[policy] / table[base].min(axis=1)
+    ratio = table[policy] / table[base].min(axis=1) if base else None
+    if ratio is not None and ratio.notna().any():  # undefined everywhere (no job counted): no figures
         out.update(worst_vs_packing=float(ratio.max()), worst_setting=str(ratio.idxmax()),
                    median_vs_packing=float(ratio.median()),
                    above_packing=", ".join(f"{s} {r:.2f}" for s, r in ratio.sort_values(ascending=False).items()

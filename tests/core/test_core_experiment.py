@@ -75,6 +75,9 @@ def test_guard_figures_name_the_worst_setting():
     assert guard["worst_vs_exclusive"] == 0.75 and guard["met"] == "no"
     # s2: 2.4 / 4.0 = 0.6 > 0.5: no policy reaches half of exclusive's avg JCT there
     assert guard["floor_vs_exclusive"] == 0.6 and guard["unreachable_vs_exclusive"] == "s2"
+    # iadeep's avg JCT undefined on every setting (no job counted): no packing figures, no crash
+    undefined = pd.DataFrame(rows).assign(avg_jct_s=lambda d: d["avg_jct_s"].where(d["policy"] != "iadeep"))
+    assert guard_figures(undefined)["worst_vs_packing"] is None
 
 
 def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
