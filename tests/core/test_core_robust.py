@@ -227,3 +227,24 @@ def test_a_gang_head_with_a_free_gpu_counts_the_queue_even_for_a_bad_partner(mod
         assert out.loc["head", "start_s"] < 120  # once enough jobs queue behind it (the sixth, at 67 s)
     else:
         assert out.loc["head", "start_s"] >= 20 * HOUR
+
+
+@pytest.mark.parametrize("queue", ["kube", "fifo"])
+def test_a_share_packs_beside_other_shares_and_leaves_a_whole_gpu_for_a_whole_gpu_pod(model, queue):
+    """Shares partition a GPU without interference (the simulator's rule for openb, after the FGD
+    simulator, Weng et al., ATC'23), so a share placed on an empty GPU only fragments the cluster.
+    One node, 2 GPUs: a 10-h half-GPU pod runs on GPU 0; a second half-GPU pod arrives: packed
+    beside the first, it leaves GPU 1 whole, and the whole-GPU pod arriving next starts at once.
+    Spread onto GPU 1 ("a free GPU first", the rule before session 13), the two half-GPU pods
+    would hold both GPUs for 10 h and the whole-GPU pod would wait 10 h (openb under kube-scheduler's
+    queue: iadeep's avg JCT 357 h against antman's 124 h, its whole-GPU pods queueing 383 h against
+    111 h)."""
+    rows = [("half-a", 0, 10 * HOUR, 500.0), ("half-b", 60, 10 * HOUR, 500.0), ("whole", 120, 1 * HOUR, 1000.0)]
+    jobs = pd.DataFrame([{"job_id": j, "submit_time": t, "duration": d, "num_gpus": 1, "model": "ResNet-18", "batch_size": 32,
+                          "gpu_milli": m} for j, t, d, m in rows])
+    out = simulate(jobs, make_policy("iadeep", model), model, ClusterSpec(1, 2, 24.0),
+                   SimSettings(measurement_noise=0.0, queue=queue)).jobs.set_index("job_id")
+    assert out.loc["half-b", "placement"] == out.loc["half-a", "placement"]  # the same GPU
+    assert out.loc["whole", "queueing_s"] == 0.0
+    assert out.loc["whole", "placement"] != out.loc["half-a", "placement"]
+    assert out.loc["half-b", "jct_s"] == pytest.approx(10 * HOUR)  # packing cost the share nothing
