@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from iadeep._files import read_text
 from iadeep.jobtypes import JobType
 
 __all__ = ["GavelMeasurements", "GPU_TYPES"]
@@ -64,18 +65,9 @@ class GavelMeasurements:
         """
         path = Path(path)
         try:
-            with path.open() as fh:
-                raw = json.load(fh)
-        except FileNotFoundError:
-            raise
+            raw = json.loads(read_text(path, "throughputs JSON file"))
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not JSON: {e.msg}: line {e.lineno} column {e.colno}") from None
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not JSON: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        except IsADirectoryError:
-            raise ValueError(f"{path}: is a folder, not a throughputs JSON file") from None
-        except OSError as e:
-            raise ValueError(f"{path}: cannot read: {e.strerror or e}") from None
         table = raw.get(gpu_type) if isinstance(raw, dict) else None
         if isinstance(table, dict) and not table:
             raise ValueError(f"{path}: the {gpu_type!r} table is empty (no job type measured)")

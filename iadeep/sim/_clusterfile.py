@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from iadeep._files import read_text
 from iadeep.sim._config import ClusterSpec, NodeGroup
 
 __all__ = ["load_cluster", "dump_cluster", "cluster_from_openb", "cluster_from_philly", "philly_consistency",
@@ -85,19 +86,6 @@ def _read_csv(p: Path) -> pd.DataFrame:
         raise ClusterFileError(f"{p}: cannot read: {e.strerror or e}") from None
 
 
-def _read_text(p: Path, what: str) -> str:
-    try:
-        return p.read_text()
-    except FileNotFoundError:
-        raise
-    except UnicodeDecodeError as e:
-        raise ClusterFileError(f"{p}: not a {what}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except IsADirectoryError:
-        raise ClusterFileError(f"{p}: is a folder, not a {what}") from None
-    except OSError as e:
-        raise ClusterFileError(f"{p}: cannot read: {e.strerror or e}") from None
-
-
 def load_cluster(path: str | PathLike[str]) -> ClusterSpec:
     """Read a YAML cluster file (see the module docstring).
 
@@ -107,7 +95,7 @@ def load_cluster(path: str | PathLike[str]) -> ClusterSpec:
             ``groups`` list, or a bad group (the message names the file and the group's index).
     """
     p = Path(path)
-    text = _read_text(p, "YAML cluster file")
+    text = read_text(p, "YAML cluster file", ClusterFileError)
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -240,7 +228,7 @@ def philly_consistency(machine_list: str | PathLike[str], job_log: str | PathLik
     used: dict[str, int] = {}
     log_path = Path(job_log)
     try:
-        log = json.loads(_read_text(log_path, "JSON job log"))
+        log = json.loads(read_text(log_path, "JSON job log", ClusterFileError))
     except json.JSONDecodeError as e:
         raise ClusterFileError(f"{log_path}: not JSON: {e.msg}: line {e.lineno} column {e.colno}") from None
     for job in log if isinstance(log, list) else []:
