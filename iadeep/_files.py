@@ -23,3 +23,19 @@ def read_text(path: Path, what: str, error: type[Exception] = ValueError) -> str
         raise error(f"{path}: is a folder, not a {what}") from None
     except OSError as e:
         raise error(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def read_json(path: Path, what: str, error: type[Exception] = ValueError) -> object:
+    """The JSON document in ``path``, a ``what`` (e.g. ``"JSON job log"``): :func:`read_text`, then
+    parsed.
+
+    Raises:
+        FileNotFoundError: no such file.
+        error: as :func:`read_text`, or not JSON (``<path>: not JSON: <reason>: line L column C``).
+    """
+    import json
+
+    try:
+        return json.loads(read_text(path, what, error))
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not JSON: {e.msg}: line {e.lineno} column {e.colno}") from None

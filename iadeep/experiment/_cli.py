@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from iadeep._climain import usage_error
+from iadeep._climain import one_line, usage_error
 from iadeep._params import ConfigError
 from iadeep.experiment._config import DEFAULT_POLICIES, TRACE_DATASETS, ExperimentConfig
 
@@ -273,7 +273,7 @@ def compare_cmd(
             raise _input_error("compare", exc) from None
         except (ControlPlaneError, TimeoutError, RuntimeError, OSError) as exc:
             bar.stop()
-            typer.echo(f"iadeep experiment compare: error: {' '.join(str(exc).split())}", err=True)
+            typer.echo(f"iadeep experiment compare: error: {one_line(exc)}", err=True)
             raise typer.Exit(1) from None
     table = Table(title="Simulator-live parity (live relative to the simulator)")
     for col in ("policy", "avg JCT sim (h)", "avg JCT live (h)", "avg JCT", "p99", "makespan", "same partners",
@@ -299,7 +299,7 @@ def compare_cmd(
 def _input_error(command: str, exc: BaseException) -> typer.Exit:
     """Print an input error (a trace, a file, a window the trace does not have) as one line on
     stderr, ``iadeep experiment <command>: error: <message>``, and return the exit (code 2) to raise."""
-    typer.echo(f"iadeep experiment {command}: error: {' '.join(str(exc).split())}", err=True)
+    typer.echo(f"iadeep experiment {command}: error: {one_line(exc)}", err=True)
     return typer.Exit(2)
 
 

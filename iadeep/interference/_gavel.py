@@ -14,13 +14,12 @@ Notations:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from iadeep._files import read_text
+from iadeep._files import read_json
 from iadeep.jobtypes import JobType
 
 __all__ = ["GavelMeasurements", "GPU_TYPES"]
@@ -64,10 +63,7 @@ class GavelMeasurements:
                 number (the message names the key).
         """
         path = Path(path)
-        try:
-            raw = json.loads(read_text(path, "throughputs JSON file"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not JSON: {e.msg}: line {e.lineno} column {e.colno}") from None
+        raw = read_json(path, "throughputs JSON file")
         table = raw.get(gpu_type) if isinstance(raw, dict) else None
         if isinstance(table, dict) and not table:
             raise ValueError(f"{path}: the {gpu_type!r} table is empty (no job type measured)")

@@ -19,7 +19,6 @@ job log (:func:`philly_consistency`).
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from iadeep._files import read_text
+from iadeep._files import read_json, read_text
 from iadeep.sim._config import ClusterSpec, NodeGroup
 
 __all__ = ["load_cluster", "dump_cluster", "cluster_from_openb", "cluster_from_philly", "philly_consistency",
@@ -226,11 +225,7 @@ def philly_consistency(machine_list: str | PathLike[str], job_log: str | PathLik
     m = _philly_machines(machine_list)
     listed = dict(zip(m["machine"], m["gpus"].astype(int)))
     used: dict[str, int] = {}
-    log_path = Path(job_log)
-    try:
-        log = json.loads(read_text(log_path, "JSON job log", ClusterFileError))
-    except json.JSONDecodeError as e:
-        raise ClusterFileError(f"{log_path}: not JSON: {e.msg}: line {e.lineno} column {e.colno}") from None
+    log = read_json(Path(job_log), "JSON job log", ClusterFileError)
     for job in log if isinstance(log, list) else []:
         for att in (job.get("attempts") or []) if isinstance(job, dict) else []:
             for d in (att.get("detail") or []) if isinstance(att, dict) else []:
