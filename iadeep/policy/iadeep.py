@@ -153,6 +153,15 @@ def _smallest(x: np.ndarray, n: int) -> np.ndarray:
     return x.argsort(kind="stable")[:n]
 
 
+def _slowest_extra(own: np.ndarray) -> float:
+    """How much a gang's delay on its slowest chosen GPU exceeds the mean of its delays (s):
+    a gang progresses at its slowest GPU, so that delay is its own (``own``: its delay beside
+    each chosen partner; NaN-free). 0 when none is finite (a choice already priced infinite)."""
+    if not np.isfinite(own).all():
+        return 0.0
+    return float(own.max() - own.mean())
+
+
 #: GPUs remembered as freeing up soonest (IADeep._remember_soonest)
 _SOONEST = 8
 
@@ -333,15 +342,23 @@ class IADeep(Policy):
         k_p = view.job_num_gpus.take(first)
         rate = view.job_rate.take(first)
         np.maximum(rate, 1e-6, out=rate)
-        base = (t_new - job.remaining_s) + k_p * (t_part - r_p / rate)
+        own = t_new - job.remaining_s
+        part = k_p * (t_part - r_p / rate)
+        need = k - n_free
+        # A gang with nobody blocked behind it: its own delay (that of its slowest shared GPU) and
+        # its wait count once, not once per shared GPU (module docstring: a gang's delay and wait).
+        # Ranked by the mean of its delays; the slowest one is charged below.
+        once = need > 1 and job.jobs_behind <= 0
+        base = own / need + part if once else own + part
         # A pair predicted to progress less than taking turns on the GPU (a + b < 1) is formed for
         # the two jobs' own sake, and for the queue's only when the head would otherwise leave
         # free GPUs idle (module docstring: a gang head stuck behind bad partners).
         good = a + b >= 1.0
-        need = k - n_free
         good_base = np.where(good, base, np.inf)
         order = _smallest(good_base, need)
         cost = float(good_base[order[0]] if need == 1 else good_base[order].sum())  # a one-element sum is the element
+        if once:
+            cost += _slowest_extra(own[order])
         if cost < 0:  # sharing beats even an immediate free GPU: no need to estimate the wait
             reason = f"co-located: predicted saving {-cost:.0f} job-seconds"
         else:
@@ -350,9 +367,14 @@ class IADeep(Policy):
             wait = self.expected_wait_s(job, view, n_free)
             blocked = job.jobs_behind
             bad_weight = (1.0 + blocked / need if n_free else 1.0) if self.bad_pairs_when_waiting else 0.0
-            delta = base - wait * np.where(good, 1.0 + blocked / need, bad_weight)
+            credit = wait * np.where(good, 1.0 + blocked / need, bad_weight)
+            if once:  # the gang's wait once, spread over its shared GPUs (blocked = 0 here)
+                credit /= need
+            delta = base - credit
             order = _smallest(delta, need)
             gain = -float(delta[order[0]] if need == 1 else delta[order].sum())
+            if once:
+                gain -= _slowest_extra(own[order])
             if gain <= 0:
                 return self._preempt_or_wait(job, view, free, Wait(
                     job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU"), wait)

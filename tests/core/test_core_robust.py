@@ -248,3 +248,36 @@ def test_a_share_packs_beside_other_shares_and_leaves_a_whole_gpu_for_a_whole_gp
     assert out.loc["whole", "queueing_s"] == 0.0
     assert out.loc["whole", "placement"] != out.loc["half-a", "placement"]
     assert out.loc["half-b", "jct_s"] == pytest.approx(10 * HOUR)  # packing cost the share nothing
+
+
+
+@pytest.mark.parametrize("queue", ["kube", "fifo"])
+@pytest.mark.parametrize("gang_h, shares", [(3.5, False), (2.0, True)])
+def test_a_gang_counts_its_own_delay_and_wait_once_not_once_per_shared_gpu(model, queue, gang_h, shares):
+    """One node, 4 GPUs. Two 4-h A3C jobs run alone on GPUs 0 and 1; a minute later a 4-GPU
+    CycleGAN gang of ``R`` hours arrives, nobody behind it. It could take the two free GPUs and
+    share GPUs 0 and 1: measured, it keeps a = 0.715 of its speed there, each A3C b = 0.636 (a
+    good pair; both have one batch size, so no tuning changes it). Shared, the gang ends first,
+    R / a later (its delay ``R (1/a - 1)``), and each partner is ``R (1 - b) / a`` late; waiting,
+    it starts when the partners end, W = 14,340 s later, and nobody else is touched.
+
+    - R = 3.5 h: sharing costs 5,022 + 2 x 6,413 = 17,849 job-seconds against 14,340 for the wait,
+      so the gang waits; summed JCTs 55,740 s against 59,250 s shared. Counted once per shared GPU
+      (the rule before session 14) its delay and wait weighed twice: 2 x 5,022 + 2 x 6,413 =
+      22,872 < 2 x 14,340, and it shared.
+    - R = 2 h: 10,198 against 14,340: it shares at once, summed JCTs 46,200 s against 50,340 s
+      waiting: the rule does not stop a gang from sharing where sharing pays.
+
+    Found under kube-scheduler's queue on ITP cluster03, where iadeep's 8- and 16-GPU gangs took
+    every GPU's room and its 1-GPU pods queued 13-43 h against gandiva's 1.2 h (README)."""
+    rows = [("part-0", 0, 4 * HOUR, 1, "A3C", 1), ("part-1", 0, 4 * HOUR, 1, "A3C", 1),
+            ("gang", 60, gang_h * HOUR, 4, "CycleGAN", 1)]
+    out = simulate(_jobs(rows), make_policy("iadeep", model, predictor="oracle"), model, ClusterSpec(1, 4, 32.0),
+                   SimSettings(measurement_noise=0.0, queue=queue)).jobs.set_index("job_id")
+    if shares:
+        assert out.loc["gang", "start_s"] == 60.0 and out.loc["gang", "colocations"] == 2
+        assert out["jct_s"].sum() == pytest.approx(46_200, rel=0.01)
+    else:
+        assert out.loc["gang", "start_s"] == pytest.approx(4 * HOUR)  # when the partners' GPUs free up
+        assert out.loc["gang", "colocations"] == 0
+        assert out["jct_s"].sum() == pytest.approx(55_740)
