@@ -36,6 +36,25 @@ Placement (IADeep's first challenge: mitigating interference vs. making progress
   2.27 h; the only loss: itp-cluster05-0-1-1 0.88 to 0.92. A middle count (the jobs that could
   start on the shareable GPUs plus the GPUs that free up within ``W``) gained less (median 0.965,
   worst 1.08). Under kube-scheduler's queue ``jobs_behind = 0``: nothing changes there.
+* a gang's delay and wait count once when nobody is blocked behind it (``jobs_behind = 0``: always
+  under kube-scheduler's queue; under FIFO the last job queued). A job's completion time counts
+  once in the summed JCT however many GPUs it holds, and a gang progresses at its slowest GPU:
+  its delay when it shares is that of its slowest shared GPU, weighed against its wait ``W``,
+  once; the partners' delays are summed as before. The rule until session 14 summed the gang's
+  delay and its wait over its ``need`` shared GPUs, so a gang's wait weighed ``need`` times
+  against its partners' delays and gangs shared wherever their own wait was long. Found under
+  kube-scheduler's queue on ITP cluster03 (20 GPUs, 8- and 16-GPU gangs): the gangs, pending
+  ahead of the 1-GPU pods, took every GPU's room as it freed (all 20 GPUs held by pairs of
+  gangs), and the 1-GPU pods queued 13-43 h (gandiva 1.2 h) on every one of seeds 0-9. Measured
+  (``iadeep experiment sweep``; iadeep's avg JCT / the better of antman and gandiva): ITP
+  cluster03 under kube, seeds 0-9: median 1.14 to 1.01, settings above 1.05 six to three (worst
+  1.53 to 1.33); the kube sweep of ``make results`` (16 settings): worst 1.20 to 1.18, median
+  0.906 to 0.899; the kube settings beyond it (34): worst 1.53 to 1.06, median 0.893 to 0.883;
+  the FIFO sweep (22): worst 1.08 unchanged, median 0.942 to 0.945 (0-1-0 0.84 to 0.95); FIFO
+  beyond it (34): median 0.957 unchanged, 30000-1-3 1.40 to 1.67 (an overloaded window, where
+  every rule change tried moved it by tens of percent). With jobs blocked behind (FIFO) the
+  per-GPU count stays: applied there too, the FIFO sweep's worst went to 1.12 and 30000-1-3 to
+  2.1. ``tests/core/test_core_robust.py`` holds the rule on a hand-made trace under both queues;
 * under kube-scheduler's queue nothing waits behind a pod (``jobs_behind = 0``), but the pending
   pods created before it take freed GPUs first, so its ``gpus_ahead`` (the GPUs they need) is what
   makes ``W`` honest there: the extender reads them from the pods it follows, the simulator's
