@@ -193,9 +193,14 @@ def test_coordinator_killed_mid_session_resumes(etcd_store, etcd_settings, tuner
                  what="final sizes in effect")
         # the restarted process ran the owed session to its end, measuring rounds itself; a round
         # past its deadline under a loaded machine ends it as ``deadline`` (best so far applied)
-        counts = _counters(httpx.get(coord.url + "/metrics", trust_env=False).text)
+        # the session is acknowledged in etcd before the service counts it: wait for the count
+        def ended_sessions():
+            counts = _counters(httpx.get(coord.url + "/metrics", trust_env=False).text)
+            return counts, {k: v for k, v in counts.items() if k.startswith("iadeep_coordinator_sessions_total")}
+
+        counts, ended = wait_for(ended_sessions, lambda c: sum(c[1].values()) >= 1, timeout=20,
+                                 what="the session counted in /metrics")
         log = coord.log()[-3000:]
-        ended = {k: v for k, v in counts.items() if k.startswith("iadeep_coordinator_sessions_total")}
         assert sum(ended.values()) == 1 and set(ended) <= {
             'iadeep_coordinator_sessions_total{outcome="converged"}',
             'iadeep_coordinator_sessions_total{outcome="deadline"}'}, (ended, log)
