@@ -130,6 +130,7 @@ the batch sizes of all jobs on it; a job left alone returns to its submitted bat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from dataclasses import replace
 
@@ -170,6 +171,42 @@ def _smallest(x: np.ndarray, n: int) -> np.ndarray:
     if n == 1 and len(x):
         return np.array([x.argmin()])  # methods, not np.argmin: the same, without numpy's Python wrapper
     return x.argsort(kind="stable")[:n]
+
+
+def _gang_choice(own: np.ndarray, rest: np.ndarray, need: int) -> tuple[np.ndarray, float]:
+    """The ``need`` positions minimising ``max(own[chosen]) + sum(rest[chosen])`` and that minimum.
+
+    Exact: the best choice's slowest position has some delay ``own[j]``; among the positions no
+    slower than it, the ``need`` smallest ``rest`` are the best for that bound. One pass in order
+    of ``own`` keeps them in a heap. ``rest`` may hold ``inf`` (a partner not allowed).
+    """
+    import heapq
+
+    heap: list[tuple[float, int]] = []  # (-rest, position): the need smallest rest so far
+    total, n_inf = 0.0, 0  # the sum of their finite rest, and how many are infinite
+    best, best_at = math.inf, None
+    for i in own.argsort(kind="stable").tolist():
+        r = float(rest[i])
+        if len(heap) == need:
+            if not r < -heap[0][0]:
+                continue  # not among the need best: this bound is no better than an earlier one
+            out = -heapq.heappop(heap)[0]
+            if math.isinf(out):
+                n_inf -= 1
+            else:
+                total -= out
+        heapq.heappush(heap, (-r, i))
+        if math.isinf(r):
+            n_inf += 1
+        else:
+            total += r
+        if len(heap) == need and not n_inf:
+            value = float(own[i]) + total
+            if value < best:
+                best, best_at = value, [j for _, j in heap]
+    if best_at is None:  # every choice is infinite: the need smallest rest, priced infinite
+        return _smallest(rest, need), math.inf
+    return np.array(best_at), best
 
 
 def _slowest_extra(own: np.ndarray) -> float:
@@ -373,11 +410,12 @@ class IADeep(Policy):
         # the two jobs' own sake, and for the queue's only when the head would otherwise leave
         # free GPUs idle (module docstring: a gang head stuck behind bad partners).
         good = a + b >= 1.0
-        good_base = np.where(good, base, np.inf)
-        order = _smallest(good_base, need)
-        cost = float(good_base[order[0]] if need == 1 else good_base[order].sum())  # a one-element sum is the element
         if once:
-            cost += _slowest_extra(own[order])
+            order, cost = _gang_choice(own, np.where(good, part, np.inf), need)
+        else:
+            good_base = np.where(good, base, np.inf)
+            order = _smallest(good_base, need)
+            cost = float(good_base[order[0]] if need == 1 else good_base[order].sum())  # a one-element sum is the element
         if cost < 0:  # sharing beats even an immediate free GPU: no need to estimate the wait
             reason = f"co-located: predicted saving {-cost:.0f} job-seconds"
         else:
@@ -389,11 +427,13 @@ class IADeep(Policy):
             credit = wait * np.where(good, 1.0 + blocked / need, bad_weight)
             if once:  # the gang's wait once, spread over its shared GPUs (blocked = 0 here)
                 credit /= need
-            delta = base - credit
-            order = _smallest(delta, need)
-            gain = -float(delta[order[0]] if need == 1 else delta[order].sum())
             if once:
-                gain -= _slowest_extra(own[order])
+                order, value = _gang_choice(own, part - credit, need)
+                gain = -value
+            else:
+                delta = base - credit
+                order = _smallest(delta, need)
+                gain = -float(delta[order[0]] if need == 1 else delta[order].sum())
             if gain <= 0:
                 return self._preempt_or_wait(job, view, free, Wait(
                     job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU"), wait)

@@ -6,8 +6,14 @@ Each test argues its expected outcome from the scenario; see the module docstrin
 
 from __future__ import annotations
 
+import itertools
+import math
+
+import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from iadeep.policy import make_policy
 from iadeep.sim import ClusterSpec, SimSettings, simulate
@@ -281,3 +287,29 @@ def test_a_gang_counts_its_own_delay_and_wait_once_not_once_per_shared_gpu(model
         assert out.loc["gang", "start_s"] == pytest.approx(4 * HOUR)  # when the partners' GPUs free up
         assert out.loc["gang", "colocations"] == 0
         assert out["jct_s"].sum() == pytest.approx(55_740)
+
+
+@given(st.integers(1, 5).flatmap(lambda need: st.tuples(
+    st.just(need),
+    st.lists(st.tuples(st.floats(-1e4, 1e5, allow_nan=False), st.one_of(st.floats(-1e5, 1e5, allow_nan=False),
+                                                                      st.just(math.inf))),
+             min_size=need, max_size=9))))
+@settings(max_examples=300, deadline=None)
+def test_a_gangs_choice_of_shared_gpus_is_the_exact_minimum(case):
+    """The gang rule prices a choice of ``need`` shared GPUs at its slowest delay plus the rest
+    (``max(own) + sum(rest)``); ``_gang_choice`` must find the cheapest choice, as trying every
+    combination does (ranking by the mean delay, as the rule first did, misses it: one slow GPU
+    among fast ones costs the gang its whole run)."""
+    from iadeep.policy.iadeep import _gang_choice
+
+    need, pairs = case
+    own = np.array([o for o, _ in pairs])
+    rest = np.array([r for _, r in pairs])
+    order, value = _gang_choice(own, rest, need)
+    best = min(float(own[list(c)].max() + rest[list(c)].sum()) for c in itertools.combinations(range(len(own)), need))
+    assert len(set(order.tolist())) == need
+    if math.isinf(best):
+        assert math.isinf(value)
+        return
+    assert value == pytest.approx(best, rel=1e-9, abs=1e-6)
+    assert float(own[order].max() + rest[order].sum()) == pytest.approx(value, rel=1e-9, abs=1e-6)
