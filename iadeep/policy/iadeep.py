@@ -40,21 +40,26 @@ Placement (IADeep's first challenge: mitigating interference vs. making progress
   under kube-scheduler's queue; under FIFO the last job queued). A job's completion time counts
   once in the summed JCT however many GPUs it holds, and a gang progresses at its slowest GPU:
   its delay when it shares is that of its slowest shared GPU, weighed against its wait ``W``,
-  once; the partners' delays are summed as before. The rule until session 14 summed the gang's
-  delay and its wait over its ``need`` shared GPUs, so a gang's wait weighed ``need`` times
-  against its partners' delays and gangs shared wherever their own wait was long. Found under
-  kube-scheduler's queue on ITP cluster03 (20 GPUs, 8- and 16-GPU gangs): the gangs, pending
-  ahead of the 1-GPU pods, took every GPU's room as it freed (all 20 GPUs held by pairs of
-  gangs), and the 1-GPU pods queued 13-43 h (gandiva 1.2 h) on every one of seeds 0-9. Measured
-  (``iadeep experiment sweep``; iadeep's avg JCT / the better of antman and gandiva): ITP
-  cluster03 under kube, seeds 0-9: median 1.14 to 1.01, settings above 1.05 six to three (worst
-  1.53 to 1.33); the kube sweep of ``make results`` (16 settings): worst 1.20 to 1.18, median
-  0.906 to 0.899; the kube settings beyond it (34): worst 1.53 to 1.06, median 0.893 to 0.883;
-  the FIFO sweep (22): worst 1.08 unchanged, median 0.942 to 0.945 (0-1-0 0.84 to 0.95); FIFO
-  beyond it (34): median 0.957 unchanged, 30000-1-3 1.40 to 1.67 (an overloaded window, where
-  every rule change tried moved it by tens of percent). With jobs blocked behind (FIFO) the
-  per-GPU count stays: applied there too, the FIFO sweep's worst went to 1.12 and 30000-1-3 to
-  2.1. ``tests/core/test_core_robust.py`` holds the rule on a hand-made trace under both queues;
+  once; the partners' delays are summed as before. It takes the shared GPUs that minimise that
+  price, its slowest delay plus its partners' delays (:func:`_gang_choice`, exact), not the ones
+  with the smallest delays on average: one slow partner among fast ones sets the gang's pace.
+  The rule until session 14 summed the gang's delay and its wait over its ``need`` shared GPUs,
+  so a gang's wait weighed ``need`` times against its partners' delays and gangs shared wherever
+  their own wait was long. Found under kube-scheduler's queue on ITP cluster03 (20 GPUs, 8- and
+  16-GPU gangs): the gangs, pending ahead of the 1-GPU pods, took every GPU's room as it freed
+  (all 20 GPUs held by pairs of gangs), and the 1-GPU pods queued 13-43 h (gandiva 1.2 h) on
+  every one of seeds 0-9. Measured (``iadeep experiment sweep``; iadeep's avg JCT / the better
+  of antman and gandiva), before and after: ITP cluster03 under kube, seeds 0-9, median 1.14 to
+  1.01, settings above 1.05 six to two (worst 1.53 to 1.17); the kube sweep of ``make results``
+  worst 1.20 (itp-cluster03-0-1-0) to 1.03 (20000-2-1), median 0.91 unchanged; the kube
+  settings beyond it (34), worst 1.53 to 1.06, median 0.893 to 0.878; the FIFO sweep (22), worst
+  1.08 unchanged, median 0.942 to 0.945 (0-1-0 0.84 to 0.95); FIFO beyond it (34), median 0.957
+  unchanged, worst 1.40 (30000-1-3) to 1.38 (50000-2-3, unchanged), 30000-1-3 1.26. Choosing
+  the GPUs by their mean delay instead (the rule's first version): cluster03 three seeds above
+  1.05 (1.18 on seed 0), FIFO 30000-1-3 1.67. With jobs blocked behind (FIFO) the per-GPU count
+  stays: applied there too, the FIFO sweep's worst went to 1.12 and 30000-1-3 to 2.1.
+  ``tests/core/test_core_robust.py`` holds the rule on a hand-made trace under both queues and
+  checks the choice against every combination;
 * under kube-scheduler's queue nothing waits behind a pod (``jobs_behind = 0``), but the pending
   pods created before it take freed GPUs first, so its ``gpus_ahead`` (the GPUs they need) is what
   makes ``W`` honest there: the extender reads them from the pods it follows, the simulator's
@@ -207,15 +212,6 @@ def _gang_choice(own: np.ndarray, rest: np.ndarray, need: int) -> tuple[np.ndarr
     if best_at is None:  # every choice is infinite: the need smallest rest, priced infinite
         return _smallest(rest, need), math.inf
     return np.array(best_at), best
-
-
-def _slowest_extra(own: np.ndarray) -> float:
-    """How much a gang's delay on its slowest chosen GPU exceeds the mean of its delays (s):
-    a gang progresses at its slowest GPU, so that delay is its own (``own``: its delay beside
-    each chosen partner; NaN-free). 0 when none is finite (a choice already priced infinite)."""
-    if not np.isfinite(own).all():
-        return 0.0
-    return float(own.max() - own.mean())
 
 
 #: GPUs remembered as freeing up soonest (IADeep._remember_soonest)
@@ -403,9 +399,8 @@ class IADeep(Policy):
         need = k - n_free
         # A gang with nobody blocked behind it: its own delay (that of its slowest shared GPU) and
         # its wait count once, not once per shared GPU (module docstring: a gang's delay and wait).
-        # Ranked by the mean of its delays; the slowest one is charged below.
         once = need > 1 and job.jobs_behind <= 0
-        base = own / need + part if once else own + part
+        base = own + part
         # A pair predicted to progress less than taking turns on the GPU (a + b < 1) is formed for
         # the two jobs' own sake, and for the queue's only when the head would otherwise leave
         # free GPUs idle (module docstring: a gang head stuck behind bad partners).
@@ -426,9 +421,7 @@ class IADeep(Policy):
             bad_weight = (1.0 + blocked / need if n_free else 1.0) if self.bad_pairs_when_waiting else 0.0
             credit = wait * np.where(good, 1.0 + blocked / need, bad_weight)
             if once:  # the gang's wait once, spread over its shared GPUs (blocked = 0 here)
-                credit /= need
-            if once:
-                order, value = _gang_choice(own, part - credit, need)
+                order, value = _gang_choice(own, part - credit / need, need)
                 gain = -value
             else:
                 delta = base - credit
