@@ -375,7 +375,8 @@ class LocalCluster:
         ``round_s_mean`` (wall s per round: one trial's measurement window, as long as the
         machine makes it), ``sessions`` by outcome; ``{}`` without a coordinator."""
         import httpx
-        from prometheus_client.parser import text_string_to_metric_families
+
+        from iadeep._prometheus import samples as read_samples
 
         coord = [p for p in getattr(self, "_procs", []) if "coordinator" in p.log_path.stem]
         if not coord:
@@ -385,8 +386,7 @@ class LocalCluster:
         except httpx.HTTPError as exc:
             log.warning("coordinator metrics: %s", exc)
             return {}
-        samples = {(m.name, tuple(sorted(m.labels.items()))): m.value
-                   for fam in text_string_to_metric_families(text) for m in fam.samples}
+        samples = read_samples(text)
         n = samples.get(("iadeep_coordinator_round_seconds_count", ()), 0.0)
         total = samples.get(("iadeep_coordinator_round_seconds_sum", ()), 0.0)
         sessions = {dict(k).get("outcome", ""): int(v) for (name, k), v in samples.items()

@@ -135,6 +135,7 @@ the batch sizes of all jobs on it; a job left alone returns to its submitted bat
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Hashable
 from dataclasses import replace
@@ -185,8 +186,6 @@ def _gang_choice(own: np.ndarray, rest: np.ndarray, need: int) -> tuple[np.ndarr
     slower than it, the ``need`` smallest ``rest`` are the best for that bound. One pass in order
     of ``own`` keeps them in a heap. ``rest`` may hold ``inf`` (a partner not allowed).
     """
-    import heapq
-
     heap: list[tuple[float, int]] = []  # (-rest, position): the need smallest rest so far
     total, n_inf = 0.0, 0  # the sum of their finite rest, and how many are infinite
     best, best_at = math.inf, None

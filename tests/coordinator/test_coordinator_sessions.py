@@ -13,6 +13,7 @@ import time
 import httpx
 from prometheus_client import generate_latest
 
+from iadeep._prometheus import samples as metric_samples
 from iadeep.jobtypes import JobType
 from iadeep.coordinator import CoordinatorService, CoordinatorSettings, RoundSettings
 from iadeep.state import EtcdStateStore, GpuInfo, JobRecord, Measurement, NodeInventory
@@ -192,33 +193,20 @@ def test_coordinator_killed_mid_session_resumes(etcd_store, etcd_settings, tuner
         wait_for(lambda: in_effect(store, {p: a.batch_size for p, a in final.items()}), bool, timeout=20,
                  what="final sizes in effect")
         # the restarted process ran the owed session to its end, measuring rounds itself; a round
-        # past its deadline under a loaded machine ends it as ``deadline`` (best so far applied)
-        # the session is acknowledged in etcd before the service counts it: wait for the count
+        # past its deadline under a loaded machine ends it as ``deadline`` (best so far applied).
+        # The session is acknowledged in etcd before the service counts it: wait for the count.
         def ended_sessions():
-            counts = _counters(httpx.get(coord.url + "/metrics", trust_env=False).text)
-            return counts, {k: v for k, v in counts.items() if k.startswith("iadeep_coordinator_sessions_total")}
+            counts = metric_samples(httpx.get(coord.url + "/metrics", trust_env=False).text)
+            return counts, {dict(labels)["outcome"]: v for (name, labels), v in counts.items()
+                            if name == "iadeep_coordinator_sessions_total"}
 
         counts, ended = wait_for(ended_sessions, lambda c: sum(c[1].values()) >= 1, timeout=20,
                                  what="the session counted in /metrics")
         log = coord.log()[-3000:]
-        assert sum(ended.values()) == 1 and set(ended) <= {
-            'iadeep_coordinator_sessions_total{outcome="converged"}',
-            'iadeep_coordinator_sessions_total{outcome="deadline"}'}, (ended, log)
-        assert counts["iadeep_coordinator_rounds_total"] >= 1, log
+        assert sum(ended.values()) == 1 and set(ended) <= {"converged", "deadline"}, (ended, log)
+        assert counts[("iadeep_coordinator_rounds_total", ())] >= 1, log
     finally:
         coord.kill()
-
-
-def _counters(text: str) -> dict[str, float]:
-    """``name{labels}`` -> value of every sample in a Prometheus text exposition."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
-    return out
 
 
 def test_a_measurement_that_never_comes_ends_the_round_at_its_deadline(etcd_store, etcd_settings, tuner, jobs,

@@ -256,7 +256,6 @@ def test_a_share_packs_beside_other_shares_and_leaves_a_whole_gpu_for_a_whole_gp
     assert out.loc["half-b", "jct_s"] == pytest.approx(10 * HOUR)  # packing cost the share nothing
 
 
-
 @pytest.mark.parametrize("queue", ["kube", "fifo"])
 @pytest.mark.parametrize("gang_h, shares", [(3.5, False), (2.0, True)])
 def test_a_gang_counts_its_own_delay_and_wait_once_not_once_per_shared_gpu(model, queue, gang_h, shares):
