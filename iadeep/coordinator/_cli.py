@@ -5,7 +5,6 @@ Flags override the ``IADEEP_COORDINATOR_*`` environment (see :class:`Coordinator
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -27,8 +26,7 @@ def run(settings: object) -> None:
     Raises:
         typer.Exit: (code 2) an unusable configuration, with a one-line message.
     """
-    import uvicorn
-
+    from iadeep._serving import configure_logging, serve_http
     from iadeep.coordinator._service import CoordinatorService
     from iadeep.coordinator._settings import CoordinatorSettings
     from iadeep.interference import InterferenceModel
@@ -36,7 +34,7 @@ def run(settings: object) -> None:
     from iadeep.tuner import TunerClient
 
     assert isinstance(settings, CoordinatorSettings)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level)
     try:
         if not settings.throughputs_file.is_file():
             raise FileNotFoundError(f"throughputs file {settings.throughputs_file} does not exist")
@@ -46,10 +44,8 @@ def run(settings: object) -> None:
         typer.echo(f"iadeep coordinator: cannot start: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(2) from None
     service = CoordinatorService(settings, store=store, tuner=TunerClient(settings.tuner_url), model=model).start()
-    try:
-        uvicorn.run(service.app(), host=settings.host, port=settings.port, log_level="warning")
-    finally:
-        service.stop(timeout_s=5)
+    # SIGTERM: sessions finish their current wait, then the process exits 0
+    serve_http(service.app(), host=settings.host, port=settings.port, on_stop=lambda: service.stop(timeout_s=5))
 
 
 @app.command("serve")

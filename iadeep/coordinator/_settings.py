@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from iadeep._serving import HttpUrl, LogLevel, node_name
 from iadeep.state import StateSettings
 from iadeep.tuner._strategy import DEFAULT_TRIALS
 
@@ -66,7 +67,7 @@ class CoordinatorSettings(BaseSettings):
 
     node: str = ""
     all_nodes: bool = False
-    tuner_url: str = Field(min_length=1)
+    tuner_url: HttpUrl
     throughputs_file: Path
     gpu_type: str = "v100"
     host: str = "127.0.0.1"
@@ -75,10 +76,14 @@ class CoordinatorSettings(BaseSettings):
     retry_backoff_s: float = Field(0.5, gt=0)
     round: RoundSettings = Field(default_factory=RoundSettings)
     etcd: StateSettings = Field(default_factory=StateSettings)
-    log_level: str = "INFO"
+    log_level: LogLevel = "INFO"
 
     @model_validator(mode="after")
     def _one_scope(self) -> CoordinatorSettings:
-        if bool(self.node) == self.all_nodes:
+        if self.node and self.all_nodes:
             raise ValueError("set either node (this node's name) or all_nodes (every node's requests), not both")
+        if not self.node and not self.all_nodes:
+            raise ValueError("set node (this node's name) or all_nodes (every node's requests)")
+        if self.node:
+            node_name(self.node)  # a Kubernetes node name, or ValueError naming it
         return self

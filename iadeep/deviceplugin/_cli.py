@@ -5,7 +5,6 @@ Flags override the ``IADEEP_DEVICEPLUGIN_*`` environment (see :class:`DevicePlug
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -43,8 +42,7 @@ def run(settings: object) -> None:
         typer.Exit: (code 2) an unusable configuration (no NVML without ``--backend emulated``,
             no kubeconfig), with a one-line message.
     """
-    import uvicorn
-
+    from iadeep._serving import configure_logging, serve_http
     from iadeep.deviceplugin._allocate import KubernetesPodApi
     from iadeep.deviceplugin._gpus import EmulatedBackend, NvmlBackend
     from iadeep.deviceplugin._service import DevicePluginService
@@ -52,7 +50,7 @@ def run(settings: object) -> None:
     from iadeep.state import EtcdStateStore
 
     assert isinstance(settings, DevicePluginSettings)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level)
     try:
         if settings.backend == "emulated":
             e = settings.emulated
@@ -66,10 +64,8 @@ def run(settings: object) -> None:
         typer.echo(f"iadeep deviceplugin: cannot start: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(2) from None
     service = DevicePluginService(settings, backend=backend, store=store, pods=pods).start()  # type: ignore[arg-type]
-    try:
-        uvicorn.run(service.app(), host=settings.host, port=settings.port, log_level="warning")
-    finally:
-        service.stop()
+    # SIGTERM (the kubelet stopping the pod): the sockets are removed, then the process exits 0
+    serve_http(service.app(), host=settings.host, port=settings.port, on_stop=service.stop)
 
 
 @app.command("serve")
@@ -81,7 +77,10 @@ def serve(
     emulated_mem_gib: Annotated[int | None, typer.Option(help="Memory of each emulated GPU (GiB).")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default: $KUBECONFIG, ~/.kube/config).")] = None,
     in_cluster: Annotated[bool, typer.Option(help="Use the pod's service account.")] = False,
+    gpu_model: Annotated[str | None, typer.Option(help="GPU model name to publish (default: NVML's or the emulated one).")] = None,
+    host: Annotated[str | None, typer.Option(help="Health listen address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Health port (default 8892).")] = None,
+    log_level: Annotated[str | None, typer.Option(help="Logging level (default info).")] = None,
 ) -> None:
     """Advertise the node's GPUs to the kubelet and allocate them to the pods the extender bound."""
     from pydantic import ValidationError
@@ -89,7 +88,8 @@ def serve(
     from iadeep.deviceplugin._settings import DevicePluginSettings
 
     data: dict[str, object] = {k: v for k, v in {"node": node, "socket_dir": socket_dir, "backend": backend,
-                                                 "port": port}.items() if v is not None}
+                                                 "gpu_model": gpu_model, "host": host, "port": port,
+                                                 "log_level": log_level}.items() if v is not None}
     emulated = {k: v for k, v in {"count": emulated_count, "mem_gib": emulated_mem_gib}.items() if v is not None}
     if emulated:
         data["emulated"] = emulated

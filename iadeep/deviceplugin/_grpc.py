@@ -54,7 +54,11 @@ class _Servicer(pb2_grpc.DevicePluginServicer):  # type: ignore[misc,name-define
         out = []
         with self.s.lock:
             for r in request.container_requests:
-                ids = self.s.preferred(list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size)
+                try:
+                    ids = self.s.preferred(list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size)
+                except Exception as exc:  # noqa: BLE001 - as in Allocate: the kubelet gets a reason, never a crash
+                    log.warning("%s: GetPreferredAllocation failed: %s: %s", self.s.resource, type(exc).__name__, exc)
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"{type(exc).__name__}: {exc}")
                 out.append(pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return pb2.PreferredAllocationResponse(container_responses=out)
 

@@ -119,7 +119,9 @@ class DevicePluginService:
 
     def inventory(self) -> NodeInventory:
         """The node's GPUs as the extender reads them."""
-        return NodeInventory(self.settings.node, tuple(GpuInfo(g.index, float(g.mem_gib), g.uuid) for g in self.gpus),
+        named = self.settings.gpu_model  # the cluster's name for this node's GPUs, when it differs from NVML's
+        return NodeInventory(self.settings.node,
+                             tuple(GpuInfo(g.index, float(g.mem_gib), g.uuid, named or g.model) for g in self.gpus),
                              allocates=True)
 
     # -- life cycle -------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from iadeep._serving import LogLevel, NodeName
 from iadeep.state import StateSettings
 
 __all__ = ["DevicePluginSettings", "EmulatedGpus", "KubeAccess"]
@@ -59,13 +60,17 @@ class DevicePluginSettings(BaseSettings):
         lease_ttl_s: the node inventory's etcd lease; it disappears this long after the plugin dies.
         poll_s: how often GPUs, the kubelet socket and the lease are checked.
         host / port: ``/healthz``, ``/readyz`` (503 while etcd does not answer).
+        gpu_model: the model name published for every GPU of the node (``GpuInfo.model``, matched
+            against a pod's ``iadeep.io/gpu-models``, e.g. ``V100M32``); empty (default): the
+            backend's own name (NVML's product name, e.g. ``Tesla V100-SXM2-32GB``, or the
+            emulated GPUs' ``model``).
         kube: Kubernetes API access.
         etcd: the state store.
     """
 
     model_config = SettingsConfigDict(env_prefix="IADEEP_DEVICEPLUGIN_", env_nested_delimiter="__", extra="ignore")
 
-    node: str = Field(min_length=1)
+    node: NodeName
     socket_dir: Path = Path("/var/lib/kubelet/device-plugins")
     backend: Literal["nvml", "emulated"] = "nvml"
     emulated: EmulatedGpus = Field(default_factory=EmulatedGpus)
@@ -75,6 +80,7 @@ class DevicePluginSettings(BaseSettings):
     poll_s: float = Field(1.0, gt=0)
     host: str = "127.0.0.1"
     port: int = Field(8892, ge=0, le=65535)
+    gpu_model: str = ""
     kube: KubeAccess = Field(default_factory=KubeAccess)
     etcd: StateSettings = Field(default_factory=StateSettings)
-    log_level: str = "INFO"
+    log_level: LogLevel = "INFO"

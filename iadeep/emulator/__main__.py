@@ -1,5 +1,8 @@
-"""``python -m iadeep.emulator serve ...`` (the same as ``iadeep emulator serve``)."""
+"""``python -m iadeep.emulator serve ...`` (the same as ``iadeep emulator serve``: a configuration error is one line, exit code 2)."""
 
+import sys
+
+from iadeep._climain import run_cli
 from iadeep.emulator._cli import app
 
-app(prog_name="iadeep emulator")
+sys.exit(run_cli(app, prog_name="iadeep emulator"))

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from iadeep._serving import LogLevel
 from iadeep.state import StateSettings
 
 __all__ = ["EmulatorSettings", "EmulatorKube"]
@@ -94,6 +95,6 @@ class EmulatorSettings(BaseSettings):
     default_model: str = "ResNet-50"
     default_batch_size: int = Field(64, ge=1)
     default_duration_s: float = Field(3600.0, ge=0)
-    log_level: str = "info"
+    log_level: LogLevel = "INFO"
     kube: EmulatorKube = Field(default_factory=EmulatorKube)
     etcd: StateSettings = Field(default_factory=StateSettings)

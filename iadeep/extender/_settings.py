@@ -25,6 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from iadeep._serving import LogLevel
 from iadeep.state import StateSettings
 
 __all__ = ["ExtenderSettings", "KubeSettings", "CacheSettings", "JobDefaults"]
@@ -181,7 +182,7 @@ class ExtenderSettings(BaseSettings):
     admission_wait_s: float = Field(3.0, ge=0)
     undo_below: float = Field(1.0, ge=0)
     annotate_nodes: bool = True
-    log_level: str = "info"
+    log_level: LogLevel = "INFO"
     workers: int = Field(1, ge=1)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     kube: KubeSettings = Field(default_factory=KubeSettings)

@@ -270,8 +270,12 @@ def local_dir(settings: StateSettings | None = None) -> Path:
 
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".lock").open("w") as f:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = (directory / ".lock").open("w")
+    except OSError as exc:  # a folder that cannot be made or written: named, no traceback
+        raise LocalEtcdError(f"local etcd folder {directory}: {exc.strerror or exc}") from exc
+    with lock as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

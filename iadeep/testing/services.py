@@ -74,11 +74,15 @@ class _Process:
         """What the process wrote to stderr so far."""
         return self.stderr.read_text(errors="replace") if self.stderr and self.stderr.exists() else ""
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    def kill(self, sig: int = signal.SIGKILL) -> int | None:
+        """Send ``sig`` to the process group and wait (15 s); returns the exit code (negative:
+        killed by that signal), ``None`` when it was not running."""
+        code = None
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=15)
+            code = self.proc.wait(timeout=15)
         self.proc = None
+        return code
 
 
 class TunerProcess(_Process):

@@ -17,7 +17,9 @@ route                                       answer
 ``outcome`` is ``{"done", "best": {job: size}, "best_objective", "trials", "reason"}``: always a
 well-formed answer, never a bare value (``best_objective`` is null before any measurement).
 Errors: a malformed body gets 400 ``{"error": "<field>: <what>"}`` (e.g.
-``jobs.0.model: Field required``); an unknown model or batch size 400 naming the job; an unknown
+``jobs.0.model: Field required``; a field the API does not have, a session name with ``/``, a
+warm-start batch size never measured for the job's model, a tell naming a job the session does
+not have: each a 400 naming it); an unknown model or batch size 400 naming the job; an unknown
 session 404; a session name reused with other jobs, or a tell for a trial not in flight, 409.
 """
 
@@ -44,9 +46,20 @@ log = logging.getLogger(__name__)
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-_STRICT = ConfigDict(strict=True)
+_STRICT = ConfigDict(strict=True, extra="forbid")
 """Request bodies take JSON's own types: a string ``"32"`` or ``true`` where a number belongs is a
-400 naming the field, not a silent conversion (pydantic's strict mode; an integer is still a number)."""
+400 naming the field, not a silent conversion (pydantic's strict mode; an integer is still a number).
+A field the API does not have (a misspelt ``gpu_mem_gb``) is a 400 naming it, never ignored."""
+
+#: A session name: it is a path segment of the session's routes (no ``/``); the coordinator's are
+#: ``<node>.<gpu>.<microseconds>``.
+SESSION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+
+
+class StopSpec(StopSettings):
+    """A session's stop rule in a request body (the fields of :class:`StopSettings`, strictly)."""
+
+    model_config = _STRICT
 
 
 class JobSpec(BaseModel):
@@ -68,10 +81,10 @@ class SessionRequest(BaseModel):
 
     model_config = _STRICT
 
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=SESSION_NAME)
     jobs: list[JobSpec] = Field(min_length=1)
     warm_start: list[dict[str, int]] = Field(default_factory=list)
-    stop: StopSettings | None = None
+    stop: StopSpec | None = None
     gpu_mem_gib: float | None = Field(None, gt=0, allow_inf_nan=False)
     """GPU memory left to the session's jobs (GiB): the GPU's less what other pods reserve."""
 
@@ -103,6 +116,10 @@ def create_app(service: TunerService) -> FastAPI:
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         parts = []
         for err in exc.errors():
+            if err.get("type") == "json_invalid":  # its loc is a character position, not a field
+                parts.append(f"body: not valid JSON ({err.get('ctx', {}).get('error', 'invalid')} at character "
+                             f"{err.get('loc', ('', '?'))[-1]})")
+                continue
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
             parts.append(f"{loc}: {err.get('msg', 'invalid')}")
         return _error(400, "; ".join(parts))
@@ -128,6 +145,11 @@ def create_app(service: TunerService) -> FastAPI:
         for i, config in enumerate(req.warm_start):
             if set(config) != keys:
                 return _error(400, f"warm_start.{i}: must name exactly the jobs {sorted(keys)}")
+            for j in jobs:
+                sizes = service.model.batch_sizes(j.model)  # () for an unknown model: the space says so below
+                if sizes and config[j.key] not in sizes:
+                    return _error(400, f"warm_start.{i}.{j.key}: {config[j.key]} is not a measured batch size of "
+                                       f"{j.model} {list(sizes)}")
         stop = StopRule(**req.stop.model_dump()) if req.stop else None
         try:
             study = service.open(req.name, jobs, req.warm_start, stop, gpu_mem_gib=req.gpu_mem_gib)
@@ -150,9 +172,13 @@ def create_app(service: TunerService) -> FastAPI:
     @app.post("/sessions/{name}/tell")
     def tell(name: str, req: TellRequest) -> JSONResponse:
         try:
-            service.get(name)
+            study = service.get(name)
         except KeyError as exc:
             return _error(404, str(exc.args[0]))
+        unknown = sorted(set(req.normalised_throughputs) - {j.key for j in study.space.jobs})
+        if unknown:
+            return _error(400, f"normalised_throughputs: job(s) {unknown} not in session {name!r} "
+                               f"(its jobs: {sorted(j.key for j in study.space.jobs)})")
         try:
             outcome = service.tell(name, req.trial, req.normalised_throughputs)
         except KeyError as exc:

@@ -5,7 +5,6 @@ Flags override the ``IADEEP_TUNER_*`` environment (see :class:`TunerSettings`).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -27,8 +26,7 @@ def run(settings: object) -> None:
     Raises:
         typer.Exit: (code 2) no usable throughputs file or storage, with a one-line message.
     """
-    import uvicorn
-
+    from iadeep._serving import configure_logging, serve_http
     from iadeep.interference import InterferenceModel
     from iadeep.tuner._app import create_app
     from iadeep.tuner._service import TunerService
@@ -36,7 +34,7 @@ def run(settings: object) -> None:
     from iadeep.tuner._study import StopRule
 
     assert isinstance(settings, TunerSettings)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level)
     if settings.throughputs_file is None or not settings.throughputs_file.is_file():
         what = "no throughputs file given" if settings.throughputs_file is None else \
             f"throughputs file {settings.throughputs_file} does not exist"
@@ -49,7 +47,7 @@ def run(settings: object) -> None:
     except Exception as exc:  # noqa: BLE001 - one line, no traceback, for any unusable configuration
         typer.echo(f"iadeep tuner: cannot start: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(2) from None
-    uvicorn.run(create_app(service), host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+    serve_http(create_app(service), host=settings.host, port=settings.port, log_level=settings.log_level)
 
 
 @app.command("serve")

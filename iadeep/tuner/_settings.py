@@ -15,6 +15,7 @@ import platformdirs
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from iadeep._serving import LogLevel
 from iadeep.tuner._strategy import DEFAULT_TRIALS
 
 __all__ = ["TunerSettings", "StopSettings", "default_storage_url"]
@@ -67,4 +68,4 @@ class TunerSettings(BaseSettings):
     gpu_type: str = "v100"
     stop: StopSettings = Field(default_factory=StopSettings)
     seed: int = 0
-    log_level: str = "INFO"
+    log_level: LogLevel = "INFO"

@@ -14,6 +14,7 @@ cumulative sample count), a broken watch is reopened with back-off.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -110,7 +111,16 @@ class Job:
     # -- life cycle ---------------------------------------------------------------------------
 
     def start(self) -> Job:
-        """Register (status ``running``) and start following the assigned batch size."""
+        """Register (status ``running``) and start following the assigned batch size.
+
+        SIGTERM (what the kubelet sends a pod it stops: deletion, eviction, preemption) becomes
+        ``SystemExit(143)`` when the process left it at Python's default (which ends the process
+        at once, without unwinding): a ``with`` block (or ``try``/``finally``) around the training
+        loop then records the job ``failed`` instead of leaving it ``running``. Only from the main
+        thread, and never over a handler the script installed itself.
+        """
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
         now = self._mono()
         self._window_start = self._last_report = now
         self._started_at = self._clock()
@@ -260,3 +270,10 @@ class Job:
                 with self._lock:
                     self._failed += 1
                 log.warning("job %s: progress report dropped: %s", self.pod_uid, exc)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM as ``SystemExit(128 + 15)``: the exit status the default action gives, after unwinding.
+
+    Only raises: taking the job's lock here could deadlock with the training loop it interrupted."""
+    raise SystemExit(128 + signum)

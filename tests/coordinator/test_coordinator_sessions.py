@@ -7,6 +7,7 @@ SIGKILLed mid-session and restarted."""
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 
@@ -242,6 +243,10 @@ def test_etcd_unreachable_fails_readiness_without_exiting(tuner, throughputs_pat
         assert httpx.get(coord.url + "/readyz", trust_env=False, timeout=10).status_code == 503
         log = coord.log()
         assert "etcd unavailable, retrying" in log and "Traceback" not in log
+        # SIGTERM (the DaemonSet's pod stopped) runs the service's stop and exits 0, even while
+        # etcd is away (uvicorn re-raised the signal after its shutdown: exit 143, stop never ran)
+        assert coord.kill(signal.SIGTERM) == 0, coord.log()[-2000:]
+        assert "Traceback" not in coord.log()
     finally:
         coord.kill()
 
@@ -315,9 +320,13 @@ def test_node_and_all_nodes_are_exclusive(throughputs_path) -> None:
     import pytest
     from pydantic import ValidationError
 
-    for kw in ({}, {"node": "n1", "all_nodes": True}):
-        with pytest.raises(ValidationError, match="either node"):
-            CoordinatorSettings(tuner_url="http://127.0.0.1:1", throughputs_file=throughputs_path, **kw)
+    for kw, match in (({}, "set node .* or all_nodes"), ({"node": "n1", "all_nodes": True}, "not both"),
+                      ({"node": "bad/node"}, "not a Kubernetes node name"),
+                      ({"node": "n1", "tuner_url": "not-a-url"}, "(?s)tuner_url.*not an http"),
+                      ({"node": "n1", "tuner_url": "http://127.0.0.1:99999"}, "(?s)tuner_url.*[Pp]ort out of range"),
+                      ({"node": "n1", "log_level": "loud"}, "(?s)log_level.*not a log level")):
+        with pytest.raises(ValidationError, match=match):
+            CoordinatorSettings(**{"tuner_url": "http://127.0.0.1:1", "throughputs_file": throughputs_path, **kw})
 
 
 def test_a_job_grows_into_memory_nobody_reserved_and_its_reservation_moves_first(etcd_store, etcd_settings, tuner, jobs,

@@ -4,6 +4,7 @@ backend in one line."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import yaml
@@ -22,15 +23,37 @@ def kubeconfig(path) -> None:
 
 
 def test_serve_registers_and_publishes(kubelet, socket_dir, etcd_settings, etcd_store, tmp_path) -> None:
+    """... and SIGTERM (the kubelet stopping the pod) runs its shutdown: its sockets are removed and
+    it exits 0 (uvicorn re-raised the signal after its own shutdown: exit 143, sockets left)."""
     kubeconfig(tmp_path / "kubeconfig")
-    dp = DevicePluginProcess("cli-node", socket_dir, tmp_path / "kubeconfig", etcd_settings, count=3, mem_gib=8)
+    dp = DevicePluginProcess("cli-node", socket_dir, tmp_path / "kubeconfig", etcd_settings, count=3, mem_gib=8,
+                             env={"IADEEP_DEVICEPLUGIN_EMULATED__MODEL": "V100M32"})
     dp.start()
     try:
         names = {kubelet.registration().resource_name for _ in range(2)}
         assert names == {"iadeep.io/gpu-mem", "iadeep.io/gpu-count"}
         inv = etcd_store.inventories()["cli-node"]
-        assert [(g.index, g.mem_gib) for g in inv.gpus] == [(0, 8.0), (1, 8.0), (2, 8.0)]
+        # the model too: the extender matches it against a pod's iadeep.io/gpu-models (it was dropped)
+        assert [(g.index, g.mem_gib, g.model) for g in inv.gpus] == [(0, 8.0, "V100M32"), (1, 8.0, "V100M32"), (2, 8.0, "V100M32")]
         assert "EMULATED GPUs" in dp.log()
+        ours = {"iadeep-gpu-mem.sock", "iadeep-gpu-count.sock"}
+        assert ours <= {p.name for p in socket_dir.iterdir()}
+        assert dp.kill(signal.SIGTERM) == 0, dp.log()[-2000:]
+        assert not ours & {p.name for p in socket_dir.iterdir()}
+        assert "Traceback" not in dp.log()
+    finally:
+        dp.kill()
+
+
+def test_the_cluster_s_model_name_overrides_the_backend_s(kubelet, socket_dir, etcd_settings, etcd_store, tmp_path) -> None:
+    """``--gpu-model``: NVML's product name ("Tesla V100-SXM2-32GB") is not how a cluster names
+    its models in ``iadeep.io/gpu-models``; the operator names them."""
+    kubeconfig(tmp_path / "kubeconfig")
+    dp = DevicePluginProcess("named-node", socket_dir, tmp_path / "kubeconfig", etcd_settings, count=1, mem_gib=8,
+                             env={"IADEEP_DEVICEPLUGIN_GPU_MODEL": "T4"})
+    dp.start()
+    try:
+        assert [g.model for g in etcd_store.inventories()["named-node"].gpus] == ["T4"]
     finally:
         dp.kill()
 
@@ -41,3 +64,13 @@ def test_nvml_missing_is_a_one_line_error(socket_dir, tmp_path) -> None:
                         "--kubeconfig", str(tmp_path / "kubeconfig")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "NVML unavailable" in r.stderr and "--backend emulated" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_node_name_kubernetes_would_refuse_is_a_one_line_error(socket_dir, tmp_path) -> None:
+    r = subprocess.run([IADEEP, "deviceplugin", "serve", "--node", "bad/node", "--socket-dir", str(socket_dir),
+                        "--backend", "emulated", "--log-level", "info"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "node: " in r.stderr and "'bad/node' is not a Kubernetes node name" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = subprocess.run([IADEEP, "deviceplugin", "serve", "--node", "n", "--socket-dir", str(socket_dir),
+                        "--backend", "emulated", "--log-level", "loud"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "log_level: " in r.stderr and "Traceback" not in r.stderr

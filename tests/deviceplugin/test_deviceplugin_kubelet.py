@@ -159,3 +159,30 @@ def test_allocate_without_a_bound_pod_is_refused_with_a_reason(kubelet, make_plu
         stub.Allocate(pb2.AllocateRequest(container_requests=[pb2.ContainerAllocateRequest(devices_ids=ids)]), timeout=10)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "no pod bound to node n1" in err.value.details() and f"asks for {units} GiB" in err.value.details()
+
+
+class _ApiDown:
+    """A PodApi whose API server does not answer (as the kubernetes client raises then)."""
+
+    def allocating_pods(self, node):
+        raise ConnectionError("API server 127.0.0.1:1 unreachable")
+
+    def mark_allocated(self, pod):
+        raise AssertionError("never reached")
+
+
+def test_an_unreachable_api_server_is_a_reason_for_both_calls(kubelet, make_plugin) -> None:
+    """Allocate and GetPreferredAllocation both answer UNAVAILABLE naming the cause (the preference
+    used to escape as grpc's generic UNKNOWN 'Exception calling application', with a traceback)."""
+    make_plugin(pods=_ApiDown())
+    stub = kubelet.plugin(registered(kubelet)["iadeep.io/gpu-mem"])
+    ids = [d.ID for d in next(iter(stub.ListAndWatch(pb2.Empty(), timeout=10))).devices]
+    calls = [lambda: stub.GetPreferredAllocation(pb2.PreferredAllocationRequest(container_requests=[
+                 pb2.ContainerPreferredAllocationRequest(available_deviceIDs=ids, allocation_size=2)]), timeout=10),
+             lambda: stub.Allocate(pb2.AllocateRequest(container_requests=[
+                 pb2.ContainerAllocateRequest(devices_ids=ids[:2])]), timeout=10)]
+    for call in calls:
+        with pytest.raises(grpc.RpcError) as err:
+            call()
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "API server 127.0.0.1:1 unreachable" in err.value.details()

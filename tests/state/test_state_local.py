@@ -79,6 +79,14 @@ def test_no_endpoint_and_no_local_etcd(clean_env, tmp_path):
         EtcdStateStore(settings)
 
 
+def test_cli_start_in_a_folder_it_cannot_make_is_one_line(clean_env, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    res = CliRunner().invoke(app, ["start", "--dir", str(blocker / "etcd")])
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), repr(res.exception)  # not an OSError
+    assert f"local etcd folder {blocker / 'etcd'}" in res.output and "Traceback" not in res.output
+
+
 def test_cli_start_status_stop_restart(clean_env, tmp_path):
     runner = CliRunner()
     directory = tmp_path / "local-etcd"

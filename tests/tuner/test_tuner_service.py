@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -50,6 +52,13 @@ def test_session_round_trip(http) -> None:
     ({"name": "s", "jobs": JOBS, "gpu_mem_gib": True}, "gpu_mem_gib"),
     ({"name": "s", "jobs": [{**JOBS[0], "batch_size": "64"}]}, "jobs.0.batch_size"),
     ({"name": "s", "jobs": [{**JOBS[0], "tunable": "yes"}]}, "jobs.0.tunable"),
+    # nothing ignored: a misspelt field (the cap would silently be dropped), a name no route can
+    # serve, a warm-start size never measured, a misspelt stop field
+    ({"name": "s", "jobs": JOBS, "gpu_mem_gb": 1}, "gpu_mem_gb: Extra inputs are not permitted"),
+    ({"name": "s", "jobs": [{**JOBS[0], "batch": 64}]}, "jobs.0.batch"),
+    ({"name": "a/b", "jobs": JOBS}, "name: String should match pattern"),
+    ({"name": "s", "jobs": JOBS, "warm_start": [{"a": 7, "b": 64}]}, "warm_start.0.a: 7 is not a measured batch size of ResNet-50"),
+    ({"name": "s", "jobs": JOBS, "stop": {"budget": 3, "patiense": 2}}, "stop.patiense"),
 ])
 def test_malformed_session_is_400_naming_the_field(http, body, field) -> None:
     r = http.post("/sessions", json=body)
@@ -67,8 +76,10 @@ def test_malformed_tell_is_400_naming_the_field(http) -> None:
                         ({"trial": trial, "normalised_throughputs": {"a": 1}}, "normalised_throughputs: no value for job 'b'")]:
         r = http.post("/sessions/s/tell", json=body)
         assert r.status_code == 400 and field in r.json()["error"], r.text
+    r = http.post("/sessions/s/tell", json={"trial": trial, "normalised_throughputs": {"a": 1, "b": 1, "c": 1}})
+    assert r.status_code == 400 and "job(s) ['c'] not in session 's'" in r.json()["error"], r.text
     r = http.post("/sessions/s/tell", content=b"{not json", headers={"content-type": "application/json"})
-    assert r.status_code == 400
+    assert r.status_code == 400 and r.json()["error"].startswith("body: not valid JSON"), r.text
     assert http.post("/sessions/s/tell", json={"trial": trial + 3, "normalised_throughputs": {"a": 1, "b": 1}}).status_code == 409
     assert http.post("/sessions/none/ask").status_code == 404
     # same name, other jobs: a conflict, the stored study untouched
@@ -107,3 +118,28 @@ def test_serve_without_throughputs_is_a_one_line_error(tmp_path) -> None:
     r = subprocess.run([IADEEP, "tuner", "serve", "--throughputs-file", str(tmp_path / "none.json"),
                         "--storage-url", f"sqlite:///{tmp_path / 't.db'}"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "none.json does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_sigterm_ends_the_service_cleanly(throughputs_path, tmp_path) -> None:
+    """SIGTERM (what the kubelet sends a pod) stops the server gracefully and exits 0: uvicorn
+    raises the captured signal again after its shutdown, which used to kill the process with exit
+    code 143 (iadeep._serving.serve_http)."""
+    tuner = TunerProcess(throughputs_path, tmp_path / "t.db").start()
+    code = tuner.kill(signal.SIGTERM)
+    assert code == 0, tuner.log()[-2000:]
+    assert "Traceback" not in tuner.log()
+
+
+@pytest.mark.parametrize(("env", "field"), [({"IADEEP_TUNER_PORT": "abc"}, "port"),
+                                            ({"IADEEP_TUNER_LOG_LEVEL": "loud"}, "log_level")])
+def test_python_m_with_a_bad_setting_is_one_line(throughputs_path, tmp_path, env, field) -> None:
+    """``python -m iadeep.tuner serve`` (how the live experiment starts it) answers a bad setting as
+    ``iadeep tuner serve`` does: one line naming it, exit code 2 (it printed a traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    full = {**os.environ, "HOME": str(tmp_path), "IADEEP_TUNER_THROUGHPUTS_FILE": str(throughputs_path), **env}
+    r = subprocess.run([sys.executable, "-m", "iadeep.tuner", "serve"], env=full, capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and f"{field}:" in lines[0] and "Traceback" not in r.stderr, r.stderr

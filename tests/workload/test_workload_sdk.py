@@ -107,3 +107,52 @@ def test_local_run_logs_only(caplog, monkeypatch) -> None:
 def test_bad_batch_size_is_refused() -> None:
     with pytest.raises(ValueError, match="batch_size"):
         Job("p", 0)
+
+
+_TRAINING = """
+import time
+from iadeep.workload import Job
+with Job.from_env(batch_size=32) as job:
+    while True:
+        time.sleep(0.01)
+        job.step()
+"""
+
+
+def test_sigterm_records_the_job_failed_not_running(etcd_settings, tmp_path) -> None:
+    """The kubelet stops a pod with SIGTERM. Python's default action ends the process without
+    unwinding, which left the job's record ``running`` forever; the SDK turns it into
+    ``SystemExit(143)``, so the ``with`` block records ``failed`` and the exit status stays 143."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from iadeep.testing.services import etcd_env
+
+    env = {**os.environ, **etcd_env(etcd_settings), "HOME": str(tmp_path), "IADEEP_WORKLOAD_POD_UID": "pod-term"}
+    proc = subprocess.Popen([sys.executable, "-c", _TRAINING], env=env, stderr=subprocess.PIPE, text=True)
+    store = EtcdStateStore(etcd_settings)
+    try:
+        wait_for(lambda: store.workload("pod-term"), lambda w: w is not None and w.state == "running", timeout=60,
+                 what="the job registered")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143, proc.stderr.read() if proc.stderr else ""
+        assert store.workload("pod-term").state == "failed"
+    finally:
+        proc.kill()
+        store.close()
+
+
+def test_a_sigterm_handler_of_the_script_s_own_is_kept(monkeypatch) -> None:
+    import signal
+
+    def mine(signum, frame):  # pragma: no cover - never called
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        Job("", 32, store=None).start()
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,109 @@
+"""What the long-running services share: validated setting types and the HTTP serving loop.
+
+The tuner, the node coordinator and the device plugin (and the extender's settings) use these
+so that a bad value is refused when the settings are built (one line naming the setting, exit
+code 2, :func:`iadeep._climain.run_cli`) instead of failing later with a traceback, and so that
+SIGTERM (what the kubelet sends a pod) runs each service's own shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+from collections.abc import Callable
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator
+
+__all__ = ["HttpUrl", "LogLevel", "NodeName", "configure_logging", "node_name", "serve_http"]
+
+_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+# A Kubernetes node name is a DNS subdomain (RFC 1123): lowercase alphanumerics, '-' and '.',
+# starting and ending alphanumeric, at most 253 characters (Kubernetes "Object Names and IDs").
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _log_level(value: str) -> str:
+    level = value.strip().upper()
+    if level not in _LEVELS:
+        raise ValueError(f"not a log level: {value!r} (one of {', '.join(x.lower() for x in _LEVELS)})")
+    return level
+
+
+def node_name(value: str) -> str:
+    """``value`` if it is a Kubernetes node name (RFC 1123 subdomain).
+
+    Raises:
+        ValueError: naming the value and the rule.
+    """
+    if not (0 < len(value) <= 253 and _SUBDOMAIN.fullmatch(value)):
+        raise ValueError(f"{value!r} is not a Kubernetes node name (RFC 1123 subdomain: lowercase letters, "
+                         "digits, '-' and '.', at most 253 characters)")
+    return value
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL with a host, e.g. http://127.0.0.1:8890")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in 0..65535
+    except ValueError as exc:
+        raise ValueError(f"{value!r}: {exc}") from None
+    return value.strip()
+
+
+#: A Python logging level name, any case (``info``, ``DEBUG``); stored upper case.
+LogLevel = Annotated[str, AfterValidator(_log_level)]
+#: A Kubernetes node name (RFC 1123 subdomain).
+NodeName = Annotated[str, AfterValidator(node_name)]
+#: An ``http://`` or ``https://`` URL with a host (a service's base URL), kept as given.
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+
+
+def configure_logging(level: str) -> None:
+    """The services' log format on stderr at ``level`` (a :data:`LogLevel`)."""
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+class _Stop(Exception):
+    """SIGTERM arrived outside uvicorn's own handling (before it started, or re-raised by it after
+    its graceful shutdown)."""
+
+
+def serve_http(app: Any, *, host: str, port: int, log_level: str = "warning",
+               on_stop: Callable[[], None] | None = None) -> None:
+    """Serve ``app`` with uvicorn until SIGTERM or SIGINT, then run ``on_stop`` and return.
+
+    uvicorn handles both signals itself while it runs (it stops accepting, finishes requests),
+    and then raises the captured signal again (uvicorn 0.54, ``Server.capture_signals``): with
+    the default SIGTERM handler the process would die there with exit code 143, before any
+    shutdown code of the caller's. Here SIGTERM becomes a normal return (exit code 0), with
+    ``on_stop`` run first; SIGINT keeps Python's ``KeyboardInterrupt`` (``Aborted!`` from the CLI),
+    also after ``on_stop``.
+
+    Args:
+        app: the ASGI application.
+        host / port: where to listen.
+        log_level: uvicorn's log level.
+        on_stop: the service's shutdown (stop threads, remove sockets); run once, whatever ended
+            the serving, even an error.
+    """
+    import uvicorn
+
+    def _term(_signum: int, _frame: object) -> None:
+        raise _Stop
+
+    previous = signal.signal(signal.SIGTERM, _term)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level.lower())
+    except _Stop:
+        pass
+    finally:
+        try:
+            if on_stop is not None:
+                on_stop()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
