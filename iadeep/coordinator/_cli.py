@@ -26,6 +26,7 @@ def run(settings: object) -> None:
     Raises:
         typer.Exit: (code 2) an unusable configuration, with a one-line message.
     """
+    from iadeep._climain import one_line
     from iadeep._serving import configure_logging, serve_http
     from iadeep.coordinator._service import CoordinatorService
     from iadeep.coordinator._settings import CoordinatorSettings
@@ -41,7 +42,7 @@ def run(settings: object) -> None:
         model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type).whole_gib()  # live reservations: whole GiB
         store = EtcdStateStore(settings.etcd)
     except Exception as exc:  # noqa: BLE001 - one line, no traceback
-        typer.echo(f"iadeep coordinator: cannot start: {type(exc).__name__}: {exc}", err=True)
+        typer.echo(f"iadeep coordinator: cannot start: {type(exc).__name__}: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
     service = CoordinatorService(settings, store=store, tuner=TunerClient(settings.tuner_url), model=model).start()
     # SIGTERM: sessions finish their current wait, then the process exits 0

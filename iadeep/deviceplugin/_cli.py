@@ -42,6 +42,7 @@ def run(settings: object) -> None:
         typer.Exit: (code 2) an unusable configuration (no NVML without ``--backend emulated``,
             no kubeconfig), with a one-line message.
     """
+    from iadeep._climain import one_line
     from iadeep._serving import configure_logging, serve_http
     from iadeep.deviceplugin._allocate import KubernetesPodApi
     from iadeep.deviceplugin._gpus import EmulatedBackend, NvmlBackend
@@ -61,7 +62,7 @@ def run(settings: object) -> None:
         store = EtcdStateStore(settings.etcd)
         settings.socket_dir.mkdir(parents=True, exist_ok=True)
     except Exception as exc:  # noqa: BLE001 - one line, no traceback
-        typer.echo(f"iadeep deviceplugin: cannot start: {type(exc).__name__}: {exc}", err=True)
+        typer.echo(f"iadeep deviceplugin: cannot start: {type(exc).__name__}: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
     service = DevicePluginService(settings, backend=backend, store=store, pods=pods).start()  # type: ignore[arg-type]
     # SIGTERM (the kubelet stopping the pod): the sockets are removed, then the process exits 0

@@ -85,7 +85,7 @@ def stop_command(
     settings = _settings(directory)
     stopped = stop_local(settings, purge=purge)
     where = local_dir(settings)
-    _out.print(("local etcd stopped" if stopped else "local etcd was not running") + (f"; data deleted ({where})" if purge else ""))
+    _out.print(("local etcd stopped" if stopped else "local etcd was not running") + (f"; data deleted ({where / 'data'}; its log kept in {where / 'logs'})" if purge else ""))
 
 
 @app.command("status")

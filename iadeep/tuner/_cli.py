@@ -26,6 +26,7 @@ def run(settings: object) -> None:
     Raises:
         typer.Exit: (code 2) no usable throughputs file or storage, with a one-line message.
     """
+    from iadeep._climain import one_line
     from iadeep._serving import configure_logging, serve_http
     from iadeep.interference import InterferenceModel
     from iadeep.tuner._app import create_app
@@ -45,7 +46,7 @@ def run(settings: object) -> None:
         service = TunerService(model, settings.storage_url or default_storage_url(),
                                stop=StopRule(**settings.stop.model_dump()), seed=settings.seed)
     except Exception as exc:  # noqa: BLE001 - one line, no traceback, for any unusable configuration
-        typer.echo(f"iadeep tuner: cannot start: {type(exc).__name__}: {exc}", err=True)
+        typer.echo(f"iadeep tuner: cannot start: {type(exc).__name__}: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
     serve_http(create_app(service), host=settings.host, port=settings.port, log_level=settings.log_level)
 

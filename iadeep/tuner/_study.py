@@ -123,7 +123,8 @@ class TuningStudy:
             if gpu_mem_gib is not None:
                 self._study.set_user_attr("gpu_mem_gib", gpu_mem_gib)
         elif stored != signature:
-            raise StudyMismatch(f"study {name!r} exists with jobs {stored}, not {signature}")
+            raise StudyMismatch(f"study {name!r} exists with jobs {stored}, not {signature} (a session is its jobs and "
+                                "GPU memory; the sizes they run at now are not part of it: batch_size null)")
         else:
             # a study stored before warm starts were kept as an attribute holds them as waiting
             # trials, which optuna's ask hands out first: nothing left to queue here
