@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Literal
 
 from iadeep.datasets._download import DownloadPolicy, acquire, resolve_source
 from iadeep.datasets._errors import DatasetError
-from iadeep.datasets._extract import extract_archive
-from iadeep.datasets._integrity import VerifyResult, check_file, is_verified, sha256_of, write_stamp
+from iadeep.datasets._extract import extract_archive, extraction_damage
+from iadeep.datasets._integrity import VerifyResult, VerifyStatus, check_file, is_verified, sha256_of, write_stamp
 from iadeep.datasets._manifest import DatasetInfo, FileSpec, load_manifest
 from iadeep.datasets._progress import NewTask, progress_bar
 from iadeep.datasets._settings import PathLike, Settings
@@ -95,9 +96,18 @@ def fetch(
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DatasetError(f"cannot create cache folder {folder}: {exc}", dataset=info.name) from exc
-    with progress_bar(progress) as new_task:
-        for spec in info.files:
-            _fetch_file(info.name, spec, folder, settings.mirror, policy or DownloadPolicy(), new_task)
+    try:
+        with progress_bar(progress) as new_task:
+            for spec in info.files:
+                _fetch_file(info.name, spec, folder, settings.mirror, policy or DownloadPolicy(), new_task)
+    except BaseException:
+        # a fetch that got nothing leaves no folder (an empty one counted as cached for `verify`);
+        # a partial download's .part stays, to resume
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+        raise
     for spec in info.files:
         if spec.extract:
             extract_archive(folder / spec.name, folder / spec.extract_dir_name, dataset=info.name)
@@ -138,7 +148,7 @@ def verify(
 
     Args:
         name: One dataset (every file is reported, missing ones too), or ``None`` for every
-            dataset that has a folder in the cache.
+            dataset with at least one of its files in the cache.
         cache_dir: Cache root; default ``$IADEEP_CACHE_DIR`` or the user cache dir.
         manifest: Registry file (see :func:`list_datasets`).
 
@@ -153,12 +163,18 @@ def verify(
     if name is not None:
         selected = [_lookup(datasets, name)]
     else:
-        selected = [d for d in datasets.values() if (settings.datasets_root / d.name).is_dir()]
-    return [
-        check_file(info.name, spec, settings.datasets_root / info.name / spec.name)
-        for info in selected
-        for spec in info.files
-    ]
+        # a dataset with at least one of its files in the cache (an empty folder is not a cached dataset)
+        selected = [d for d in datasets.values()
+                    if any((settings.datasets_root / d.name / spec.name).exists() for spec in d.files)]
+    results = []
+    for info in selected:
+        for spec in info.files:
+            r = check_file(info.name, spec, settings.datasets_root / info.name / spec.name)
+            target = settings.datasets_root / info.name / spec.extract_dir_name if spec.extract else None
+            if r.ok and target is not None and target.is_dir() and (why := extraction_damage(target)) is not None:
+                r = dataclasses.replace(r, status=VerifyStatus.UNPACKED_DAMAGED, note=why)
+            results.append(r)
+    return results
 
 
 def cache_state(info: DatasetInfo, settings: Settings) -> Literal["yes", "partial", "no"]:

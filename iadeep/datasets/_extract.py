@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import stat
 import tarfile
@@ -12,7 +13,36 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from iadeep.datasets._errors import DatasetError
 
-__all__ = ["extract_archive"]
+__all__ = ["extract_archive", "extraction_damage", "LISTING"]
+
+#: Written into an extraction folder after unpacking: every regular file's path (relative,
+#: POSIX) and size in bytes. The archive's checksum covers the archive, not what was unpacked
+#: from it: this listing is what a damaged extraction (a truncated or deleted file) is found by.
+LISTING = ".iadeep-extracted.json"
+
+
+def _listing(folder: Path) -> dict[str, int]:
+    return {f.relative_to(folder).as_posix(): f.stat().st_size for f in sorted(folder.rglob("*"))
+            if f.is_file() and not f.is_symlink() and f.name != LISTING}
+
+
+def extraction_damage(target: Path) -> str | None:
+    """Why the extraction folder ``target`` differs from what was unpacked into it, or ``None``.
+
+    Compares every listed file's size (:data:`LISTING`); a folder without a listing (unpacked
+    before listings were written, or not by :func:`extract_archive`) is reported as such.
+    """
+    try:
+        listed = json.loads((target / LISTING).read_text())
+    except (OSError, ValueError):
+        return f"{target} has no readable list of its unpacked files ({LISTING})"
+    for name, size in listed.items():
+        f = target / name
+        if not f.is_file():
+            return f"{f} is missing"
+        if f.stat().st_size != size:
+            return f"{f} has {f.stat().st_size} bytes, {size} when unpacked"
+    return None
 
 
 def _escapes(name: str) -> str | None:
@@ -70,7 +100,10 @@ def _unpack(archive: Path, tmp: Path, error: Callable[[str], DatasetError]) -> N
 
 
 def extract_archive(archive: Path, target: Path, *, dataset: str) -> Path:
-    """Unpack ``archive`` into ``target`` unless ``target`` already exists.
+    """Unpack ``archive`` into ``target`` unless ``target`` already holds it intact.
+
+    A ``target`` that differs from its listing (:func:`extraction_damage`: a file truncated or
+    deleted since) is removed and unpacked again.
 
     Every member is checked before anything is written; the archive is unpacked into a
     temporary folder beside ``target`` which is then renamed, so ``target`` either does not
@@ -89,7 +122,9 @@ def extract_archive(archive: Path, target: Path, *, dataset: str) -> Path:
             the archive or is a special file; or the archive is unreadable.
     """
     if target.is_dir():
-        return target
+        if extraction_damage(target) is None:
+            return target
+        shutil.rmtree(target)  # damaged since it was unpacked: unpack the verified archive again
 
     def error(reason: str) -> DatasetError:
         return DatasetError(reason, dataset=dataset, file=archive.name, source=str(archive))
@@ -97,6 +132,7 @@ def extract_archive(archive: Path, target: Path, *, dataset: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.extract-", dir=target.parent))
     try:
         _unpack(archive, tmp, error)
+        (tmp / LISTING).write_text(json.dumps(_listing(tmp), indent=0, sort_keys=True))
         try:
             tmp.rename(target)
         except OSError:

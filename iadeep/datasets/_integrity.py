@@ -31,6 +31,7 @@ class VerifyStatus(StrEnum):
     MISSING = "missing"
     SIZE_MISMATCH = "size mismatch"
     CHECKSUM_MISMATCH = "checksum mismatch"
+    UNPACKED_DAMAGED = "unpacked files damaged"
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class VerifyResult:
         actual_size: Size in bytes on disk, ``None`` when missing.
         expected_sha256: SHA-256 from the manifest.
         actual_sha256: SHA-256 on disk, ``None`` when missing or when the size already differs.
+        note: for ``UNPACKED_DAMAGED`` (an archive verified, the files unpacked from it changed
+            since): which file and how (``iadeep datasets fetch`` unpacks it again).
     """
 
     dataset: str
@@ -56,6 +59,7 @@ class VerifyResult:
     actual_size: int | None
     expected_sha256: str
     actual_sha256: str | None
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -71,6 +75,8 @@ class VerifyResult:
             return f"expected sha256 {self.expected_sha256}, got {self.actual_sha256}"
         if self.status is VerifyStatus.MISSING:
             return f"not in the cache ({self.path})"
+        if self.status is VerifyStatus.UNPACKED_DAMAGED:
+            return f"{self.note}; `iadeep datasets fetch {self.dataset}` unpacks it again"
         return f"{self.actual_size} bytes, sha256 {self.actual_sha256}"
 
 

@@ -27,7 +27,7 @@ def run_cmd(
     trace: Annotated[str, typer.Option(help="Trace format: philly, ms-itp, openb, philly-json.")] = _D.trace,
     trace_file: Annotated[Optional[str], typer.Option(help="Use this trace file/folder instead of the registry's.")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="Number of jobs (after filters); 0 = all.")] = _D.jobs,
-    start_job: Annotated[Optional[int], typer.Option(help="Skip this many jobs first (default: 40000 for the registry's Philly trace, else 0).")] = None,
+    start_job: Annotated[Optional[int], typer.Option(help="Skip this many jobs first (default: 40000 for the registry's Philly trace without --window-start-s/--window-end-s, else 0).")] = None,
     window_start_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted at or after this (s from trace start).")] = None,
     window_end_s: Annotated[Optional[float], typer.Option(help="Keep jobs submitted before this (s from trace start).")] = None,
     virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
@@ -121,10 +121,17 @@ def run_cmd(
                     console.print(f"[yellow]{name}: the control loop's latency is {overhead / median_work:.0%} of a median "
                                   "job at this speedup; lower --speedup for results closer to the trace[/yellow]")
         else:
-            for name in cfg.policies:
-                task = bar.add_task(name, total=len(workload))
-                run_policy(cfg, name, workload, paths["throughputs"], lambda done, t=task: bar.update(t, completed=done))
-    summary = write_report(cfg)
+            try:
+                for name in cfg.policies:
+                    task = bar.add_task(name, total=len(workload))
+                    run_policy(cfg, name, workload, paths["throughputs"], lambda done, t=task: bar.update(t, completed=done))
+            except OSError as exc:  # a full disk, a folder where a result file belongs
+                bar.stop()
+                raise _input_error("run", OSError(f"cannot write the results in {cfg.out_dir}: {exc}")) from None
+    try:
+        summary = write_report(cfg)
+    except OSError as exc:
+        raise _input_error("run", OSError(f"cannot write the results in {cfg.out_dir}: {exc}")) from None
     console.print(summary_table(summary))
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: summary.json, report.md, jct_cdf.png, normalised.png, queue_length.png")
 
@@ -171,8 +178,19 @@ def sweep_cmd(
                     dataclasses.replace(base, **{field_name: v})
                 except ConfigError as exc:
                     raise ConfigError(option, exc.reason) from None
+        # the last window built now: one past the trace's end stops the sweep before any setting runs
+        from iadeep.experiment._steps import build_workload, fetch_inputs
+
+        last = dataclasses.replace(base, start_job=max(starts))
+        paths = fetch_inputs(last)
+        try:
+            build_workload(last, paths["trace"], paths["throughputs"])
+        except (ValueError, TraceFormatError) as exc:
+            raise ConfigError("start_jobs", f"the window starting at job {last.start_job} cannot be built: {one_line(exc)}") from None
     except ConfigError as exc:
         raise usage_error(exc) from None
+    except (DatasetError, OSError) as exc:
+        raise _input_error("sweep", exc) from None
     # the table and the guard read each policy against iadeep; a sweep without it, against its first policy
     reference = "iadeep" if "iadeep" in base.policies else base.policies[0]
     n = len(starts) * len(load_list) * len(seed_list) * len(queues)
@@ -192,10 +210,14 @@ def sweep_cmd(
         except (ValueError, DatasetError, TraceFormatError, OSError) as exc:  # e.g. a window past the trace's end
             bar.stop()
             raise _input_error("sweep", exc) from None
-        base.out_dir.mkdir(parents=True, exist_ok=True)
-        df.to_csv(base.out_dir / "sweep.csv", index=False)
+        try:
+            base.out_dir.mkdir(parents=True, exist_ok=True)
+            df.to_csv(base.out_dir / "sweep.csv", index=False)
+            plot_sweep(df, base.out_dir / "sweep.png", reference=reference)
+        except OSError as exc:
+            bar.stop()
+            raise _input_error("sweep", OSError(f"cannot write the results in {base.out_dir}: {exc}")) from None
         bar.update(task, completed=n)
-    plot_sweep(df, base.out_dir / "sweep.png", reference=reference)
     table = Table(title=f"avg JCT / {reference}'s (above 1: {reference} is faster)")
     pivot = df.pivot(index="setting", columns="policy", values=f"avg_jct_vs_{reference}").reindex(df["setting"].unique())
     table.add_column("setting")
@@ -218,7 +240,10 @@ def sweep_cmd(
                           f"{guard['unreachable_vs_exclusive']}: their mean dedicated run time alone is up to "
                           f"{guard['floor_vs_exclusive']:.2f} x exclusive's avg JCT")
     # strict JSON: an undefined ratio is null with its reason; one queue model: its figures, several: by model
-    write_json(base.out_dir / "guard.json", guards[queues[0]] if len(queues) == 1 else guards)
+    try:
+        write_json(base.out_dir / "guard.json", guards[queues[0]] if len(queues) == 1 else guards)
+    except OSError as exc:
+        raise _input_error("sweep", OSError(f"cannot write the results in {base.out_dir}: {exc}")) from None
     console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png, guard.json")
 
 

@@ -33,7 +33,7 @@ class ExperimentConfig:
         trace_file: explicit trace file or folder (else fetched through the dataset registry).
         jobs: number of jobs (after filters).
         start_job: skip this many jobs first; ``None``: the main job's 40,000 for the registry's Philly
-            trace, 0 otherwise.
+            trace without a submission-time window, 0 otherwise (a window picks its own jobs).
         window_start_s / window_end_s: submission-time window (s from trace start).
         virtual_cluster: Philly virtual cluster or ITP cluster to keep.
         max_gpus: drop jobs needing more GPUs (``too_many_gpus``); ``None`` (default): no cap of
@@ -115,7 +115,7 @@ class ExperimentConfig:
     gpu_mem_gib: float = field(default=24.0, metadata={"gt": 0})
     gpu_type: str = "v100"
     throughputs_file: str | None = None
-    seed: int = 0
+    seed: int = field(default=0, metadata={"ge": 0})
     backfill: bool = False
     queue: str = "fifo"
     kube_preemption: bool = True
@@ -151,10 +151,17 @@ class ExperimentConfig:
 
         coerce_fields(self)
         if self.start_job is None:
-            object.__setattr__(self, "start_job", 40_000 if self.trace == "philly" and not self.trace_file else 0)
+            windowed = self.window_start_s is not None or self.window_end_s is not None
+            object.__setattr__(self, "start_job", 40_000 if self.trace == "philly" and not self.trace_file and not windowed else 0)
         for name in ("jobs", "target_load"):
             if not getattr(self, name):
                 object.__setattr__(self, name, None)
+        if not self.out.strip():
+            raise ConfigError("out", "an output folder is needed (got an empty path)")
+        if self.target_load is not None and (self.arrival_scale != 1.0 or self.iadeep_arrival_rule):
+            which = "arrival_scale" if self.arrival_scale != 1.0 else "iadeep_arrival_rule"
+            raise ConfigError(which, f"target_load (here {self.target_load:g}; default 1) sets the arrival scaling itself: "
+                              "pass target_load 0 (trace timing) to scale arrivals yourself")
         if self.trace not in TRACE_DATASETS:
             raise ConfigError("trace", f"unknown trace {self.trace!r}; known: {', '.join(TRACE_DATASETS)}")
         if TRACE_DATASETS[self.trace] is None and not self.trace_file:

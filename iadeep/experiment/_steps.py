@@ -169,9 +169,32 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
     }
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
+    clear_results(out)  # a new run: no file of an earlier one stays beside it
     df.to_csv(out / "workload.csv", index=False)
     meta = write_json(out / "workload.json", meta, _load_reasons(len(df)))
     return df, meta
+
+
+#: The files a run writes in its output folder (``build_workload``, ``run_policy``, ``write_report``).
+RESULT_FILES = ("workload.csv", "workload.json", "jobs-*.csv", "timeline-*.csv", "metrics-*.json", "summary.json",
+                "report.md", "jct_cdf.png", "normalised.png", "queue_length.png")
+
+
+def clear_results(out: Path) -> int:
+    """Remove an earlier run's result files (:data:`RESULT_FILES`) from ``out``; returns how many.
+
+    A new run starts from ``build_workload``: without this, a reused folder kept the per-policy
+    files of policies the new run does not have, and an interrupted run left the old
+    ``summary.json`` and plots beside the new workload, a folder that looked complete but mixed
+    two runs. Other files (and folders) are left alone.
+    """
+    n = 0
+    for pattern in RESULT_FILES:
+        for f in out.glob(pattern):
+            if f.is_file() or f.is_symlink():
+                f.unlink()
+                n += 1
+    return n
 
 
 def load_workload(out: Path) -> tuple[pd.DataFrame, dict[str, Any]]:

@@ -114,6 +114,12 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
     (["sweep", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
     (["compare", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
     (["compare", "--nodes", "0"], "'--nodes': must be at least 1"),
+    # a new user's trial (session 15)
+    (["run", "--seed", "-1"], "'--seed': must be at least 0"),
+    (["sweep", "--seeds", "0,-1"], "'--seeds': must be at least 0"),
+    (["run", "--arrival-scale", "2"], "'--arrival-scale': target_load (here 1; default 1) sets the arrival scaling itself"),
+    (["sweep", "--loads", "1", "--seeds", "0", "--start-jobs", "20000,99999999"],
+     "'--start-jobs': the window starting at job 99999999 cannot be built: philly: no job left"),
 ])
 def test_bad_options_are_refused_before_any_run_naming_the_option(tmp_path, dataset_cache, monkeypatch, capsys, argv, says):
     """Found by a new user's trial (session 13): each of these ended in a traceback, printed on
@@ -136,7 +142,7 @@ def test_a_sweep_window_the_trace_lacks_is_one_line_and_a_sweep_without_iadeep_c
     few = ["--jobs", "15", "--loads", "1", "--seeds", "0"]
     assert run_cli(app, ["experiment", "sweep", *few, "--start-jobs", "99999999", "--out", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("iadeep experiment sweep: error: philly: no job left")
+    assert "Traceback" not in err and "'--start-jobs': the window starting at job 99999999" in err.strip().splitlines()[-1]
     res = CliRunner().invoke(app, ["experiment", "sweep", *few, "--start-jobs", "20000", "--policies", "exclusive,antman",
                                    "--out", str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
@@ -152,3 +158,38 @@ def test_help_shows_the_defaults_written_in_brackets_of_old(monkeypatch):
     text = " ".join(res.output.split())
     assert "default: 40000 for the registry's Philly trace" in text
     assert "default: the cluster's size" in text
+
+
+def test_a_reused_output_folder_holds_only_the_new_run(tmp_path, dataset_cache, monkeypatch, capsys):
+    """A second run into the same ``--out`` left the first run's per-policy files of policies it
+    did not have (and, when interrupted, the old summary and plots beside the new workload): a
+    folder that looked complete but mixed two runs. Files that are not results stay."""
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    out = tmp_path / "out"
+    assert run_cli(app, ["experiment", "run", "--jobs", "20", "--policies", "iadeep,antman", "--out", str(out)]) == 0
+    (out / "notes.txt").write_text("mine")
+    assert run_cli(app, ["experiment", "run", "--jobs", "20", "--policies", "exclusive", "--seed", "3", "--out", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert not {n for n in names if "iadeep" in n or "antman" in n}, names
+    assert {"jobs-exclusive.csv", "summary.json", "workload.csv", "notes.txt"} <= names
+    assert json.loads((out / "summary.json").read_text())["seed"] == 3
+
+
+def test_results_that_cannot_be_written_are_one_line_not_a_traceback(tmp_path, dataset_cache, monkeypatch, capsys):
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    out = tmp_path / "out"
+    (out / "summary.json").mkdir(parents=True)  # a folder where a result file belongs
+    code = run_cli(app, ["experiment", "run", "--jobs", "20", "--policies", "exclusive", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"iadeep experiment run: error: cannot write the results in {out}")
+    assert run_cli(app, ["experiment", "run", "--jobs", "20", "--out", ""]) == 2
+    assert "'--out': an output folder is needed" in capsys.readouterr().err
+
+
+def test_a_time_window_picks_its_own_jobs():
+    """The main job's default ``start_job`` (40,000 of Philly) was applied inside a submission-time
+    window too, so every window with fewer jobs failed with 'no job left' (session 15)."""
+    assert ExperimentConfig().start_job == 40_000
+    assert ExperimentConfig(window_start_s=5e6, window_end_s=6e6).start_job == 0
+    assert ExperimentConfig(window_start_s=5e6, start_job=7).start_job == 7

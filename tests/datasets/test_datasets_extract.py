@@ -90,12 +90,16 @@ def test_corrupt_archive_is_a_dataset_error(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.tar.gz"]
 
 
-def test_existing_target_is_kept(tmp_path: Path) -> None:
+def test_an_intact_target_is_kept_and_an_unlisted_one_unpacked_again(tmp_path: Path) -> None:
     archive = tmp_path / "a.tar.gz"
     archive.write_bytes(make_tar([("new.txt", b"new")]))
-    (tmp_path / "a").mkdir()
     extract_archive(archive, tmp_path / "a", dataset="ds")
-    assert list((tmp_path / "a").iterdir()) == []
+    (tmp_path / "a" / "mine.txt").write_text("kept")  # not from the archive: no reason to unpack again
+    extract_archive(archive, tmp_path / "a", dataset="ds")
+    assert (tmp_path / "a" / "mine.txt").read_text() == "kept"
+    (tmp_path / "b").mkdir()  # a folder with no list of what was unpacked into it: unpacked again
+    extract_archive(archive, tmp_path / "b", dataset="ds")
+    assert (tmp_path / "b" / "new.txt").read_bytes() == b"new"
 
 
 def make_zip(members: list[tuple[str, bytes] | zipfile.ZipInfo]) -> bytes:
@@ -136,3 +140,25 @@ def test_malicious_zip_member_is_rejected(tmp_path: Path, member, reason: str) -
     assert reason in str(info.value)
     assert sorted(p.name for p in archive.parent.iterdir()) == ["bad.zip"]
     assert not (tmp_path / "evil.txt").exists()
+
+
+def test_unpacked_files_damaged_since_are_reported_and_unpacked_again(server: FakeServer, tmp_path: Path) -> None:
+    """The archive's checksum covers the archive only: a file unpacked from it and truncated or
+    deleted later went unnoticed (``verify`` said ok, a trace loader read 181 of 500 jobs). The
+    unpacked sizes are listed at extraction; ``verify`` reports a difference, ``fetch`` unpacks again."""
+    from iadeep.datasets import VerifyStatus, verify
+
+    archive = make_tar([("cluster01.csv", b"job_id,t\n1,2\n3,4\n"), ("cluster02.csv", b"job_id,t\n5,6\n")])
+    server.add("/traces.tar.gz", archive)
+    entry = Entry("traces.tar.gz", server.base_url + "/traces.tar.gz", archive, extract=True)
+    manifest = write_manifest(tmp_path / "m.toml", {"tr": [entry]})
+    folder = fetch("tr", progress=False, manifest=manifest)
+    assert [r.status for r in verify("tr", manifest=manifest)] == [VerifyStatus.OK]
+    (folder / "traces" / "cluster01.csv").write_bytes(b"job_id,t\n1,")  # truncated
+    [r] = verify("tr", manifest=manifest)
+    assert r.status is VerifyStatus.UNPACKED_DAMAGED and "cluster01.csv has 11 bytes, 17 when unpacked" in r.detail
+    (folder / "traces" / "cluster02.csv").unlink()
+    fetch("tr", progress=False, manifest=manifest)
+    assert (folder / "traces" / "cluster01.csv").read_bytes() == b"job_id,t\n1,2\n3,4\n"
+    assert (folder / "traces" / "cluster02.csv").read_bytes() == b"job_id,t\n5,6\n"
+    assert [r.status for r in verify("tr", manifest=manifest)] == [VerifyStatus.OK]
