@@ -182,7 +182,7 @@ def sweep_cmd(
         from iadeep.experiment._steps import build_workload, fetch_inputs
 
         last = dataclasses.replace(base, start_job=max(starts))
-        paths = fetch_inputs(last)
+        paths = fetch_inputs(last, progress=sys.stderr.isatty())  # the first fetch of a sweep: a bar where someone watches
         try:
             build_workload(last, paths["trace"], paths["throughputs"])
         except (ValueError, TraceFormatError) as exc:
