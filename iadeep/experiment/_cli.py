@@ -220,6 +220,7 @@ def sweep_cmd(
         bar.update(task, completed=n)
     table = Table(title=f"avg JCT / {reference}'s (above 1: {reference} is faster)")
     pivot = df.pivot(index="setting", columns="policy", values=f"avg_jct_vs_{reference}").reindex(df["setting"].unique())
+    pivot = pivot.drop(columns=[reference], errors="ignore")  # the reference against itself: 1.00 everywhere
     table.add_column("setting")
     for name in pivot.columns:
         table.add_column(name, justify="right")
@@ -227,14 +228,19 @@ def sweep_cmd(
         table.add_row(str(setting), *(f"{v:.2f}" for v in row))
     console.print(table)
     guards = {q: guard_figures(df[df["queue"] == q]) for q in queues}
+    packing = [p for p in ("antman", "gandiva") if p in base.policies]
+    against = "better of " + ", ".join(packing) if len(packing) > 1 else ", ".join(packing)
     for q, guard in guards.items():
         if guard["worst_vs_packing"] is None:
+            if "iadeep" in base.policies:
+                console.print(f"guard ({q} queue): none: it compares iadeep with antman and gandiva, and neither ran")
             continue
         excl = guard["worst_vs_exclusive"]
-        console.print(f"guard ({q} queue): iadeep / better of antman, gandiva: worst {guard['worst_vs_packing']:.2f} "
+        met = guard["met"] or "n/a, not every figure was measured"
+        console.print(f"guard ({q} queue): iadeep / {against}: worst {guard['worst_vs_packing']:.2f} "
                       f"({guard['worst_setting']}), median {guard['median_vs_packing']:.2f}; worst vs exclusive "
-                      f"{'n/a' if excl is None else f'{excl:.2f}'} (goals {GUARD_GOALS['worst_vs_packing']}, "
-                      f"{GUARD_GOALS['median_vs_packing']}, {GUARD_GOALS['worst_vs_exclusive']}: met {guard['met']})")
+                      f"{'n/a (exclusive did not run)' if excl is None else f'{excl:.2f}'} (goals {GUARD_GOALS['worst_vs_packing']}, "
+                      f"{GUARD_GOALS['median_vs_packing']}, {GUARD_GOALS['worst_vs_exclusive']}: met {met})")
         if guard.get("unreachable_vs_exclusive"):
             console.print(f"  no policy can reach {GUARD_GOALS['worst_vs_exclusive']} x exclusive on "
                           f"{guard['unreachable_vs_exclusive']}: their mean dedicated run time alone is up to "

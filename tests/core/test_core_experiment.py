@@ -193,3 +193,22 @@ def test_a_time_window_picks_its_own_jobs():
     assert ExperimentConfig().start_job == 40_000
     assert ExperimentConfig(window_start_s=5e6, window_end_s=6e6).start_job == 0
     assert ExperimentConfig(window_start_s=5e6, start_job=7).start_job == 7
+
+
+def test_the_guard_line_names_the_baselines_that_ran(tmp_path, dataset_cache, monkeypatch):
+    """With one packing baseline the guard said 'better of antman, gandiva' and 'met None', the
+    table showed iadeep against itself (1.00 everywhere), and without either baseline nothing said
+    why no guard was printed (a new user's trial, session 15)."""
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    monkeypatch.setenv("COLUMNS", "300")
+    few = ["--jobs", "15", "--loads", "1", "--seeds", "0", "--start-jobs", "20000"]
+    res = CliRunner().invoke(app, ["experiment", "sweep", *few, "--policies", "iadeep,antman", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "guard (fifo queue): iadeep / antman: worst" in text and "better of" not in text
+    assert "n/a (exclusive did not run)" in text and "met n/a, not every figure was measured" in text
+    header = next(line for line in res.output.splitlines() if "setting" in line)
+    assert "antman" in header and "iadeep" not in header
+    res = CliRunner().invoke(app, ["experiment", "sweep", *few, "--policies", "iadeep,exclusive", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    assert "guard (fifo queue): none: it compares iadeep with antman and gandiva, and neither ran" in " ".join(res.output.split())
