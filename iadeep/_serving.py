@@ -12,12 +12,12 @@ import logging
 import re
 import signal
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator
 
-__all__ = ["HttpUrl", "LogLevel", "NodeName", "configure_logging", "node_name", "serve_http"]
+__all__ = ["HttpUrl", "LogLevel", "NodeName", "configure_logging", "node_name", "serve_http", "settings_from"]
 
 _LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 # A Kubernetes node name is a DNS subdomain (RFC 1123): lowercase alphanumerics, '-' and '.',
@@ -61,6 +61,49 @@ LogLevel = Annotated[str, AfterValidator(_log_level)]
 NodeName = Annotated[str, AfterValidator(node_name)]
 #: An ``http://`` or ``https://`` URL with a host (a service's base URL), kept as given.
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
+
+
+S = TypeVar("S")
+
+
+def settings_from(cls: type[S], flags: dict[str, Any], prog: str) -> S:
+    """Build a service's settings (its environment, then the ``flags`` given, ``None`` = not given).
+
+    A bad value is one line on stderr naming where it came from as a user would set it, the flag
+    and the variable (``iadeep tuner: invalid settings: --port / IADEEP_TUNER_PORT: Input should be
+    a valid integer (got 'abc')``; a nested setting by its variable,
+    ``IADEEP_COORDINATOR_ROUND__DEADLINE_S``), then exit code 2.
+
+    Args:
+        cls: a pydantic-settings class (its ``env_prefix`` and ``env_nested_delimiter`` name the
+            variables).
+        flags: the command's options by setting name; nested settings as dicts.
+        prog: the command, e.g. ``"iadeep tuner"``.
+
+    Raises:
+        typer.Exit: (code 2) after printing the line.
+    """
+    import typer
+    from pydantic import ValidationError
+
+    try:
+        return cls(**{k: v for k, v in flags.items() if v is not None})
+    except ValidationError as exc:
+        config = getattr(cls, "model_config", {})
+        prefix, delim = config.get("env_prefix", ""), config.get("env_nested_delimiter") or "__"
+        parts = []
+        for err in exc.errors(include_url=False):
+            loc = [str(x) for x in err["loc"]]
+            msg = err["msg"].removeprefix("Value error, ")
+            if not loc:  # a rule over several settings: its message names them
+                parts.append(msg)
+                continue
+            env = prefix.upper() + delim.join(loc).upper()
+            where = f"--{loc[0].replace('_', '-')} / {env}" if len(loc) == 1 and loc[0] in flags else env
+            got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+            parts.append(f"{where}: {msg}{got}")
+        typer.echo(f"{prog}: invalid settings: " + "; ".join(parts), err=True)
+        raise typer.Exit(2) from None
 
 
 def configure_logging(level: str) -> None:

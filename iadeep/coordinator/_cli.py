@@ -60,16 +60,9 @@ def serve(
     log_level: Annotated[str | None, typer.Option(help="Logging level.")] = None,
 ) -> None:
     """Follow this node's tuning requests and run the sessions."""
-    from pydantic import ValidationError
-
+    from iadeep._serving import settings_from
     from iadeep.coordinator._settings import CoordinatorSettings
 
-    overrides = {"node": node, "all_nodes": all_nodes, "tuner_url": tuner_url, "throughputs_file": throughputs_file, "host": host,
-                 "port": port, "log_level": log_level}
-    try:
-        settings = CoordinatorSettings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:
-        fields = ", ".join((".".join(str(x) for x in e["loc"]) or "node/all_nodes") + f": {e['msg']}" for e in exc.errors())
-        typer.echo(f"iadeep coordinator: invalid settings: {fields}", err=True)
-        raise typer.Exit(2) from None
-    run(settings)
+    flags = {"node": node, "all_nodes": all_nodes, "tuner_url": tuner_url, "throughputs_file": throughputs_file, "host": host,
+             "port": port, "log_level": log_level}
+    run(settings_from(CoordinatorSettings, flags, "iadeep coordinator"))

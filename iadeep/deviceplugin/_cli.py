@@ -84,8 +84,7 @@ def serve(
     log_level: Annotated[str | None, typer.Option(help="Logging level (default info).")] = None,
 ) -> None:
     """Advertise the node's GPUs to the kubelet and allocate them to the pods the extender bound."""
-    from pydantic import ValidationError
-
+    from iadeep._serving import settings_from
     from iadeep.deviceplugin._settings import DevicePluginSettings
 
     data: dict[str, object] = {k: v for k, v in {"node": node, "socket_dir": socket_dir, "backend": backend,
@@ -96,10 +95,4 @@ def serve(
         data["emulated"] = emulated
     if kubeconfig or in_cluster:
         data["kube"] = {"kubeconfig": kubeconfig, "in_cluster": in_cluster}
-    try:
-        settings = DevicePluginSettings(**data)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        fields = ", ".join(".".join(str(x) for x in e["loc"]) + f": {e['msg']}" for e in exc.errors())
-        typer.echo(f"iadeep deviceplugin: invalid settings: {fields}", err=True)
-        raise typer.Exit(2) from None
-    run(settings)
+    run(settings_from(DevicePluginSettings, data, "iadeep deviceplugin"))

@@ -60,8 +60,9 @@ def serve(
     log_level: Annotated[str | None, typer.Option(help="Logging level.")] = None,
 ) -> None:
     """Serve the tuner's HTTP API (one optuna study per tuning session)."""
+    from iadeep._serving import settings_from
     from iadeep.tuner._settings import TunerSettings
 
-    overrides = {"host": host, "port": port, "storage_url": storage_url, "throughputs_file": throughputs_file,
-                 "log_level": log_level}
-    run(TunerSettings(**{k: v for k, v in overrides.items() if v is not None}))
+    flags = {"host": host, "port": port, "storage_url": storage_url, "throughputs_file": throughputs_file,
+             "log_level": log_level}
+    run(settings_from(TunerSettings, flags, "iadeep tuner"))

@@ -130,11 +130,13 @@ def test_sigterm_ends_the_service_cleanly(throughputs_path, tmp_path) -> None:
     assert "Traceback" not in tuner.log()
 
 
-@pytest.mark.parametrize(("env", "field"), [({"IADEEP_TUNER_PORT": "abc"}, "port"),
-                                            ({"IADEEP_TUNER_LOG_LEVEL": "loud"}, "log_level")])
+@pytest.mark.parametrize(("env", "field"), [({"IADEEP_TUNER_PORT": "abc"}, "--port / IADEEP_TUNER_PORT"),
+                                            ({"IADEEP_TUNER_LOG_LEVEL": "loud"}, "--log-level / IADEEP_TUNER_LOG_LEVEL"),
+                                            ({"IADEEP_TUNER_STOP__BUDGET": "0"}, "IADEEP_TUNER_STOP__BUDGET: Input should be")])
 def test_python_m_with_a_bad_setting_is_one_line(throughputs_path, tmp_path, env, field) -> None:
     """``python -m iadeep.tuner serve`` (how the live experiment starts it) answers a bad setting as
-    ``iadeep tuner serve`` does: one line naming it, exit code 2 (it printed a traceback)."""
+    ``iadeep tuner serve`` does: one line naming it as the user sets it (flag and variable), exit
+    code 2 (it printed a traceback)."""
     import os
     import subprocess
     import sys
