@@ -171,11 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     """
     home = Path(os.environ.get("AIRFLOW_HOME") or ".airflow")
     server = Standalone(home, int(os.environ.get("IADEEP_AIRFLOW_PORT") or 0))
+
+    def _interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # Airflow runs in its own session (so that stop() ends all of it): SIGTERM or SIGHUP to this
+    # launcher must stop it as Ctrl-C does, or the whole stack stays up with its ports
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     print(f"starting airflow standalone in {server.home} (log: {server.log_path}) ...", flush=True)
-    server.start()
-    print(f"Airflow UI: {server.url}/\n  user: admin\n  password: {server.password}\n"
-          f"Trigger iadeep_experiment from the UI (DAGs > iadeep_experiment > Trigger). Ctrl-C stops it.", flush=True)
     try:
+        server.start()
+        print(f"Airflow UI: {server.url}/\n  user: admin\n  password: {server.password}\n"
+              f"Trigger iadeep_experiment from the UI (DAGs > iadeep_experiment > Trigger). Ctrl-C stops it.", flush=True)
         while server.proc is not None and server.proc.poll() is None:
             time.sleep(1.0)
     except KeyboardInterrupt:

@@ -1,0 +1,63 @@
+"""``make airflow`` (``python -m iadeep.orchestration``) stops the whole Airflow stack on SIGTERM,
+as it does on Ctrl-C. Airflow runs in its own session, so that the launcher's stop reaches all of
+it; SIGTERM used to end the launcher alone and leave a dozen Airflow processes listening (a new
+user's trial, session 15)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from iadeep.testing import free_port, wait_for
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _processes_in(home: Path) -> list[int]:
+    """Processes whose working folder is ``home`` (Airflow runs there) or below."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cwd = os.readlink(entry / "cwd")
+            except OSError:
+                continue
+            if cwd == str(home) or cwd.startswith(str(home) + "/"):
+                found.append(int(entry.name))
+    return found
+
+
+def test_sigterm_to_the_launcher_stops_all_of_airflow(tmp_path) -> None:
+    pytest.importorskip("airflow")
+    home = (tmp_path / "home").resolve()
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "IADEEP_AIRFLOW_PORT": str(free_port()),
+           "IADEEP_CACHE_DIR": str(tmp_path / "cache"), "IADEEP_RUNS_DIR": str(tmp_path / "runs")}
+    out = tmp_path / "launcher.out"
+    with out.open("wb") as fh:
+        launcher = subprocess.Popen([sys.executable, "-m", "iadeep.orchestration"], env=env, stdout=fh,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: out.read_text(errors="replace"), lambda t: "Airflow UI:" in t or launcher.poll() is not None,
+                 timeout=600, what="airflow standalone healthy")
+        assert launcher.poll() is None, out.read_text(errors="replace")[-3000:]
+        assert _processes_in(home), "airflow should be running in its home"
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 0
+        deadline = time.monotonic() + 30
+        while _processes_in(home) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _processes_in(home) == [], "airflow processes left after SIGTERM to the launcher"
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        for pid in _processes_in(home):
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except OSError:
+                pass
