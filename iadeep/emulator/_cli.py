@@ -26,12 +26,13 @@ def run(overrides: dict[str, Any], stop: threading.Event | None = None) -> None:
     """Build the settings (environment, then ``overrides``) and emulate until SIGTERM/SIGINT or ``stop``."""
     import logging
 
+    from iadeep._serving import configure_logging
     from iadeep.emulator import KubeCallError, build_emulator
     from iadeep.emulator._settings import EmulatorSettings
     from iadeep.state import StoreUnavailable
 
     settings = EmulatorSettings(**{k: v for k, v in overrides.items() if v is not None})
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level)
     try:
         svc = build_emulator(settings)
     except (KubeCallError, StoreUnavailable, OSError, ValueError) as exc:

@@ -82,15 +82,14 @@ def run(overrides: dict[str, Any]) -> None:
     multiprocess mode; removed at exit, or at the next start if this process was killed) and get
     SIGTERM when this process dies.
     """
-    import logging
-
     import uvicorn
 
+    from iadeep._serving import configure_logging
     from iadeep.extender._settings import ExtenderSettings
     from iadeep.state import StoreUnavailable
 
     settings = ExtenderSettings(**{k: v for k, v in overrides.items() if v is not None})
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level)
     common = {"host": settings.host, "port": settings.port, "log_level": settings.log_level.lower(),
               "access_log": False, "timeout_graceful_shutdown": 5}
     if settings.workers == 1:
