@@ -6,7 +6,8 @@
 
 Each ``fetch`` is :func:`iadeep.datasets.fetch` (size and SHA-256 checked; files already verified
 are not downloaded again, so retries and reruns are cheap) followed by :func:`iadeep.datasets.verify`.
-The folder is the Variable ``iadeep_dataset_dir`` (else ``$IADEEP_CACHE_DIR``, else ``./cache``);
+The folder is the Variable ``iadeep_dataset_dir`` (else ``$IADEEP_CACHE_DIR``, else the registry's user cache
+folder, as for the CLI), which the experiment DAGs read;
 ``$IADEEP_DATASET_MIRROR`` replaces the upstream hosts as for the CLI.
 """
 
@@ -41,9 +42,9 @@ def iadeep_datasets() -> None:
     def fetch(name: str) -> dict[str, Any]:
         from iadeep.datasets import fetch as fetch_dataset
         from iadeep.datasets import verify
-        from iadeep.orchestration._airflow import variable_path
+        from iadeep.orchestration._airflow import dataset_dir
 
-        cache = variable_path("iadeep_dataset_dir", "cache")
+        cache = dataset_dir()
         path = fetch_dataset(name, progress=False, cache_dir=cache)
         results = verify(name, cache_dir=cache)
         bad = [str(r) for r in results if not r.ok]

@@ -32,12 +32,16 @@ work: unknown keys (typos), wrong types (``{"jobs": 60.5}``, ``{"nodes": "2"}``)
 bounds fail it with a message naming the parameter; whole-number floats (``{"jobs": 60.0}``, which
 Airflow's JSON Schema accepts as integers) are converted.
 
-Output folder (``out``): an absolute path is used as is. A relative one is resolved under
-``$IADEEP_RUNS_DIR`` when that is set, else under the worker's current working directory, so the
-default ``runs/latest`` lands in ``./runs/latest`` as with the CLI. The folder is overwritten by the
-next run with the same ``out``: give concurrent runs different folders.
+Output folder (``out``): an absolute path is used as is. A relative one is resolved under the
+Variable ``iadeep_runs_dir``, else ``$IADEEP_RUNS_DIR``, else the worker's current working
+directory, so the default ``runs/latest`` lands in ``./runs/latest`` as with the CLI. The first task
+claims the folder for the run (``.iadeep-run.json``): a second run into the same ``out`` while the
+first is queued or running fails at once naming it, and every later task checks the claim before
+it writes. A run that has ended leaves its files to be overwritten by the next run into the folder.
+Datasets come from the Variable ``iadeep_dataset_dir`` (else ``$IADEEP_CACHE_DIR``, else the
+registry's user cache folder), where ``iadeep_datasets`` fetches them.
 
-Usage (``AIRFLOW_HOME`` set, ``airflow db migrate`` done, this folder as ``dags_folder``)::
+Usage (``AIRFLOW_HOME`` set, this folder as ``dags_folder``, and ``airflow db migrate`` run once)::
 
     export IADEEP_DATASET_MIRROR=/path/to/shared/data   # offline machines; else upstream hosts
     airflow dags test iadeep_experiment --conf '{"jobs": 60, "out": "/tmp/iadeep-run"}'
@@ -74,23 +78,28 @@ def iadeep_experiment() -> None:
     def fetch_datasets(params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Validate the params into a config (first, before any work), create the output folder,
         fetch the trace and throughputs."""
-        from pathlib import Path
+        from airflow.sdk import get_current_context
 
         from iadeep.experiment import ExperimentConfig, fetch_inputs
+        from iadeep.orchestration._airflow import claim_out, dataset_dir, runs_dir
 
-        config = config_from_params(params or {})
+        config = config_from_params(params or {}, runs_dir())
         cfg = ExperimentConfig.from_dict(config)
-        Path(cfg.out).mkdir(parents=True, exist_ok=True)
-        paths = fetch_inputs(cfg, progress=False)
+        claim_out(cfg.out, get_current_context())
+        paths = fetch_inputs(cfg, progress=False, cache_dir=dataset_dir())
         return {"config": config, **paths}
 
     @task
     def build_workload(inputs: dict[str, Any]) -> list[str]:
         """Write workload.csv/.json into the output folder; return the policy names to map over."""
+        from airflow.sdk import get_current_context
+
         from iadeep.experiment import ExperimentConfig
         from iadeep.experiment import build_workload as build
+        from iadeep.orchestration._airflow import check_claim
 
         cfg = ExperimentConfig.from_dict(inputs["config"])
+        check_claim(cfg.out, get_current_context())
         _, meta = build(cfg, inputs["trace"], inputs["throughputs"])
         print(f"{meta['jobs']} jobs ({meta['multi_gpu_jobs']} multi-GPU) in {cfg.out}; offered load mean "
               f"{meta['offered_load_mean']}, peak {meta['offered_load_peak']}; dropped {meta['dropped']}, "
@@ -102,14 +111,17 @@ def iadeep_experiment() -> None:
         """The kubernetes backend over all policies (skipped for the simulator backend)."""
         from pathlib import Path
 
+        from airflow.sdk import get_current_context
         from airflow.sdk.exceptions import AirflowSkipException
 
         from iadeep.experiment import ExperimentConfig, load_workload
         from iadeep.experiment._steps import run_live
+        from iadeep.orchestration._airflow import check_claim
 
         cfg = ExperimentConfig.from_dict(inputs["config"])
         if cfg.backend != "kubernetes":
             raise AirflowSkipException("backend is simulator")
+        check_claim(cfg.out, get_current_context())
         workload, _ = load_workload(Path(cfg.out))
         metrics = run_live(cfg, workload, inputs["throughputs"])
         return {p: {k: m[k] for k in ("avg_jct_s", "makespan_s", "failed_jobs", "reservations_left") if k in m}
@@ -121,9 +133,13 @@ def iadeep_experiment() -> None:
         import json
         from pathlib import Path
 
+        from airflow.sdk import get_current_context
+
         from iadeep.experiment import ExperimentConfig, load_workload, run_policy
+        from iadeep.orchestration._airflow import check_claim
 
         cfg = ExperimentConfig.from_dict(inputs["config"])
+        check_claim(cfg.out, get_current_context())
         workload, _ = load_workload(Path(cfg.out))
         run_policy(cfg, policy, workload, inputs["throughputs"])
         metrics_path = Path(cfg.out) / f"metrics-{policy}.json"
@@ -134,9 +150,13 @@ def iadeep_experiment() -> None:
         """summary.json, report.md and plots for the policies run; returns the per-policy metrics."""
         from pathlib import Path
 
+        from airflow.sdk import get_current_context
+
         from iadeep.experiment import ExperimentConfig, write_report
+        from iadeep.orchestration._airflow import check_claim
 
         cfg = ExperimentConfig.from_dict(inputs["config"])
+        check_claim(cfg.out, get_current_context())
         names = [r["policy"] for r in results or []] or list(cfg.policies)
         summary = write_report(cfg, names)
         out = Path(cfg.out)

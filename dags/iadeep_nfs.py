@@ -40,9 +40,9 @@ def iadeep_nfs() -> None:
         from pathlib import Path
 
         from iadeep.orchestration import NfsExport
-        from iadeep.orchestration._airflow import variable_path
+        from iadeep.orchestration._airflow import dataset_dir
 
-        root = Path(variable_path("iadeep_dataset_dir", "cache")) / "datasets"
+        root = Path(dataset_dir()) / "datasets"
         root.mkdir(parents=True, exist_ok=True)
         return NfsExport(path=str(root), server=params["server"], port=int(params["port"]), pseudo=params["pseudo"])
 

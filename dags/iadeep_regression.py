@@ -13,8 +13,14 @@
   policy, metric) that is more than ``tolerance`` (relative) above the baseline. The first run
   writes the baseline; ``update_baseline: true`` replaces it (after an intended change).
 
+``prepare`` fails before any simulation when the stored baseline measured another experiment
+(other ``jobs`` or ``target_load``, or none of this run's settings): compare like with like, or
+replace it with ``update_baseline: true``.
+
 ``policy_options`` passes constructor arguments to a policy (e.g. ``{"iadeep": {"colocation_limit": 1}}``)
-to see what a parameter change would do before merging it.
+to see what a parameter change would do before merging it: such a trial is compared and kept in
+the history (with its options) but never becomes the baseline. A policy it names must be among
+``policies`` and each argument one of that policy's constructor's.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from airflow.sdk import Param, dag, task
      params={
          "start_jobs": Param([40000, 60000], type="array", items={"type": "integer", "minimum": 0}, minItems=1,
                              description="Philly trace windows (first job of each)."),
-         "seeds": Param([0], type="array", items={"type": "integer"}, minItems=1, description="Seeds of the workload mix."),
+         "seeds": Param([0], type="array", items={"type": "integer", "minimum": 0}, minItems=1, description="Seeds of the workload mix."),
          "target_load": Param(1.5, type="number", exclusiveMinimum=0, description="Mean offered load of each window."),
          "jobs": Param(120, type="integer", minimum=1, description="Jobs per window."),
          "policies": Param(["iadeep", "exclusive", "antman", "gandiva"], type="array", items={"type": "string"}, minItems=1,
@@ -49,18 +55,28 @@ def iadeep_regression() -> None:
         import re
         from pathlib import Path
 
+        from airflow.sdk.exceptions import AirflowFailException
+
         from iadeep.experiment import ExperimentConfig, fetch_inputs
-        from iadeep.orchestration import RegressionSpec
-        from iadeep.orchestration._airflow import variable_path
+        from iadeep.orchestration import RegressionSpec, check_baseline, load_baseline
+        from iadeep.orchestration._airflow import dataset_dir, variable_path
 
         p = dict(params or {})
         directory = str(Path(p.pop("regression_dir") or variable_path("iadeep_regression_dir", "regression")).resolve())
         update = p.pop("update_baseline")
-        spec = RegressionSpec.from_dict(p)
+        settings = [{"start": s, "seed": seed} for s in p.get("start_jobs", ()) for seed in p.get("seeds", ())]
+        try:  # bad conf or a baseline of another experiment: fail before minutes of simulation, without retrying
+            spec = RegressionSpec.from_dict(p)
+            if update and spec.policy_options:
+                raise ValueError("update_baseline with policy_options: the baseline holds the policies' defaults")
+            if not update:
+                check_baseline(load_baseline(Path(directory)), spec,
+                               [f"{s['start']}-{spec.target_load:g}-{s['seed']}" for s in settings])
+        except ValueError as exc:
+            raise AirflowFailException(str(exc)) from None
         out = Path(directory) / "runs" / re.sub(r"[^A-Za-z0-9_.-]", "_", str(run_id))
         base = ExperimentConfig(jobs=spec.jobs, target_load=spec.target_load, policies=spec.policies, out=str(out))
-        paths = fetch_inputs(base, progress=False)
-        settings = [{"start": s, "seed": seed} for s in spec.start_jobs for seed in spec.seeds]
+        paths = fetch_inputs(base, progress=False, cache_dir=dataset_dir())
         return {"spec": p, "dir": directory, "update": update, "base": base.to_dict(), "paths": paths,
                 "settings": settings, "run_id": str(run_id)}
 

@@ -50,7 +50,7 @@ def iadeep_rollout() -> None:
         import yaml
 
         from iadeep.orchestration import render as render_docs
-        from iadeep.orchestration._airflow import variable_path
+        from iadeep.orchestration._airflow import dataset_dir, variable_path
 
         out = Path(variable_path("iadeep_runs_dir", "runs")) / "rollout" / re.sub(r"[^A-Za-z0-9_.-]", "_", run_id or "manual")
         out.mkdir(parents=True, exist_ok=True)
@@ -60,7 +60,7 @@ def iadeep_rollout() -> None:
             from iadeep.orchestration import prepare_local_rollout
             from iadeep.orchestration._airflow import cluster_ref, etcd_ref
 
-            gavel = fetch("gavel-throughputs", progress=False, cache_dir=variable_path("iadeep_dataset_dir", "cache"))
+            gavel = fetch("gavel-throughputs", progress=False, cache_dir=dataset_dir())
             etcd = etcd_ref()
             _, kustomization = prepare_local_rollout(out, kubeconfig=cluster_ref()["kubeconfig"], etcd_endpoints=etcd["endpoint"],
                                                      etcd_prefix=etcd["prefix"], throughputs_file=gavel / "simulation_throughputs.json")

@@ -15,7 +15,8 @@
 - ``wait_jobs``: defers to :class:`iadeep.orchestration._airflow.JobsFinishedTrigger` (in the
   triggerer) until every Job has a ``Complete`` or ``Failed`` condition; a Job whose pod is not
   visible yet is simply not finished. Fails when one failed or on the deadline.
-- ``collect``: ``jobs.json`` (state, node, GPUs, submit/start/end times) into the output folder.
+- ``collect``: ``jobs.json`` (state, node, GPUs, submit/start/end times) into the output folder,
+  which ``plan`` claimed for the run as ``iadeep_experiment`` does.
 
 The cluster is the Connection ``iadeep_cluster``; Jobs go to its ``namespace`` extra.
 """
@@ -54,33 +55,42 @@ def iadeep_submit_trace() -> None:
     def plan(params: dict[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
         import hashlib
 
+        from airflow.sdk import get_current_context
+        from airflow.sdk.exceptions import AirflowFailException
+
         from iadeep.orchestration import ensure_namespace, plan_trace
-        from iadeep.orchestration._airflow import api_for, cluster_ref
+        from iadeep.orchestration._airflow import api_for, claim_out, cluster_ref, dataset_dir, runs_dir
 
         p = dict(params or {})
+        unused = sorted(set(p) - set(PARAMS))
+        if unused:
+            raise AirflowFailException(f"parameters {unused} are not used by iadeep_submit_trace; its parameters: "
+                                       f"{', '.join(sorted(PARAMS))}")
         extra = {k: p.pop(k) for k in ("dataset_claim", "run", "pin_nodes")}
-        config = config_from_params(p)
+        config = config_from_params(p, runs_dir())
         run = extra["run"] or "t" + hashlib.sha1(str(run_id).encode()).hexdigest()[:10]
         ref = cluster_ref()
+        claim_out(config["out"], get_current_context())
         api = api_for(ref)
         try:
             ensure_namespace(api, ref["namespace"])
         finally:
             api.close()
         info = plan_trace(config, namespace=ref["namespace"], run=run, dataset_claim=extra["dataset_claim"],
-                          pin_nodes=extra["pin_nodes"])
+                          pin_nodes=extra["pin_nodes"], cache_dir=dataset_dir())
         return {**info, "cluster": dict(ref), "out": config["out"]}
 
     @task
     def collect(planned: dict[str, Any]) -> dict[str, Any]:
-        from pathlib import Path
+        from airflow.sdk import get_current_context
 
         from iadeep.orchestration import collect_jobs
-        from iadeep.orchestration._airflow import api_for
+        from iadeep.orchestration._airflow import api_for, check_claim
 
+        out = check_claim(planned["out"], get_current_context())
         api = api_for(planned["cluster"])
         try:
-            return collect_jobs(api, planned["namespace"], planned["run"], Path(planned["out"]))
+            return collect_jobs(api, planned["namespace"], planned["run"], out)
         finally:
             api.close()
 

@@ -9,6 +9,12 @@ Each mapped instance simulates every policy on one setting and writes its files 
 over the workers (the output folder must be shared, e.g. the NFS export). ``combine`` writes
 ``sweep.csv``, ``sweep.png`` and ``guard.json`` (the guard figures against the packing baselines, strict
 JSON as ``iadeep experiment sweep`` writes it: an undefined figure is ``null``).
+
+``prepare`` checks the whole conf before any work and fails without retrying on a key this DAG
+does not use (``seed`` or ``target_load``: the sweep's are ``seeds`` and ``loads``), a ``reference``
+that is not among ``policies``, or a value the experiment's validator refuses. It claims ``out`` for
+the run as ``iadeep_experiment`` does (a second run into the same folder while this one is active
+fails naming it).
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ PARAMS.update({
                         description="Trace windows (first job of each)."),
     "loads": Param([1.0, 2.0], type="array", items={"type": "number", "exclusiveMinimum": 0}, minItems=1,
                    description="Target mean offered loads."),
-    "seeds": Param([0, 1], type="array", items={"type": "integer"}, minItems=1, description="Seeds."),
-    "reference": Param("iadeep", type="string", description="Policy the others are compared with."),
+    "seeds": Param([0, 1], type="array", items={"type": "integer", "minimum": 0}, minItems=1, description="Seeds."),
+    "reference": Param("iadeep", type="string", description="Policy the others are compared with (one of policies)."),
     "out": Param("runs/sweep", type="string", minLength=1, description="Output folder (as iadeep_experiment's)."),
 })
 
@@ -41,12 +47,30 @@ def iadeep_sweep() -> None:
 
     @task
     def prepare(params: dict[str, Any] | None = None) -> dict[str, Any]:
+        from airflow.sdk import get_current_context
+        from airflow.sdk.exceptions import AirflowFailException
+
         from iadeep.experiment import ExperimentConfig, fetch_inputs
+        from iadeep.orchestration._airflow import claim_out, dataset_dir, runs_dir
 
         p = dict(params or {})
+        unused = sorted(set(p) - set(PARAMS))
+        if unused:
+            raise AirflowFailException(f"parameters {unused} are not used by iadeep_sweep; its parameters: "
+                                       f"{', '.join(sorted(PARAMS))}")
         grid = {k: p.pop(k) for k in ("start_jobs", "loads", "seeds", "reference")}
-        config = config_from_params(p)
-        paths = fetch_inputs(ExperimentConfig.from_dict(config), progress=False)
+        try:
+            config = config_from_params(p, runs_dir())
+        except ValueError as exc:  # bad conf: retrying cannot fix it
+            raise AirflowFailException(str(exc)) from None
+        if grid["reference"] not in config["policies"]:
+            raise AirflowFailException(f"parameter 'reference': {grid['reference']!r} is not among the policies run "
+                                       f"({', '.join(config['policies'])})")
+        claim_out(config["out"], get_current_context())
+        try:
+            paths = fetch_inputs(ExperimentConfig.from_dict(config), progress=False, cache_dir=dataset_dir())
+        except ValueError as exc:  # a trace, throughputs or cluster file that does not exist
+            raise AirflowFailException(str(exc)) from None
         settings = [{"start": s, "load": float(x), "seed": seed} for s in grid["start_jobs"] for x in grid["loads"]
                     for seed in grid["seeds"]]
         return {"config": config, "paths": paths, "settings": settings, "reference": grid["reference"]}
@@ -57,27 +81,25 @@ def iadeep_sweep() -> None:
 
     @task(map_index_template="{{ setting['start'] }}-{{ setting['load'] }}-{{ setting['seed'] }}")
     def run_setting(setting: dict[str, Any], prepared: dict[str, Any]) -> list[dict[str, Any]]:
+        from airflow.sdk import get_current_context
+
         from iadeep.experiment import ExperimentConfig
         from iadeep.experiment._sweep import run_setting as run
+        from iadeep.orchestration._airflow import check_claim
 
+        check_claim(prepared["config"]["out"], get_current_context())
         return run(ExperimentConfig.from_dict(prepared["config"]), prepared["paths"], int(setting["start"]),
                    float(setting["load"]), int(setting["seed"]))
 
     @task
     def combine(prepared: dict[str, Any], results: list[list[dict[str, Any]]]) -> dict[str, Any]:
-        from pathlib import Path
+        from airflow.sdk import get_current_context
 
-        from iadeep.experiment._sweep import guard_figures, plot_sweep, sweep_table
-        from iadeep.report import write_json
+        from iadeep.experiment._sweep import write_sweep_files
+        from iadeep.orchestration._airflow import check_claim
 
-        out = Path(prepared["config"]["out"])
-        out.mkdir(parents=True, exist_ok=True)
-        df = sweep_table([r for rows in results for r in rows], prepared["reference"])
-        df.to_csv(out / "sweep.csv", index=False)
-        if f"avg_jct_vs_{prepared['reference']}" in df:
-            plot_sweep(df, out / "sweep.png", prepared["reference"])
-        guard = write_json(out / "guard.json", guard_figures(df, prepared["reference"]))
-        return {"out": str(out), "rows": len(df), "guard": guard}
+        out = check_claim(prepared["config"]["out"], get_current_context())
+        return write_sweep_files([r for rows in results for r in rows], out, prepared["reference"])
 
     prepared = prepare()
     combine(prepared, run_setting.partial(prepared=prepared).expand(setting=settings_of(prepared)))

@@ -7,7 +7,7 @@ iadeep but the parameter validator, so any service may use it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import typer
@@ -42,14 +42,16 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def usage_error(exc: ConfigError) -> typer.BadParameter:
+def usage_error(exc: ConfigError, options: Mapping[str, str] | None = None) -> typer.BadParameter:
     """A :class:`ConfigError` as click's usage error for the option of the same name (exit code 2).
 
-    ``parameter 'nodes'`` becomes ``Invalid value for '--nodes': ...``.
+    ``parameter 'nodes'`` becomes ``Invalid value for '--nodes': ...``; ``options`` names the
+    options spelled otherwise than their parameter (``{"cluster_file": "--cluster"}``).
     """
     if exc.parameter is None:
         return typer.BadParameter(exc.reason)
-    option = "--" + exc.parameter.split("[", 1)[0].replace("_", "-")
+    name = exc.parameter.split("[", 1)[0]
+    option = (options or {}).get(name) or "--" + name.replace("_", "-")
     return typer.BadParameter(exc.reason, param_hint=f"'{option}'")
 
 

@@ -17,6 +17,8 @@ from iadeep.experiment._config import DEFAULT_POLICIES, TRACE_DATASETS, Experime
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 _D = ExperimentConfig()
+#: Parameters whose option is spelled otherwise (for the one-line errors of :func:`iadeep._climain.usage_error`).
+_OPTIONS = {"cluster_file": "--cluster"}
 SWEEP_WINDOWS = {"philly": "0,20000,40000,60000"}
 """The sweep's default windows (start jobs) per trace: Philly's 82k jobs hold four 400-job windows
 20,000 jobs apart; openb (about 6k GPU pods) and an ITP cluster (about 3k jobs) start at 0."""
@@ -79,7 +81,7 @@ def run_cmd(
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
         cluster = cluster_of(cfg)
     except ConfigError as exc:
-        raise usage_error(exc) from None
+        raise usage_error(exc, _OPTIONS) from None
     except (ValueError, DatasetError, TraceFormatError, OSError) as exc:
         raise _input_error("run", exc) from None
     if meta["skipped_rows"]:
@@ -188,7 +190,7 @@ def sweep_cmd(
         except (ValueError, TraceFormatError) as exc:
             raise ConfigError("start_jobs", f"the window starting at job {last.start_job} cannot be built: {one_line(exc)}") from None
     except ConfigError as exc:
-        raise usage_error(exc) from None
+        raise usage_error(exc, _OPTIONS) from None
     except (DatasetError, OSError) as exc:
         raise _input_error("sweep", exc) from None
     # the table and the guard read each policy against iadeep; a sweep without it, against its first policy
@@ -290,7 +292,7 @@ def compare_cmd(
                                            tuning=tuning, kube_preemption=kube_preemption, speedup=speedup,
                                            timeout_s=timeout_s, out=out))
     except ConfigError as exc:
-        raise usage_error(exc) from None
+        raise usage_error(exc, _OPTIONS) from None
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:
         def on_policy(name: str, n: int):

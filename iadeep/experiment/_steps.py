@@ -74,30 +74,40 @@ def sim_settings(cfg: ExperimentConfig) -> SimSettings:
                        queue=cfg.queue, kube=kube, tuning=cfg.tuning)
 
 
-def fetch_inputs(cfg: ExperimentConfig, progress: bool = True) -> dict[str, str]:
-    """Fetch (or locate) the trace and the throughput measurements.
+def fetch_inputs(cfg: ExperimentConfig, progress: bool = True, cache_dir: str | Path | None = None) -> dict[str, str]:
+    """Fetch (or locate) the trace and the throughput measurements; check that a cluster file exists.
+
+    Args:
+        cache_dir: the dataset cache; default ``$IADEEP_CACHE_DIR``, else the registry's user cache
+            folder (:meth:`iadeep.datasets.Settings.resolve`). The Airflow DAGs pass the Variable
+            ``iadeep_dataset_dir``'s folder.
 
     Returns:
         ``{"trace": path, "throughputs": path}``.
 
     Raises:
         iadeep.datasets.DatasetError: a download or checksum failed.
+        iadeep._params.ConfigError: ``trace_file``, ``throughputs_file`` or ``cluster_file`` names
+            no file (the message names the parameter and the path).
     """
+    from iadeep._params import ConfigError
     from iadeep.datasets import fetch
 
+    if cfg.cluster_file and cfg.cluster_file not in REGISTRY_CLUSTERS and not Path(cfg.cluster_file).is_file():
+        raise ConfigError("cluster_file", f"{cfg.cluster_file}: no such file")
     if cfg.trace_file:
         trace = Path(cfg.trace_file)
         if not trace.exists():
-            raise FileNotFoundError(f"trace file {trace} does not exist")
+            raise ConfigError("trace_file", f"{trace}: no such file or folder")
     else:
         dataset, inner = TRACE_DATASETS[cfg.trace]  # type: ignore[misc]
-        trace = fetch(dataset, progress=progress) / inner
+        trace = fetch(dataset, progress=progress, cache_dir=cache_dir) / inner
     if cfg.throughputs_file:
         thr = Path(cfg.throughputs_file)
         if not thr.is_file():
-            raise FileNotFoundError(f"throughputs file {thr} does not exist")
+            raise ConfigError("throughputs_file", f"{thr}: no such file")
     else:
-        thr = fetch(THROUGHPUTS[0], progress=progress) / THROUGHPUTS[1]
+        thr = fetch(THROUGHPUTS[0], progress=progress, cache_dir=cache_dir) / THROUGHPUTS[1]
     return {"trace": str(trace), "throughputs": str(thr)}
 
 

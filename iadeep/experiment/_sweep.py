@@ -12,13 +12,15 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from iadeep.experiment._config import ExperimentConfig
 from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy
 
-__all__ = ["run_sweep", "run_setting", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "GUARD_GOALS"]
+__all__ = ["run_sweep", "run_setting", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "write_sweep_files",
+           "GUARD_GOALS"]
 
 
 def run_setting(base: ExperimentConfig, paths: dict[str, str], start: int, load: float, seed: int, label: str = "",
@@ -75,6 +77,27 @@ def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence
         out.mkdir(parents=True, exist_ok=True)
         df.to_csv(out / "sweep.csv", index=False)
     return df
+
+
+def write_sweep_files(rows: list[dict], out: str | Path, reference: str = "iadeep") -> dict[str, Any]:
+    """``sweep.csv``, ``sweep.png`` (when ``reference`` was run) and ``guard.json`` of ``rows`` (the
+    :func:`run_setting` rows of every setting) into ``out``; what the Airflow DAG ``iadeep_sweep``
+    writes at its end. ``guard.json`` is strict JSON (:func:`iadeep.report.write_json`: an undefined
+    figure is ``null``, with its reason), as the CLI writes it.
+
+    Returns:
+        ``{"out": str, "rows": n, "guard": the guard figures}``.
+    """
+    from iadeep.report import write_json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    df = sweep_table(rows, reference)
+    df.to_csv(out / "sweep.csv", index=False)
+    if f"avg_jct_vs_{reference}" in df:
+        plot_sweep(df, out / "sweep.png", reference)
+    guard = write_json(out / "guard.json", guard_figures(df, reference))
+    return {"out": str(out), "rows": len(df), "guard": guard}
 
 
 def dedicated_floor(jobs: pd.DataFrame, include_censored: bool = False) -> float:

@@ -8,7 +8,7 @@
   :func:`check_export`);
 - trace submission as Jobs (:func:`plan_submissions`, :func:`submit_due`, :func:`job_states`,
   :func:`collect_jobs`);
-- the regression check (:class:`RegressionSpec`, :func:`compare`, :func:`record`).
+- the regression check (:class:`RegressionSpec`, :func:`check_baseline`, :func:`compare`, :func:`record`).
 
 The Airflow operators and trigger (which import Airflow) are in :mod:`iadeep.orchestration._airflow`,
 imported by the DAGs only.
@@ -18,11 +18,11 @@ from iadeep.orchestration._kube import GPU_NODE_LABEL, SCHEDULER_CONFIGMAP, api_
 from iadeep.orchestration._local import (LocalCluster, label_real_nodes, prepare_local_rollout, stage_throughputs,
                                         write_local_overlay)
 from iadeep.orchestration._nfs import NfsExport, apply_volume, check_export, ganesha_config, volume_manifests
-from iadeep.orchestration._regression import RegressionSpec, compare, load_baseline, record
+from iadeep.orchestration._regression import RegressionSpec, check_baseline, compare, load_baseline, record
 from iadeep.orchestration._rollout import COMPONENTS, apply, render, wait_ready
 from iadeep.orchestration._submit import collect_jobs, job_name, job_states, plan_submissions, plan_trace, submit_due
 
 __all__ = ["COMPONENTS", "GPU_NODE_LABEL", "SCHEDULER_CONFIGMAP", "LocalCluster", "NfsExport", "RegressionSpec", "api_client", "apply",
-           "apply_scheduler_profile", "apply_volume", "check_export", "collect_jobs", "compare", "ensure_namespace",
+           "apply_scheduler_profile", "apply_volume", "check_baseline", "check_export", "collect_jobs", "compare", "ensure_namespace",
            "ganesha_config", "job_name", "job_states", "label_gpu_nodes", "label_real_nodes", "load_baseline", "plan_submissions", "plan_trace", "prepare_local_rollout", "record",
            "render", "stage_throughputs", "submit_due", "volume_manifests", "wait_ready", "write_local_overlay"]

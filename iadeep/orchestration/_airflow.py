@@ -10,10 +10,17 @@ Names used by the DAGs in ``dags/`` (nothing there is hard-coded; see README "Ai
   ``kubectl`` (iadeep_rollout) read ``kube_config_path``.
 - Connection ``iadeep_etcd`` (type ``generic``): host and port of an etcd client URL (loopback
   in development), optional extra ``prefix`` (default ``/iadeep``).
-- Variables: ``iadeep_dataset_dir`` (the dataset cache, exported over NFS), ``iadeep_runs_dir``
-  (experiment outputs), ``iadeep_regression_dir`` (baseline, history, trend plot). Each falls back
-  to the environment (``IADEEP_CACHE_DIR``, ``IADEEP_RUNS_DIR``, ``IADEEP_REGRESSION_DIR``) and
-  then to a folder under the current directory.
+- Variables: ``iadeep_dataset_dir`` (the dataset cache: fetched by ``iadeep_datasets``, exported
+  over NFS, read by the experiment DAGs; :func:`dataset_dir`), ``iadeep_runs_dir`` (where relative
+  ``out`` folders go; :func:`runs_dir`), ``iadeep_regression_dir`` (baseline, history, trend plot).
+  Each falls back to the environment (``IADEEP_CACHE_DIR``, ``IADEEP_RUNS_DIR``,
+  ``IADEEP_REGRESSION_DIR``) and then to the CLI's default: the registry's user cache folder, the
+  current directory, ``./regression``.
+
+A missing Connection fails its task at once (no retries: retrying cannot define it). A DAG run
+that writes into an ``out`` folder claims it first (:func:`claim_out`): a second run into the same
+folder while the first is queued or running fails naming it, instead of both reporting whichever
+files were written last.
 
 :class:`SubmitTraceOperator` creates a trace's Jobs when due and defers (``DateTimeTrigger``)
 between arrivals, so no worker slot sleeps through the run; :class:`WaitJobsOperator` defers to
@@ -34,8 +41,9 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-__all__ = ["CLUSTER_CONN_ID", "ETCD_CONN_ID", "ClusterRef", "cluster_ref", "etcd_ref", "variable_path",
-           "SubmitTraceOperator", "WaitJobsOperator", "JobsFinishedTrigger"]
+__all__ = ["CLUSTER_CONN_ID", "CLAIM_FILE", "ETCD_CONN_ID", "ClusterRef", "check_claim", "claim_out", "cluster_ref",
+           "dataset_dir", "etcd_ref", "get_connection", "runs_dir", "variable_path", "SubmitTraceOperator",
+           "WaitJobsOperator", "JobsFinishedTrigger"]
 
 CLUSTER_CONN_ID = "iadeep_cluster"
 ETCD_CONN_ID = "iadeep_etcd"
@@ -49,15 +57,31 @@ class ClusterRef(dict):
     (JSON for XCom and triggers)."""
 
 
+def get_connection(conn_id: str) -> Any:
+    """Airflow Connection ``conn_id``.
+
+    Raises:
+        airflow.sdk.exceptions.AirflowFailException: the Connection is not defined (the task
+            fails without its retries; the message says how to define it).
+    """
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise AirflowFailException(
+            f"Airflow Connection {conn_id!r} is not defined: add it (Admin > Connections, `airflow connections add "
+            f"{conn_id} ...` or the environment variable AIRFLOW_CONN_{conn_id.upper()}; README 'Airflow')") from None
+
+
 def cluster_ref(conn_id: str = CLUSTER_CONN_ID) -> ClusterRef:
     """The cluster named by Airflow Connection ``conn_id`` (see the module docstring).
 
     Raises:
-        airflow.exceptions.AirflowNotFoundException: the Connection is not defined.
+        airflow.sdk.exceptions.AirflowFailException: the Connection is not defined.
     """
-    from airflow.sdk import BaseHook
-
-    conn = BaseHook.get_connection(conn_id)
+    conn = get_connection(conn_id)
     extra = conn.extra_dejson or {}
     get = lambda k: extra.get(k) or extra.get(f"extra__kubernetes__{k}")  # noqa: E731 - old provider prefix
     return ClusterRef(kubeconfig=get("kube_config_path") or None, context=get("cluster_context") or None,
@@ -65,12 +89,17 @@ def cluster_ref(conn_id: str = CLUSTER_CONN_ID) -> ClusterRef:
 
 
 def etcd_ref(conn_id: str = ETCD_CONN_ID) -> dict[str, str]:
-    """``{"endpoint": "http://host:port", "prefix": ...}`` from Airflow Connection ``conn_id``."""
-    from airflow.sdk import BaseHook
+    """``{"endpoint": "http://host:port", "prefix": ...}`` from Airflow Connection ``conn_id``.
 
-    conn = BaseHook.get_connection(conn_id)
+    Raises:
+        airflow.sdk.exceptions.AirflowFailException: the Connection is not defined, or lacks the host
+            or port of the etcd client URL.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    conn = get_connection(conn_id)
     if not conn.host or not conn.port:
-        raise ValueError(f"Connection {conn_id}: host and port of the etcd client URL are required")
+        raise AirflowFailException(f"Connection {conn_id}: host and port of the etcd client URL are required")
     return {"endpoint": f"{conn.schema or 'http'}://{conn.host}:{conn.port}",
             "prefix": (conn.extra_dejson or {}).get("prefix", "/iadeep")}
 
@@ -82,6 +111,99 @@ def variable_path(name: str, default: str) -> str:
 
     value = Variable.get(name, default=None) or os.environ.get(_VARIABLE_ENV.get(name, ""), "") or default
     return str(Path(value).expanduser().resolve())
+
+
+def dataset_dir() -> str:
+    """The dataset cache of the DAGs: Variable ``iadeep_dataset_dir``, else ``$IADEEP_CACHE_DIR``, else
+    the registry's default (the user cache folder of ``iadeep``, as for the CLI), so that what
+    ``iadeep_datasets`` fetched is what the experiment DAGs read and ``iadeep_nfs`` exports."""
+    from iadeep.datasets._settings import Settings
+
+    return variable_path("iadeep_dataset_dir", str(Settings.resolve().cache_dir))
+
+
+def runs_dir() -> str:
+    """Where relative ``out`` folders go: Variable ``iadeep_runs_dir``, else ``$IADEEP_RUNS_DIR``, else
+    the current directory (as for the CLI)."""
+    return variable_path("iadeep_runs_dir", os.getcwd())
+
+
+#: The claim of an ``out`` folder by one DAG run (:func:`claim_out`).
+CLAIM_FILE = ".iadeep-run.json"
+_ACTIVE = ["queued", "running"]
+
+
+def claim_out(out: str | Path, context: Any) -> Path:
+    """Create ``out`` and claim it for the current DAG run (``<out>/.iadeep-run.json``: DAG, run, time).
+
+    A folder claimed by another run of any DAG that is still queued or running is refused: two runs
+    writing the same folder would both report whichever tables were written last. A claim of a
+    run that has ended (or is unknown to this Airflow) is taken over; a retry of the same run
+    keeps its claim. Check and write happen under an exclusive ``flock`` of ``<out>/.iadeep-run.lock``.
+
+    Args:
+        out: the output folder (absolute).
+        context: the task's Airflow context (``dag_run``, ``ti``).
+
+    Returns:
+        ``out`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        airflow.sdk.exceptions.AirflowFailException: the folder cannot be created, or another active
+            run holds it (the message names the run and says to choose another ``out``).
+    """
+    import fcntl
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        lock = open(path / ".iadeep-run.lock", "a")  # noqa: SIM115 - closed below, after the claim is written
+    except OSError as exc:
+        raise AirflowFailException(f"out {path}: cannot create the output folder ({exc.strerror or exc})") from None
+    me = {"dag_id": context["dag_run"].dag_id, "run_id": context["dag_run"].run_id}
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        held = _read_claim(path)
+        if held and {k: held.get(k) for k in me} != me:
+            active = context["ti"].get_dr_count(dag_id=str(held.get("dag_id")), run_ids=[str(held.get("run_id"))],
+                                                states=_ACTIVE)
+            if active:
+                raise AirflowFailException(
+                    f"out {path} is in use by run {held.get('run_id')!r} of DAG {held.get('dag_id')!r} (claimed "
+                    f"{held.get('claimed_at')}): give concurrent runs different `out` folders, or wait for it to end")
+        tmp = path / f"{CLAIM_FILE}.tmp"
+        tmp.write_text(json.dumps({**me, "claimed_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}) + "\n")
+        tmp.replace(path / CLAIM_FILE)
+    return path
+
+
+def check_claim(out: str | Path, context: Any) -> Path:
+    """Before a task writes into ``out``: the folder must still be claimed by this DAG run.
+
+    Raises:
+        airflow.sdk.exceptions.AirflowFailException: another run claimed the folder since (its
+            tables are not this run's), or the claim is gone.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    path = Path(out)
+    held = _read_claim(path)
+    me = {"dag_id": context["dag_run"].dag_id, "run_id": context["dag_run"].run_id}
+    if not held or {k: held.get(k) for k in me} != me:
+        who = f"run {held.get('run_id')!r} of DAG {held.get('dag_id')!r}" if held else "no run (the claim file is gone)"
+        raise AirflowFailException(f"out {path} is now claimed by {who}, not by this run: its files are not this "
+                                   "run's; give concurrent runs different `out` folders")
+    return path
+
+
+def _read_claim(path: Path) -> dict[str, Any] | None:
+    try:
+        held = json.loads((path / CLAIM_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return held if isinstance(held, dict) else None
 
 
 def api_for(ref: dict[str, Any], *, hook: bool = True) -> Any:

@@ -59,7 +59,7 @@ PARAMS: dict[str, Param] = {
     "throughputs_file": Param(None, type=["null", "string"],
                               description="Measurements in Gavel's schema (e.g. from `iadeep profile`, under one of the GPU "
                                           "types above) instead of the published ones; null = the registry's."),
-    "seed": Param(0, type="integer", description="Seed of the workload mix and measurement noise."),
+    "seed": Param(0, type="integer", minimum=0, description="Seed of the workload mix and measurement noise."),
     "backfill": Param(False, type="boolean", description="Let jobs behind a waiting queue head start."),
     "queue": Param("fifo", type="string", enum=["fifo", "backfill", "kube"],
                    description="Simulator queue: strict FIFO, FIFO with backfill, or kube-scheduler's queue."),
@@ -85,16 +85,19 @@ PARAMS: dict[str, Param] = {
 }
 
 
-def resolve_out(out: str) -> str:
-    """Absolute output folder: ``out`` itself, or ``out`` under ``$IADEEP_RUNS_DIR`` / the cwd."""
+def resolve_out(out: str, runs_dir: str | None = None) -> str:
+    """Absolute output folder: ``out`` itself, or ``out`` under ``runs_dir`` (the DAGs pass
+    :func:`iadeep.orchestration._airflow.runs_dir`: the Variable ``iadeep_runs_dir`` first), else
+    ``$IADEEP_RUNS_DIR``, else the cwd."""
     path = os.path.expanduser(out)
     if not os.path.isabs(path):
-        path = os.path.join(os.environ.get(ENV_RUNS_DIR) or os.getcwd(), path)
+        path = os.path.join(runs_dir or os.environ.get(ENV_RUNS_DIR) or os.getcwd(), path)
     return os.path.abspath(path)
 
 
-def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
-    """The run's params as a validated ``ExperimentConfig.to_dict()`` with an absolute ``out``.
+def config_from_params(params: dict[str, Any], runs_dir: str | None = None) -> dict[str, Any]:
+    """The run's params as a validated ``ExperimentConfig.to_dict()`` with an absolute ``out``
+    (a relative one under ``runs_dir``, see :func:`resolve_out`).
 
     The one validator shared with the CLI (:func:`iadeep.experiment.validate_params`) converts
     every value into its typed field (``{"jobs": 60.0}`` becomes ``60``; ``60.5`` fails) before
@@ -110,4 +113,4 @@ def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
     from iadeep.experiment import ExperimentConfig
 
     cfg = ExperimentConfig.from_dict(params)
-    return dataclasses.replace(cfg, out=resolve_out(cfg.out)).to_dict()
+    return dataclasses.replace(cfg, out=resolve_out(cfg.out, runs_dir)).to_dict()

@@ -7,6 +7,12 @@ metric) against the baseline: all metrics here are lower-is-better (seconds), an
 ``history.csv``, redraws ``trend.png`` (each policy's metric, averaged over the settings, per run)
 and writes ``baseline.json`` when there is none yet (the first run sets the baseline; a later one
 replaces it only when asked, e.g. after an intended change).
+
+A baseline holds only for the experiment it measured: :func:`check_baseline` refuses a run whose
+jobs per window or target load differ from the baseline's (the same setting name would compare
+different workloads), or whose settings the baseline has none of (nothing would be compared). A
+run with ``policy_options`` is a trial of a parameter change: it is compared and recorded in the
+history (with its options), but never becomes the baseline, which holds the code's defaults.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["RegressionSpec", "compare", "record", "load_baseline"]
+__all__ = ["RegressionSpec", "check_baseline", "compare", "record", "load_baseline"]
 
 METRICS = ("avg_jct_s", "p99_jct_s", "makespan_s")
 
@@ -37,7 +43,12 @@ class RegressionSpec:
         policies: policies simulated.
         metrics: compared metrics (lower is better, seconds).
         tolerance: allowed relative increase over the baseline (0.05 = 5 %).
-        policy_options: per policy, constructor arguments on top of the defaults.
+        policy_options: per policy (one of ``policies``), constructor arguments on top of the defaults
+            (names checked against the policy's constructor).
+
+    Raises:
+        ValueError: (on construction) a negative tolerance, an unknown metric, an empty list, or
+            ``policy_options`` naming a policy not simulated or an argument its constructor lacks.
     """
 
     start_jobs: tuple[int, ...] = (40_000, 60_000)
@@ -57,6 +68,24 @@ class RegressionSpec:
             raise ValueError(f"unknown metrics {sorted(unknown)}; known: {', '.join(METRICS)}")
         if not self.start_jobs or not self.seeds or not self.policies:
             raise ValueError("start_jobs, seeds and policies must not be empty")
+        self._check_policy_options()
+
+    def _check_policy_options(self) -> None:
+        import inspect
+
+        from iadeep.policy._registry import POLICIES
+
+        for name, options in self.policy_options.items():
+            if name not in self.policies:
+                raise ValueError(f"policy_options: {name!r} is not among the policies simulated "
+                                 f"({', '.join(self.policies)})")
+            if not isinstance(options, dict):
+                raise ValueError(f"policy_options[{name!r}]: expected an object of constructor arguments, got {options!r}")
+            params = [p for p in inspect.signature(POLICIES[name].__init__).parameters if p not in ("self", "model", "_")]
+            bad = sorted(set(options) - set(params))
+            if bad:
+                raise ValueError(f"policy_options[{name!r}]: unknown arguments {bad}; {name} takes: "
+                                 f"{', '.join(params) or 'none'}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RegressionSpec:
@@ -72,6 +101,38 @@ def load_baseline(directory: Path) -> dict[str, Any] | None:
     """``baseline.json`` of ``directory`` or ``None``."""
     path = Path(directory) / "baseline.json"
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+#: Spec fields that must equal the baseline's: the same setting name with other values is another experiment.
+BASELINE_FIELDS = ("jobs", "target_load")
+
+
+def check_baseline(baseline: dict[str, Any] | None, spec: RegressionSpec, settings: list[str]) -> None:
+    """Refuse to compare with a baseline of another experiment.
+
+    Args:
+        baseline: ``baseline.json`` (:func:`load_baseline`) or ``None`` (nothing to check).
+        settings: this run's setting names (``<start>-<load>-<seed>``).
+
+    Raises:
+        ValueError: the baseline's ``jobs`` or ``target_load`` differ from the spec's, or the baseline
+            has none of ``settings``; the message names the fields and says how to go on
+            (``update_baseline: true`` or another regression folder).
+    """
+    if not baseline:
+        return
+    recorded = baseline.get("spec") or {}
+    fixes = "set update_baseline: true to replace it, or give this experiment its own regression_dir"
+    diff = [f"{k} {recorded[k]!r} (this run: {getattr(spec, k)!r})" for k in BASELINE_FIELDS
+            if k in recorded and recorded[k] != getattr(spec, k)]
+    if diff:
+        raise ValueError(f"baseline.json (run {baseline.get('run_id')!r}) measured another experiment: "
+                         + ", ".join(diff) + f"; {fixes}")
+    known = {k.rsplit("/", 1)[0] for k in baseline.get("results", {})}
+    if not known & set(settings):
+        raise ValueError(f"baseline.json (run {baseline.get('run_id')!r}) has none of this run's settings "
+                         f"({', '.join(settings)}; it has {', '.join(sorted(known)) or 'none'}): nothing would be "
+                         f"compared; {fixes}")
 
 
 def _key(row: dict[str, Any]) -> str:
@@ -108,18 +169,27 @@ def compare(rows: list[dict[str, Any]], baseline: dict[str, Any] | None, spec: R
 def record(directory: Path, rows: list[dict[str, Any]], regressions: list[dict[str, Any]], *, run_id: str,
            spec: RegressionSpec, update_baseline: bool = False) -> dict[str, Any]:
     """Append the run to ``history.csv``, redraw ``trend.png``, write the baseline when missing
-    (or replace it when ``update_baseline``).
+    (or replace it when ``update_baseline``). A trial (``spec.policy_options`` set) never writes the
+    baseline; its rows carry the options in the history's ``policy_options`` column (JSON).
 
     Returns:
         ``{"history": path, "trend": path, "baseline": path, "baseline_written": bool, "runs": n}``.
+
+    Raises:
+        ValueError: ``update_baseline`` with ``policy_options`` (the baseline holds the defaults).
     """
     import pandas as pd
 
+    if update_baseline and spec.policy_options:
+        raise ValueError("update_baseline with policy_options: the baseline holds the policies' defaults; change the "
+                         "defaults in the code, then update the baseline with a run without policy_options")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     bad = {(r["setting"], r["policy"]) for r in regressions}
     hist = pd.DataFrame([{"run_id": run_id, **{k: row[k] for k in ("setting", "policy")},
-                          **{m: row.get(m) for m in METRICS}, "regressed": (row["setting"], row["policy"]) in bad}
+                          **{m: row.get(m) for m in METRICS}, "regressed": (row["setting"], row["policy"]) in bad,
+                          "policy_options": json.dumps(spec.policy_options[row["policy"]], sort_keys=True)
+                          if row["policy"] in spec.policy_options else ""}
                          for row in rows])
     path = directory / "history.csv"
     if path.is_file():
@@ -127,7 +197,7 @@ def record(directory: Path, rows: list[dict[str, Any]], regressions: list[dict[s
     hist.to_csv(path, index=False)
     written = False
     baseline_path = directory / "baseline.json"
-    if update_baseline or not baseline_path.is_file():
+    if update_baseline or (not baseline_path.is_file() and not spec.policy_options):
         doc = {"run_id": run_id, "spec": {k: v for k, v in spec.__dict__.items() if k != "policy_options"},
                "results": {_key(r): {m: r.get(m) for m in METRICS} for r in rows}}
         baseline_path.write_text(json.dumps(doc, indent=2, default=list) + "\n")

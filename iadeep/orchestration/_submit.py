@@ -164,11 +164,12 @@ def _f(v: Any) -> float:
 
 
 def plan_trace(config: dict[str, Any], *, namespace: str, run: str, dataset_claim: str | None = None,
-               lead_s: float = 2.0, pin_nodes: bool = False) -> dict[str, Any]:
+               lead_s: float = 2.0, pin_nodes: bool = False, cache_dir: str | Path | None = None) -> dict[str, Any]:
     """Build the trace slice of ``config`` (an ``ExperimentConfig`` dict) and plan its Jobs.
 
     Writes ``workload.csv``/``workload.json`` and ``plan.json`` into the config's ``out``; the
-    first Job is due ``lead_s`` seconds from now.
+    first Job is due ``lead_s`` seconds from now. ``cache_dir``: the dataset cache
+    (:func:`iadeep.experiment.fetch_inputs`).
 
     Returns:
         ``{"plan_file", "run", "namespace", "jobs", "span_s", "timeout_s"}`` (span and timeout in
@@ -182,7 +183,7 @@ def plan_trace(config: dict[str, Any], *, namespace: str, run: str, dataset_clai
     cfg = ExperimentConfig.from_dict(config)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = fetch_inputs(cfg, progress=False)
+    paths = fetch_inputs(cfg, progress=False, cache_dir=cache_dir)
     workload, _ = build_workload(cfg, paths["trace"], paths["throughputs"])
     model = InterferenceModel.from_file(paths["throughputs"], cfg.gpu_type)
     mem = [float(model.mem_gib[model.type_id(JobType(str(m), int(b)))])

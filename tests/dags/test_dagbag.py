@@ -100,18 +100,20 @@ def test_dag_files_stay_thin(dagbag) -> None:
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
 
 
-def test_sweep_combine_writes_guard_json_strictly_as_the_cli_does(dagbag, tmp_path) -> None:
-    """``combine`` writes the guard figures as ``guard.json`` (the CLI's name) with the report's
-    strict writer: an undefined figure (here over exclusive's undefined avg JCT) is ``null``, never ``NaN``."""
+def test_sweep_combine_writes_guard_json_strictly_as_the_cli_does(tmp_path) -> None:
+    """``combine`` (:func:`iadeep.experiment._sweep.write_sweep_files`) writes the guard figures as
+    ``guard.json`` (the CLI's name) with the report's strict writer: an undefined figure (here over
+    exclusive's undefined avg JCT) is ``null``, never ``NaN``."""
     import json
     import math
 
-    combine = dagbag.dags["iadeep_sweep"].get_task("combine").python_callable
+    from iadeep.experiment._sweep import write_sweep_files
+
     out = tmp_path / "sweep"
     rows = [{"setting": "0-1-0", "policy": "iadeep", "avg_jct_s": 10.0},
             {"setting": "0-1-0", "policy": "antman", "avg_jct_s": 20.0},
             {"setting": "0-1-0", "policy": "exclusive", "avg_jct_s": math.nan}]
-    result = combine({"config": {"out": str(out)}, "reference": "iadeep"}, [rows])
+    result = write_sweep_files(rows, out, "iadeep")
     assert not (out / "sweep.json").exists()
 
     def no_nan(token: str) -> float:
