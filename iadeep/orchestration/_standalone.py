@@ -167,10 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     """``make airflow``: start, print the URL and the admin password, run until Ctrl-C.
 
     Environment: ``AIRFLOW_HOME`` (default ``./.airflow``), ``IADEEP_AIRFLOW_PORT`` (default 8080,
-    or a free port when 8080 is taken).
+    or a free port when 8080 is taken). Airflow runs in ``AIRFLOW_HOME``; relative ``out`` folders
+    and the regression folder stay where the launcher was started, as with the CLI
+    (``IADEEP_RUNS_DIR`` and ``IADEEP_REGRESSION_DIR`` default to ``.`` and ``./regression`` there).
     """
     home = Path(os.environ.get("AIRFLOW_HOME") or ".airflow")
-    server = Standalone(home, int(os.environ.get("IADEEP_AIRFLOW_PORT") or 0))
+    here = Path.cwd()
+    server = Standalone(home, int(os.environ.get("IADEEP_AIRFLOW_PORT") or 0),
+                        env={"IADEEP_RUNS_DIR": os.environ.get("IADEEP_RUNS_DIR") or str(here),
+                             "IADEEP_REGRESSION_DIR": os.environ.get("IADEEP_REGRESSION_DIR") or str(here / "regression")})
 
     def _interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
