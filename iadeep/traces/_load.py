@@ -111,7 +111,8 @@ def load_trace(
     :mod:`iadeep.traces._taxonomy` (drop jobs that need no GPU or never ran, flag censored
     jobs, ...), keep ``virtual_cluster``, keep submissions in ``[window_start_s, window_end_s)``
     (seconds from the trace origin), drop jobs needing more than ``max_gpus`` and, with
-    ``cluster_gpus``, more than the cluster has, sort by (submit, job_id), keep jobs
+    ``cluster_gpus``, more than the cluster has, sort by (submit, job_id), drop the jobs ``exclude``
+    names a reason for, keep jobs
     ``start_job .. start_job + n_jobs``, re-base time to the first kept job, rescale
     inter-arrival gaps, assign the workload mix. Every dropped job is counted in
     ``df.attrs["dropped"]``, every flagged job kept in ``df.attrs["flagged"]``.
@@ -147,6 +148,8 @@ def load_trace(
     if o.cluster_gpus is not None and not o.keep_wider:
         raw.drop(raw.jobs["num_gpus"].to_numpy() > o.cluster_gpus, "wider_than_cluster")
     jobs = raw.jobs.sort_values(["submit_s", "job_id"], kind="stable").reset_index(drop=True)
+    if o.exclude is not None and len(jobs):
+        jobs = _exclude(jobs, o, raw.dropped)
     n = len(jobs)
     start = min(o.start_job, n)
     stop = n if o.n_jobs is None else min(start + o.n_jobs, n)
@@ -198,11 +201,28 @@ def load_trace(
         "arrival_factor": float(factor),
         "mix": o.mix,
         "seed": int(o.seed),
-        "options": dataclasses.asdict(o),
+        "options": {f.name: getattr(o, f.name) for f in dataclasses.fields(o) if f.name != "exclude"},
     }
     if o.cluster_gpus is not None:
         table.attrs["offered_load"] = dataclasses.asdict(offered_load(table, o.cluster_gpus))
     return validate_job_table(table)
+
+
+def _exclude(jobs: pd.DataFrame, o: TraceOptions, dropped: dict[str, int]) -> pd.DataFrame:
+    """``jobs`` without those ``o.exclude`` names a reason for (counted into ``dropped``)."""
+    n = len(jobs)
+    view = pd.DataFrame({"job_id": jobs["job_id"].to_numpy(dtype=object),
+                         "num_gpus": jobs["num_gpus"].to_numpy(dtype=np.int64),
+                         "gpu_milli": jobs["gpu_milli"].to_numpy(dtype=np.float64),
+                         "gpu_spec": (jobs["gpu_spec"].to_numpy(dtype=object) if "gpu_spec" in jobs.columns
+                                      else np.full(n, "", dtype=object))})
+    why = np.asarray(o.exclude(assign_mix(view, o.mix, o.seed)), dtype=object)  # type: ignore[misc]
+    if why.shape != (n,):
+        raise ValueError(f"exclude returned shape {why.shape} for {n} jobs")
+    keep = why == ""
+    for reason in sorted(set(why[~keep].tolist())):
+        dropped[str(reason)] = dropped.get(str(reason), 0) + int((why == reason).sum())
+    return jobs.loc[keep].reset_index(drop=True)
 
 
 def _loader(fmt: str) -> Callable[..., pd.DataFrame]:

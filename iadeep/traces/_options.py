@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from ._mix import MIXES
 
@@ -15,8 +17,8 @@ class TraceOptions:
     """How to cut, rescale and label a trace (all times in seconds).
 
     Filters are applied in this order: bad rows, jobs needing no GPU / never completed,
-    ``virtual_cluster``, the submission window, ``max_gpus``, then (after sorting by submission)
-    ``start_job`` and ``n_jobs``. Submit times are then re-based so the first kept job is at 0,
+    ``virtual_cluster``, the submission window, ``max_gpus``, ``cluster_gpus``, ``exclude``, then
+    (after sorting by submission) ``start_job`` and ``n_jobs``. Submit times are then re-based so the first kept job is at 0,
     inter-arrival gaps are rescaled, and the workload mix is assigned.
 
     Attributes:
@@ -53,6 +55,13 @@ class TraceOptions:
             ``skip_bad_rows``, a skipped row). Default false: each quirk is handled by its rule.
         mix: workload mix, a key of :data:`~iadeep.traces.MIXES` (``"iadeep"`` or ``"gavel"``).
         seed: seed of the mix assignment. Default 0.
+        exclude: jobs the caller cannot use, dropped before ``start_job`` and ``n_jobs`` so that the
+            window has ``n_jobs`` usable jobs and ``target_load`` is met by them: called with the
+            sorted jobs (``job_id``, ``num_gpus``, ``gpu_milli``, ``gpu_spec`` and the mix's
+            ``model``, ``batch_size``, ``app``, assigned as in the result: a keyed hash of each job
+            id), it returns one reason per job (``""``: keep), each counted in ``df.attrs["dropped"]``.
+            The experiment passes :func:`iadeep.sim.feasibility` (``exceeds_gpu_memory``). Default
+            ``None``.
 
     Raises:
         ValueError: (on construction) for an out-of-range or contradictory setting.
@@ -73,6 +82,7 @@ class TraceOptions:
     keep_wider: bool = False
     mix: str = "iadeep"
     seed: int = 0
+    exclude: Callable[[Any], Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         vc = self.virtual_cluster

@@ -168,6 +168,38 @@ def test_preemption_frees_only_gpus_that_suit_the_head(model):
     assert by.loc["b-long-big", "evictions"] == 1 and by.loc["a-long-small", "evictions"] == 0
 
 
+def test_jobs_too_big_for_the_gpus_are_dropped_before_the_window_is_cut(tmp_path, dataset_cache, throughputs_path,
+                                                                        monkeypatch):
+    """On 12-GiB GPUs a good share of the mix's job types cannot run. They are dropped before
+    ``--start-job``/``--jobs`` cut the window, so the run still has the jobs asked for, at the target
+    load (dropped after the cut, the same command gave 179 jobs at load 0.95)."""
+    from iadeep.interference import InterferenceModel
+    from iadeep.jobtypes import JobType
+
+    _env(monkeypatch, dataset_cache)
+    out = tmp_path / "small"
+    res = CliRunner().invoke(app, ["experiment", "run", "--gpu-mem-gib", "12", "--policies", "exclusive",
+                                   "--start-job", "0", "--jobs", "200", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = _strict_load(out / "workload.json")
+    assert doc["jobs"] == 200 and doc["offered_load_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert doc["dropped"]["exceeds_gpu_memory"] > 0
+    jobs = pd.read_csv(out / "workload.csv")
+    model = InterferenceModel.from_file(str(throughputs_path), "v100")
+    mem = [model.mem_gib[model.type_id(JobType(m, int(b)))] for m, b in zip(jobs["model"], jobs["batch_size"])]
+    assert len(jobs) == 200 and max(mem) <= 12.0
+    # the window holds the first 200 jobs that fit, with the mix they have on GPUs where every job fits
+    big = tmp_path / "big"
+    assert CliRunner().invoke(app, ["experiment", "run", "--gpu-mem-gib", "64", "--policies", "exclusive",
+                                    "--start-job", "0", "--jobs", "400", "--out", str(big)]).exit_code == 0
+    wide = pd.read_csv(big / "workload.csv")
+    fits = wide[[model.mem_gib[model.type_id(JobType(m, int(b)))] <= 12.0
+                 for m, b in zip(wide["model"], wide["batch_size"])]]
+    assert len(fits) >= 200 and set(fits["job_id"].head(200)) == set(jobs["job_id"])
+    merged = fits.head(200).merge(jobs, on="job_id", suffixes=("_big", "_small"))
+    assert (merged["model_big"] == merged["model_small"]).all() and (merged["batch_size_big"] == merged["batch_size_small"]).all()
+
+
 def test_infeasible_keep_reports_unschedulable_jobs(tmp_path, dataset_cache, monkeypatch):
     _env(monkeypatch, dataset_cache)
     out = tmp_path / "k"
