@@ -150,6 +150,8 @@ def sweep_cmd(
     queue: Annotated[str, typer.Option(help="Comma-separated queue models (fifo, backfill, kube): side by side.")] = _D.queue,
     kube_preemption: Annotated[bool, typer.Option(help="kube queue: head-of-line preemption for the pod nothing pending is ahead of (live: the extender evicts the victim and its Job replaces it).")] = _D.kube_preemption,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
+    predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle (the measured table: what perfect prediction would give).")] = _D.predictor,
+    throughputs_file: Annotated[Optional[str], typer.Option("--throughputs", "--throughputs-file", help="Measurements in Gavel's schema instead of the published ones (e.g. `tools/zero_interference.py`'s table: what no interference would give).")] = None,
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/sweep",
 ) -> None:
     """Compare the policies over several windows x loads x seeds (x queue models); write sweep.csv,
@@ -166,7 +168,8 @@ def sweep_cmd(
     try:
         base = _registry_config(trace, dict(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
                                             policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
-                                            kube_preemption=kube_preemption, out=out))
+                                            kube_preemption=kube_preemption, predictor=predictor,
+                                            throughputs_file=throughputs_file, out=out))
         queues = _name_list("queue", queue)
         bases = {q: dataclasses.replace(base, queue=q) for q in queues}  # validates each queue name
         starts = _number_list("start_jobs", start_jobs or SWEEP_WINDOWS.get(trace, "0"), int)

@@ -1,6 +1,7 @@
 """The main job end to end (small): summary.json schema, files, plots, CLI output and errors."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -212,3 +213,38 @@ def test_the_guard_line_names_the_baselines_that_ran(tmp_path, dataset_cache, mo
     res = CliRunner().invoke(app, ["experiment", "sweep", *few, "--policies", "iadeep,exclusive", "--out", str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
     assert "guard (fifo queue): none: it compares iadeep with antman and gandiva, and neither ran" in " ".join(res.output.split())
+
+
+def test_sweep_takes_the_predictor_and_a_throughput_table_of_its_own(tmp_path, dataset_cache, throughputs_path,
+                                                                     monkeypatch):
+    """The ceiling measurements of issue 9 (README, "The remaining losses at a glance") are sweeps
+    with ``--predictor oracle`` and ``--throughputs`` set to ``tools/zero_interference.py``'s table:
+    on that table a job runs its dedicated time whatever shares its GPU, on the measured one not."""
+    import runpy
+
+    import pandas as pd
+
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    tool = runpy.run_path(str(Path(__file__).resolve().parents[2] / "tools" / "zero_interference.py"))
+    table = tmp_path / "zero.json"
+    assert tool["main"]([str(table), "--input", str(throughputs_path)]) == 0
+    common = ["--start-jobs", "40000", "--loads", "2", "--seeds", "0", "--jobs", "60", "--policies", "iadeep,antman"]
+    runner = CliRunner()
+    for name, extra in (("zero", ["--throughputs", str(table), "--predictor", "oracle"]), ("measured", ["--predictor", "oracle"]),
+                        ("learned", [])):
+        res = runner.invoke(app, ["experiment", "sweep", *common, *extra, "--out", str(tmp_path / name)])
+        assert res.exit_code == 0, res.output
+
+    def stretch(name: str, policy: str) -> pd.Series:
+        jobs = pd.read_csv(tmp_path / name / "40000-2-0" / f"jobs-{policy}.csv")
+        return (jobs["end_s"] - jobs["start_s"]) / jobs["duration_s"]
+
+    assert stretch("zero", "antman").max() == pytest.approx(1.0) and (stretch("measured", "antman") > 1.01).any()
+    # the oracle reaches the sweep's iadeep: its avg JCT is that of `experiment run --predictor oracle`
+    run = runner.invoke(app, ["experiment", "run", "--start-job", "40000", "--target-load", "2", "--seed", "0", "--jobs", "60",
+                              "--policies", "iadeep", "--predictor", "oracle", "--out", str(tmp_path / "run")])
+    assert run.exit_code == 0, run.output
+    swept = pd.read_csv(tmp_path / "measured" / "sweep.csv").set_index("policy")["avg_jct_s"]
+    learned = pd.read_csv(tmp_path / "learned" / "sweep.csv").set_index("policy")["avg_jct_s"]
+    direct = json.loads((tmp_path / "run" / "summary.json").read_text())["policies"]["iadeep"]["avg_jct_s"]
+    assert swept["iadeep"] == pytest.approx(direct) and swept["iadeep"] != pytest.approx(learned["iadeep"])

@@ -1,0 +1,75 @@
+"""Write Gavel's throughput table with the interference taken out: a ceiling for any co-location policy.
+
+Every co-located pair that Gavel measured (both throughputs above 0, so the pair fits on one GPU)
+gets each job's isolated throughput (its ``"null"`` entry): two jobs on one GPU each run as if
+alone. Pairs that do not fit stay as they are, so memory, the two-jobs-per-GPU limit, gangs and the
+queue are unchanged. No real pair does better than that, so a policy's avg JCT on this table
+bounds from below what better pairing could give it on the measured one (README, "The remaining
+losses at a glance": the median goal of issue 9 needs nearly this). Usage::
+
+    .venv/bin/python tools/zero_interference.py runs/zero-interference.json
+    .venv/bin/iadeep experiment sweep --throughputs runs/zero-interference.json --predictor oracle \\
+        --policies iadeep,antman,gandiva --out runs/sweep-zero-interference
+
+The input is the registry's ``gavel-throughputs`` (``--input`` for another file in Gavel's schema:
+``table[gpu_type][job][other job or "null"]``, a pair as ``[this job's, the other's]`` steps/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def without_interference(table: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A copy of a Gavel table in which every measured pair runs both jobs at their isolated speed.
+
+    Args:
+        table: Gavel's ``simulation_throughputs.json`` document (GPU type -> job -> other job or
+            ``"null"`` -> steps/s; a pair entry is ``[this job's, the other's]``).
+
+    Returns:
+        ``(new table, number of pair entries changed)``.
+    """
+    out = json.loads(json.dumps(table))
+    changed = 0
+    for per_type in out.values():
+        if not isinstance(per_type, dict):
+            continue
+        alone = {job: row.get("null") for job, row in per_type.items() if isinstance(row, dict)}
+        for job, row in per_type.items():
+            if not isinstance(row, dict):
+                continue
+            for other, value in row.items():
+                fits = isinstance(value, list) and len(value) == 2 and all(float(v) > 0 for v in value)
+                if other != "null" and fits and alone.get(job) and alone.get(other):
+                    row[other] = [float(alone[job]), float(alone[other])]
+                    changed += 1
+    return out, changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("output", type=Path, help="where to write the table (JSON)")
+    parser.add_argument("--input", type=Path, help="a table in Gavel's schema (default: the registry's gavel-throughputs)")
+    args = parser.parse_args(argv)
+    if args.input is None:
+        from iadeep.datasets import fetch
+
+        args.input = fetch("gavel-throughputs", progress=False) / "simulation_throughputs.json"
+    try:
+        table = json.loads(args.input.read_text())
+    except (OSError, ValueError) as exc:
+        parser.error(f"{args.input}: {exc}")
+    new, changed = without_interference(table)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(new))
+    print(f"{args.output}: {changed} co-located pairs at their isolated throughputs (from {args.input})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
