@@ -7,6 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from iadeep._climain import run_cli
 from iadeep.cli import app
 from iadeep.sim import (
     ClusterFileError,
@@ -90,7 +91,7 @@ def test_philly_machine_list_and_consistency_report(tmp_path):
         cluster_from_philly(bad)
 
 
-def test_experiment_runs_on_a_cluster_file(tmp_path, dataset_cache, monkeypatch):
+def test_experiment_runs_on_a_cluster_file(tmp_path, dataset_cache, monkeypatch, capsys):
     monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     spec = ClusterSpec(groups=(NodeGroup(2, 4, 32.0, "V100M32"), NodeGroup(2, 2, 16.0, "P100")))
     path = dump_cluster(spec, tmp_path / "cluster.yaml")
@@ -101,8 +102,10 @@ def test_experiment_runs_on_a_cluster_file(tmp_path, dataset_cache, monkeypatch)
     doc = json.loads((out / "summary.json").read_text())
     assert doc["cluster"]["total_gpus"] == 12 and doc["cluster"]["cluster_file"] == str(path)
     assert "P100" in (out / "report.md").read_text()
-    bad = CliRunner().invoke(app, ["experiment", "run", "--cluster", str(tmp_path / "nope.yaml"), "--out", str(out)])
-    assert bad.exit_code == 2 and "nope.yaml" in bad.output
+    capsys.readouterr()
+    assert run_cli(app, ["experiment", "run", "--cluster", str(tmp_path / "nope.yaml"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"iadeep experiment run: error: Invalid value for '--cluster': {tmp_path / 'nope.yaml'}: no such file", err
 
 
 def test_cluster_command_writes_a_file_and_prints_the_report(tmp_path):
