@@ -20,7 +20,8 @@ replace it with ``update_baseline: true``.
 ``policy_options`` passes constructor arguments to a policy (e.g. ``{"iadeep": {"colocation_limit": 1}}``)
 to see what a parameter change would do before merging it: such a trial is compared and kept in
 the history (with its options) but never becomes the baseline. A policy it names must be among
-``policies`` and each argument one of that policy's constructor's.
+``policies``, each argument one of that policy's constructor's, and ``prepare`` builds each such
+policy once with its options, so a value it refuses fails there, naming it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def iadeep_regression() -> None:
         directory = str(Path(p.pop("regression_dir") or variable_path("iadeep_regression_dir", "regression")).resolve())
         update = p.pop("update_baseline")
         settings = [{"start": s, "seed": seed} for s in p.get("start_jobs", ()) for seed in p.get("seeds", ())]
+        out = Path(directory) / "runs" / re.sub(r"[^A-Za-z0-9_.-]", "_", str(run_id))
         try:  # bad conf or a baseline of another experiment: fail before minutes of simulation, without retrying
             spec = RegressionSpec.from_dict(p)
             if update and spec.policy_options:
@@ -72,11 +74,11 @@ def iadeep_regression() -> None:
             if not update:
                 check_baseline(load_baseline(Path(directory)), spec,
                                [f"{s['start']}-{spec.target_load:g}-{s['seed']}" for s in settings])
+            base = ExperimentConfig(jobs=spec.jobs, target_load=spec.target_load, policies=spec.policies, out=str(out))
+            paths = fetch_inputs(base, progress=False, cache_dir=dataset_dir())
+            spec.check_policy_values(paths["throughputs"], base.gpu_type)
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
-        out = Path(directory) / "runs" / re.sub(r"[^A-Za-z0-9_.-]", "_", str(run_id))
-        base = ExperimentConfig(jobs=spec.jobs, target_load=spec.target_load, policies=spec.policies, out=str(out))
-        paths = fetch_inputs(base, progress=False, cache_dir=dataset_dir())
         return {"spec": p, "dir": directory, "update": update, "base": base.to_dict(), "paths": paths,
                 "settings": settings, "run_id": str(run_id)}
 

@@ -12,7 +12,9 @@ JSON as ``iadeep experiment sweep`` writes it: an undefined figure is ``null``).
 
 ``prepare`` checks the whole conf before any work and fails without retrying on a key this DAG
 does not use (``seed`` or ``target_load``: the sweep's are ``seeds`` and ``loads``), a ``reference``
-that is not among ``policies``, or a value the experiment's validator refuses. It claims ``out`` for
+that is not among ``policies``, a value the experiment's validator refuses, a value given twice
+(``loads: [1, 1.0]``), or a window the trace does not have (the largest start job's window is
+built first, as the CLI does: :func:`iadeep.experiment._sweep.check_grid`). It claims ``out`` for
 the run as ``iadeep_experiment`` does (a second run into the same folder while this one is active
 fails naming it).
 """
@@ -27,14 +29,15 @@ from iadeep.orchestration._experiment_params import PARAMS as EXPERIMENT_PARAMS
 from iadeep.orchestration._experiment_params import config_from_params
 
 _KEEP = ("trace", "trace_file", "jobs", "mix", "policies", "nodes", "gpus_per_node", "gpu_mem_gib", "gpu_type", "queue",
-         "predictor")
+         "predictor", "throughputs_file")
 PARAMS = {k: EXPERIMENT_PARAMS[k] for k in _KEEP}
 PARAMS.update({
     "start_jobs": Param([20000, 40000, 60000], type="array", items={"type": "integer", "minimum": 0}, minItems=1,
-                        description="Trace windows (first job of each)."),
+                        uniqueItems=True, description="Trace windows (first job of each)."),
     "loads": Param([1.0, 2.0], type="array", items={"type": "number", "exclusiveMinimum": 0}, minItems=1,
-                   description="Target mean offered loads."),
-    "seeds": Param([0, 1], type="array", items={"type": "integer", "minimum": 0}, minItems=1, description="Seeds."),
+                   uniqueItems=True, description="Target mean offered loads."),
+    "seeds": Param([0, 1], type="array", items={"type": "integer", "minimum": 0}, minItems=1, uniqueItems=True,
+                   description="Seeds."),
     "reference": Param("iadeep", type="string", description="Policy the others are compared with (one of policies)."),
     "out": Param("runs/sweep", type="string", minLength=1, description="Output folder (as iadeep_experiment's)."),
 })
@@ -51,6 +54,7 @@ def iadeep_sweep() -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         from iadeep.experiment import ExperimentConfig, fetch_inputs
+        from iadeep.experiment._sweep import check_grid
         from iadeep.orchestration._airflow import claim_out, dataset_dir, runs_dir
 
         p = dict(params or {})
@@ -66,11 +70,13 @@ def iadeep_sweep() -> None:
         if grid["reference"] not in config["policies"]:
             raise AirflowFailException(f"parameter 'reference': {grid['reference']!r} is not among the policies run "
                                        f"({', '.join(config['policies'])})")
-        claim_out(config["out"], get_current_context())
-        try:
-            paths = fetch_inputs(ExperimentConfig.from_dict(config), progress=False, cache_dir=dataset_dir())
-        except ValueError as exc:  # a trace, throughputs or cluster file that does not exist
+        base = ExperimentConfig.from_dict(config)
+        try:  # a trace, throughputs or cluster file that does not exist, a repeated value, a window past the end
+            paths = fetch_inputs(base, progress=False, cache_dir=dataset_dir())
+            check_grid(base, paths, grid["start_jobs"], [float(x) for x in grid["loads"]], grid["seeds"])
+        except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
+        claim_out(config["out"], get_current_context())
         settings = [{"start": s, "load": float(x), "seed": seed} for s in grid["start_jobs"] for x in grid["loads"]
                     for seed in grid["seeds"]]
         return {"config": config, "paths": paths, "settings": settings, "reference": grid["reference"]}

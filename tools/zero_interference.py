@@ -44,11 +44,24 @@ def without_interference(table: dict[str, Any]) -> tuple[dict[str, Any], int]:
             if not isinstance(row, dict):
                 continue
             for other, value in row.items():
-                fits = isinstance(value, list) and len(value) == 2 and all(float(v) > 0 for v in value)
-                if other != "null" and fits and alone.get(job) and alone.get(other):
+                if other != "null" and _fits(value) and _rate(alone.get(job)) and _rate(alone.get(other)):
                     row[other] = [float(alone[job]), float(alone[other])]
                     changed += 1
     return out, changed
+
+
+def _rate(value: Any) -> float:
+    """A throughput in steps/s, or 0 when the entry is not a positive number."""
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return rate if rate > 0 else 0.0
+
+
+def _fits(value: Any) -> bool:
+    """A pair entry that Gavel measured: two positive throughputs (``[0, 0]``: the pair does not fit)."""
+    return isinstance(value, list) and len(value) == 2 and all(_rate(v) for v in value)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,9 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         table = json.loads(args.input.read_text())
     except (OSError, ValueError) as exc:
         parser.error(f"{args.input}: {exc}")
+    if not isinstance(table, dict):
+        parser.error(f"{args.input}: not a table in Gavel's schema (a JSON object of GPU types)")
     new, changed = without_interference(table)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(new))
+    try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(new))
+    except OSError as exc:
+        parser.error(f"{args.output}: cannot write: {exc.strerror or exc}")
     print(f"{args.output}: {changed} co-located pairs at their isolated throughputs (from {args.input})")
     return 0
 

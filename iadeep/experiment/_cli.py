@@ -18,7 +18,7 @@ from iadeep.experiment._config import DEFAULT_POLICIES, TRACE_DATASETS, Experime
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 _D = ExperimentConfig()
 #: Parameters whose option is spelled otherwise (for the one-line errors of :func:`iadeep._climain.usage_error`).
-_OPTIONS = {"cluster_file": "--cluster"}
+_OPTIONS = {"cluster_file": "--cluster", "throughputs_file": "--throughputs"}
 SWEEP_WINDOWS = {"philly": "0,20000,40000,60000"}
 """The sweep's default windows (start jobs) per trace: Philly's 82k jobs hold four 400-job windows
 20,000 jobs apart; openb (about 6k GPU pods) and an ITP cluster (about 3k jobs) start at 0."""
@@ -152,6 +152,7 @@ def sweep_cmd(
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle (the measured table: what perfect prediction would give).")] = _D.predictor,
     throughputs_file: Annotated[Optional[str], typer.Option("--throughputs", "--throughputs-file", help="Measurements in Gavel's schema instead of the published ones (e.g. `tools/zero_interference.py`'s table: what no interference would give).")] = None,
+    gpu_type: Annotated[str, typer.Option(help="Throughput measurements of this GPU type: v100, p100, k80 (or a key of --throughputs).")] = _D.gpu_type,
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/sweep",
 ) -> None:
     """Compare the policies over several windows x loads x seeds (x queue models); write sweep.csv,
@@ -169,29 +170,18 @@ def sweep_cmd(
         base = _registry_config(trace, dict(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
                                             policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
                                             kube_preemption=kube_preemption, predictor=predictor,
-                                            throughputs_file=throughputs_file, out=out))
+                                            throughputs_file=throughputs_file, gpu_type=gpu_type, out=out))
         queues = _name_list("queue", queue)
         bases = {q: dataclasses.replace(base, queue=q) for q in queues}  # validates each queue name
         starts = _number_list("start_jobs", start_jobs or SWEEP_WINDOWS.get(trace, "0"), int)
         load_list = _number_list("loads", loads, float)
         seed_list = _number_list("seeds", seeds, int)
-        # every setting's configuration checked before the first runs, under the sweep's option names
-        for field_name, option, values in (("start_job", "start_jobs", starts), ("target_load", "loads", load_list),
-                                           ("seed", "seeds", seed_list)):
-            for v in values:
-                try:
-                    dataclasses.replace(base, **{field_name: v})
-                except ConfigError as exc:
-                    raise ConfigError(option, exc.reason) from None
-        # the last window built now: one past the trace's end stops the sweep before any setting runs
-        from iadeep.experiment._steps import build_workload, fetch_inputs
+        # every setting checked, the last window built, before the first setting runs
+        from iadeep.experiment._steps import fetch_inputs
+        from iadeep.experiment._sweep import check_grid
 
-        last = dataclasses.replace(base, start_job=max(starts))
-        paths = fetch_inputs(last, progress=sys.stderr.isatty())  # the first fetch of a sweep: a bar where someone watches
-        try:
-            build_workload(last, paths["trace"], paths["throughputs"])
-        except (ValueError, TraceFormatError) as exc:
-            raise ConfigError("start_jobs", f"the window starting at job {last.start_job} cannot be built: {one_line(exc)}") from None
+        paths = fetch_inputs(base, progress=sys.stderr.isatty())  # the first fetch of a sweep: a bar where someone watches
+        check_grid(base, paths, starts, load_list, seed_list)
     except ConfigError as exc:
         raise usage_error(exc, _OPTIONS) from None
     except (DatasetError, OSError) as exc:
@@ -372,20 +362,15 @@ def _name_list(name: str, text: str) -> list[str]:
 
 
 def _number_list(name: str, text: str, kind: type[int] | type[float]) -> list:
-    """A comma-separated option as numbers, each once.
+    """A comma-separated option as numbers (each once: :func:`iadeep.experiment._sweep.check_grid`).
 
     Raises:
-        ConfigError: an item is not a number of that kind, or a value is given twice (``1,1.0``:
-            the settings would repeat; the message names the option).
+        ConfigError: an item is not a number of that kind (the message names the option).
     """
     try:
-        values = [kind(x) for x in text.split(",")]
+        return [kind(x) for x in text.split(",")]
     except ValueError:
         raise ConfigError(name, f"expected comma-separated {kind.__name__}s, got {text!r}") from None
-    twice = sorted({v for v in values if values.count(v) > 1})
-    if twice:
-        raise ConfigError(name, f"{', '.join(f'{v:g}' for v in twice)} given more than once")
-    return values
 
 
 def summary_table(summary: dict) -> Table:

@@ -94,21 +94,29 @@ def fetch_inputs(cfg: ExperimentConfig, progress: bool = True, cache_dir: str | 
     from iadeep._params import ConfigError
     from iadeep.datasets import fetch
 
-    if cfg.cluster_file and cfg.cluster_file not in REGISTRY_CLUSTERS and not Path(cfg.cluster_file).is_file():
-        raise ConfigError("cluster_file", f"{cfg.cluster_file}: no such file")
-    if cfg.trace_file:
-        trace = Path(cfg.trace_file)
-        if not trace.exists():
-            raise ConfigError("trace_file", f"{trace}: no such file or folder")
-    else:
-        dataset, inner = TRACE_DATASETS[cfg.trace]  # type: ignore[misc]
-        trace = fetch(dataset, progress=progress, cache_dir=cache_dir) / inner
+    # the user's own files first: a wrong path fails before any download
+    if cfg.cluster_file and cfg.cluster_file not in REGISTRY_CLUSTERS:
+        if Path(cfg.cluster_file).is_dir():
+            raise ConfigError("cluster_file", f"{cfg.cluster_file}: is a folder, not a cluster file")
+        if not Path(cfg.cluster_file).is_file():
+            raise ConfigError("cluster_file", f"{cfg.cluster_file}: no such file")
+    if cfg.trace_file and not Path(cfg.trace_file).exists():
+        raise ConfigError("trace_file", f"{cfg.trace_file}: no such file or folder")
     if cfg.throughputs_file:
         thr = Path(cfg.throughputs_file)
         if not thr.is_file():
-            raise ConfigError("throughputs_file", f"{thr}: no such file")
+            raise ConfigError("throughputs_file", f"{thr}: {'is a folder' if thr.is_dir() else 'no such file'}")
+        try:  # readable for the GPU type, before a later step blames another option
+            InterferenceModel.from_file(thr, cfg.gpu_type)
+        except ValueError as exc:
+            raise ConfigError("throughputs_file", f"{thr}: not usable for GPU type {cfg.gpu_type!r}: {exc}") from None
     else:
         thr = fetch(THROUGHPUTS[0], progress=progress, cache_dir=cache_dir) / THROUGHPUTS[1]
+    if cfg.trace_file:
+        trace = Path(cfg.trace_file)
+    else:
+        dataset, inner = TRACE_DATASETS[cfg.trace]  # type: ignore[misc]
+        trace = fetch(dataset, progress=progress, cache_dir=cache_dir) / inner
     return {"trace": str(trace), "throughputs": str(thr)}
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 from iadeep.experiment._config import ExperimentConfig
 from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy
 
-__all__ = ["run_sweep", "run_setting", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "write_sweep_files",
+__all__ = ["check_grid", "run_sweep", "run_setting", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "write_sweep_files",
            "GUARD_GOALS"]
 
 
@@ -46,6 +46,45 @@ def run_setting(base: ExperimentConfig, paths: dict[str, str], start: int, load:
                      "offered_load_peak": meta["offered_load_peak"],
                      "avg_dedicated_s": dedicated_floor(result.jobs, cfg.include_censored), **s})
     return rows
+
+
+def check_grid(base: ExperimentConfig, paths: dict[str, str], start_jobs: Sequence[int], loads: Sequence[float],
+               seeds: Sequence[int]) -> None:
+    """Check a sweep's grid before its first setting runs (the CLI and the Airflow DAG ``iadeep_sweep``).
+
+    Every value is given once (``1`` and ``1.0`` are one load: the settings would repeat), every
+    setting's configuration is valid, and the window of the largest start job can be built (one
+    past the trace's end would otherwise fail after the other settings ran). That window is built
+    in a temporary folder, so nothing is written into ``base.out``.
+
+    Raises:
+        iadeep._params.ConfigError: naming the grid's option (``start_jobs``, ``loads``, ``seeds``).
+    """
+    import tempfile
+
+    from iadeep._climain import one_line
+    from iadeep._params import ConfigError
+    from iadeep.traces import TraceFormatError
+
+    for option, field_name, values in (("start_jobs", "start_job", start_jobs), ("loads", "target_load", loads),
+                                       ("seeds", "seed", seeds)):
+        if not values:
+            raise ConfigError(option, "no value given")
+        twice = sorted({v for v in values if list(values).count(v) > 1})
+        if twice:
+            raise ConfigError(option, f"{', '.join(f'{v:g}' for v in twice)} given more than once")
+        for v in values:
+            try:
+                dataclasses.replace(base, **{field_name: v})
+            except ConfigError as exc:
+                raise ConfigError(option, exc.reason) from None
+    with tempfile.TemporaryDirectory(prefix="iadeep-sweep-check-") as tmp:
+        last = dataclasses.replace(base, start_job=max(start_jobs), out=tmp)
+        try:
+            build_workload(last, paths["trace"], paths["throughputs"])
+        except (ValueError, TraceFormatError) as exc:
+            raise ConfigError("start_jobs", f"the window starting at job {last.start_job} cannot be built: "
+                                            f"{one_line(exc)}") from None
 
 
 def sweep_table(rows: list[dict], reference: str = "iadeep") -> pd.DataFrame:

@@ -172,10 +172,15 @@ def claim_out(out: str | Path, context: Any) -> Path:
             if active:
                 raise AirflowFailException(
                     f"out {path} is in use by run {held.get('run_id')!r} of DAG {held.get('dag_id')!r} (claimed "
-                    f"{held.get('claimed_at')}): give concurrent runs different `out` folders, or wait for it to end")
-        tmp = path / f"{CLAIM_FILE}.tmp"
-        tmp.write_text(json.dumps({**me, "claimed_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}) + "\n")
-        tmp.replace(path / CLAIM_FILE)
+                    f"{held.get('claimed_at')}): give concurrent runs different `out` folders, or wait for it to end "
+                    f"(a run whose processes died stays 'running': mark it failed in Airflow, or delete {path / CLAIM_FILE})")
+        try:
+            tmp = path / f"{CLAIM_FILE}.tmp"
+            tmp.write_text(json.dumps({**me, "claimed_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}) + "\n")
+            tmp.replace(path / CLAIM_FILE)
+        except OSError as exc:
+            raise AirflowFailException(f"out {path}: cannot write the claim {path / CLAIM_FILE} "
+                                       f"({exc.strerror or exc})") from None
     return path
 
 

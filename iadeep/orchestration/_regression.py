@@ -48,7 +48,8 @@ class RegressionSpec:
 
     Raises:
         ValueError: (on construction) a negative tolerance, an unknown metric, an empty list, or
-            ``policy_options`` naming a policy not simulated or an argument its constructor lacks.
+            an unknown policy, or ``policy_options`` naming a policy not simulated or an argument its
+            constructor lacks (:meth:`check_policy_values` tries the values).
     """
 
     start_jobs: tuple[int, ...] = (40_000, 60_000)
@@ -75,6 +76,9 @@ class RegressionSpec:
 
         from iadeep.policy._registry import POLICIES
 
+        unknown = [p for p in self.policies if p not in POLICIES]
+        if unknown:
+            raise ValueError(f"policies: unknown {unknown}; known: {', '.join(POLICIES)}")
         for name, options in self.policy_options.items():
             if name not in self.policies:
                 raise ValueError(f"policy_options: {name!r} is not among the policies simulated "
@@ -87,6 +91,25 @@ class RegressionSpec:
                 raise ValueError(f"policy_options[{name!r}]: unknown arguments {bad}; {name} takes: "
                                  f"{', '.join(params) or 'none'}")
 
+    def check_policy_values(self, throughputs: str | Path, gpu_type: str = "v100") -> None:
+        """Build each policy of :attr:`policy_options` once with its options, before any simulation.
+
+        Raises:
+            ValueError: a value its constructor refuses (``{"colocation_limit": "two"}``); the
+                message names the policy and the options.
+        """
+        from iadeep.interference import InterferenceModel
+        from iadeep.policy import make_policy
+
+        if not self.policy_options:
+            return
+        model = InterferenceModel.from_file(throughputs, gpu_type)
+        for name, options in self.policy_options.items():
+            try:
+                make_policy(name, model, **options)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"policy_options[{name!r}] = {json.dumps(options)}: {exc}") from None
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RegressionSpec:
         """From JSON (the DAG's params); lists become tuples."""
@@ -98,9 +121,22 @@ class RegressionSpec:
 
 
 def load_baseline(directory: Path) -> dict[str, Any] | None:
-    """``baseline.json`` of ``directory`` or ``None``."""
+    """``baseline.json`` of ``directory`` or ``None`` when there is none.
+
+    Raises:
+        ValueError: the file is not a JSON object with ``results`` (the message names the file:
+            repair or delete it, or replace it with ``update_baseline``).
+    """
+    from iadeep._files import read_json
+
     path = Path(directory) / "baseline.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.exists():
+        return None
+    doc = read_json(path, "regression baseline")
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
+        raise ValueError(f"{path}: not a regression baseline (a JSON object with 'results'); delete it or run with "
+                         "update_baseline: true to write a new one")
+    return doc
 
 
 #: Spec fields that must equal the baseline's: the same setting name with other values is another experiment.
@@ -116,7 +152,7 @@ def check_baseline(baseline: dict[str, Any] | None, spec: RegressionSpec, settin
 
     Raises:
         ValueError: the baseline's ``jobs`` or ``target_load`` differ from the spec's, or the baseline
-            has none of ``settings``; the message names the fields and says how to go on
+            has no (setting, policy) of this run; the message names the fields and says how to go on
             (``update_baseline: true`` or another regression folder).
     """
     if not baseline:
@@ -128,10 +164,11 @@ def check_baseline(baseline: dict[str, Any] | None, spec: RegressionSpec, settin
     if diff:
         raise ValueError(f"baseline.json (run {baseline.get('run_id')!r}) measured another experiment: "
                          + ", ".join(diff) + f"; {fixes}")
-    known = {k.rsplit("/", 1)[0] for k in baseline.get("results", {})}
-    if not known & set(settings):
-        raise ValueError(f"baseline.json (run {baseline.get('run_id')!r}) has none of this run's settings "
-                         f"({', '.join(settings)}; it has {', '.join(sorted(known)) or 'none'}): nothing would be "
+    mine = {f"{setting}/{policy}" for setting in settings for policy in spec.policies}
+    if not mine & set(baseline.get("results", {})):
+        known = sorted(baseline.get("results", {}))
+        raise ValueError(f"baseline.json (run {baseline.get('run_id')!r}) has none of this run's settings and policies "
+                         f"({', '.join(sorted(mine))}; it has {', '.join(known) or 'none'}): nothing would be "
                          f"compared; {fixes}")
 
 

@@ -121,6 +121,10 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
     (["run", "--arrival-scale", "2"], "'--arrival-scale': target_load (here 1; default 1) sets the arrival scaling itself"),
     (["sweep", "--loads", "1", "--seeds", "0", "--start-jobs", "20000,99999999"],
      "'--start-jobs': the window starting at job 99999999 cannot be built: philly: no job left"),
+    # a new user's trial (session 16): the option named as the user spelled it, before any download
+    (["run", "--throughputs", "{dir}/none.json"], "'--throughputs': "),
+    (["run", "--cluster", "{dir}"], "is a folder, not a cluster file"),
+    (["sweep", "--throughputs", "{dir}"], "'--throughputs': "),
 ])
 def test_bad_options_are_refused_before_any_run_naming_the_option(tmp_path, dataset_cache, monkeypatch, capsys, argv, says):
     """Found by a new user's trial (session 13): each of these ended in a traceback, printed on
@@ -215,6 +219,20 @@ def test_the_guard_line_names_the_baselines_that_ran(tmp_path, dataset_cache, mo
     assert "guard (fifo queue): none: it compares iadeep with antman and gandiva, and neither ran" in " ".join(res.output.split())
 
 
+def test_a_throughput_table_unusable_for_the_gpu_type_is_named_as_such(tmp_path, dataset_cache, monkeypatch, capsys):
+    """A table without the GPU type was blamed on ``--start-jobs`` (the window check read it first)."""
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    table = tmp_path / "list.json"
+    table.write_text("[1, 2]")
+    argv = ["experiment", "sweep", "--loads", "1", "--seeds", "0", "--start-jobs", "40000", "--throughputs", str(table),
+            "--out", str(tmp_path / "out")]
+    assert run_cli(app, argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"Invalid value for '--throughputs': {table}: not usable for GPU type 'v100'" in line, line
+    assert run_cli(app, argv + ["--gpu-type", "k80"]) == 2
+    assert "not usable for GPU type 'k80'" in capsys.readouterr().err
+
+
 def test_sweep_takes_the_predictor_and_a_throughput_table_of_its_own(tmp_path, dataset_cache, throughputs_path,
                                                                      monkeypatch):
     """The ceiling measurements of issue 9 (README, "The remaining losses at a glance") are sweeps
@@ -228,6 +246,12 @@ def test_sweep_takes_the_predictor_and_a_throughput_table_of_its_own(tmp_path, d
     tool = runpy.run_path(str(Path(__file__).resolve().parents[2] / "tools" / "zero_interference.py"))
     table = tmp_path / "zero.json"
     assert tool["main"]([str(table), "--input", str(throughputs_path)]) == 0
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    for bad in ([str(tmp_path), "--input", str(throughputs_path)], [str(tmp_path / "x.json"), "--input", str(listed)]):
+        with pytest.raises(SystemExit) as exit_:  # argparse's one-line error, no traceback
+            tool["main"](bad)
+        assert exit_.value.code == 2
     common = ["--start-jobs", "40000", "--loads", "2", "--seeds", "0", "--jobs", "60", "--policies", "iadeep,antman"]
     runner = CliRunner()
     for name, extra in (("zero", ["--throughputs", str(table), "--predictor", "oracle"]), ("measured", ["--predictor", "oracle"]),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 pytestmark = [pytest.mark.airflow, pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")]
 
 
@@ -23,10 +24,19 @@ def _states(dag_id: str, run_id: str) -> dict[str, str]:
         return {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in tis}
 
 
+def _fresh(dag_id: str):
+    """The DAG parsed anew from its file: ``dag.test()`` leaves a run's conf in the DAG object's
+    params, where the next run in the same process would take it as its defaults."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS_FOLDER / f"{dag_id}.py")).dags[dag_id]
+
+
 def _run(dag, capfd, **kwargs):
-    """``dag.test(**kwargs)`` and its task logs (stdout and stderr of the in-process run)."""
+    """``dag.test(**kwargs)`` on the DAG parsed anew, and its task logs (stdout and stderr of the
+    in-process run)."""
     capfd.readouterr()
-    run = dag.test(**kwargs)
+    run = _fresh(dag.dag_id).test(**kwargs)
     out, err = capfd.readouterr()
     return run, out + err
 
@@ -83,7 +93,7 @@ def test_a_second_run_into_a_held_out_folder_fails_and_leaves_it_alone(dagbag, a
     assert json.loads((out / ".iadeep-run.json").read_text())["run_id"] == "other-run"
 
     _set_state("iadeep_sweep", "other-run", "failed")  # it ended: its claim no longer holds the folder
-    again = dag.test(run_conf={"jobs": 20, "policies": ["exclusive"], "out": str(out)})
+    again, _ = _run(dag, capfd, run_conf={"jobs": 20, "policies": ["exclusive"], "out": str(out)})
     assert _states(dag.dag_id, again.run_id)["report"] == "success", _states(dag.dag_id, again.run_id)
     claim = json.loads((out / ".iadeep-run.json").read_text())
     assert claim["dag_id"] == "iadeep_experiment" and claim["run_id"] == again.run_id
@@ -95,6 +105,9 @@ def test_a_second_run_into_a_held_out_folder_fails_and_leaves_it_alone(dagbag, a
     ({"reference": "gandiva", "policies": ["iadeep", "antman"]},
      "parameter 'reference': 'gandiva' is not among the policies run (iadeep, antman)"),
     ({"mix": "imaginary"}, "'mix'"),
+    # a new user's trial (session 16): these failed in the mapped tasks, after a retry 5 minutes later
+    ({"start_jobs": [99999999]}, "parameter 'start_jobs': the window starting at job 99999999 cannot be built"),
+    ({"throughputs_file": "/nonexistent/table.json"}, "parameter 'throughputs_file': /nonexistent/table.json: no such file"),
 ])
 def test_sweep_refuses_a_conf_it_would_misread_before_any_work(dagbag, airflow_db, capfd, tmp_path: Path,
                                                               conf: dict, message: str) -> None:
@@ -115,19 +128,17 @@ def test_regression_refuses_a_baseline_of_another_experiment_and_a_trial_never_b
         dagbag, airflow_db, real_data, capfd, tmp_path: Path) -> None:
     dag = dagbag.dags["iadeep_regression"]
     directory = tmp_path / "regression"
-    # policy_options spelled out in every conf: dag.test() runs share the DAG object, and a run's
-    # conf value of a dict Param stays the default of the next run in the same process
     conf = {"start_jobs": [40000], "seeds": [0], "jobs": 20, "target_load": 1.5, "policies": ["iadeep", "exclusive"],
-            "regression_dir": str(directory), "policy_options": {}}
+            "regression_dir": str(directory)}
 
     # a trial with changed parameters and no baseline yet: compared with nothing, recorded, not the baseline
-    trial = dag.test(run_conf={**conf, "policy_options": {"iadeep": {"colocation_limit": 1}}})
+    trial, _ = _run(dag, capfd, run_conf={**conf, "policy_options": {"iadeep": {"colocation_limit": 1}}})
     assert _states(dag.dag_id, trial.run_id)["check"] == "success"
     assert not (directory / "baseline.json").exists()
     history = (directory / "history.csv").read_text()
     assert '"{""colocation_limit"": 1}"' in history
 
-    first = dag.test(run_conf=conf)  # the defaults: the baseline
+    first, _ = _run(dag, capfd, run_conf=conf)  # the defaults: the baseline
     assert _states(dag.dag_id, first.run_id)["check"] == "success"
     baseline = json.loads((directory / "baseline.json").read_text())
     assert baseline["run_id"] == first.run_id and baseline["spec"]["jobs"] == 20
@@ -137,10 +148,14 @@ def test_regression_refuses_a_baseline_of_another_experiment_and_a_trial_never_b
     assert states["prepare"] == "failed" and "success" not in states.values(), states
     assert "measured another experiment: jobs 20 (this run: 30)" in log, log[-2000:]
     moved, log = _run(dag, capfd, run_conf={**conf, "start_jobs": [60000]})  # nothing in common to compare
-    assert "has none of this run's settings (60000-1.5-0" in log, log[-2000:]
+    assert "has none of this run's settings and policies (60000-1.5-0/exclusive" in log, log[-2000:]
     assert json.loads((directory / "baseline.json").read_text()) == baseline
 
-    for bad, message in [({"policy_options": {"gandiva": {"colocation_limit": 1}}},
+    for bad, message in [({"policies": ["antman"]}, "has none of this run's settings and policies"),
+                         ({"policies": ["nope"]}, "policies: unknown ['nope']"),
+                         ({"policy_options": {"iadeep": {"colocation_limit": "two"}}},
+                          "policy_options['iadeep'] = {\"colocation_limit\": \"two\"}: "),
+                         ({"policy_options": {"gandiva": {"colocation_limit": 1}}},
                           "policy_options: 'gandiva' is not among the policies simulated (iadeep, exclusive)"),
                          ({"policy_options": {"iadeep": {"colocation_limt": 1}}},
                           "policy_options['iadeep']: unknown arguments ['colocation_limt']"),
@@ -149,6 +164,10 @@ def test_regression_refuses_a_baseline_of_another_experiment_and_a_trial_never_b
         run, log = _run(dag, capfd, run_conf={**conf, **bad})
         assert _states(dag.dag_id, run.run_id)["prepare"] == "failed"
         assert message in log, message
+    (directory / "baseline.json").write_text('{"run_id": "x", "spec": {"jobs": 20')  # cut short
+    run, log = _run(dag, capfd, run_conf=conf)
+    assert _states(dag.dag_id, run.run_id)["prepare"] == "failed"
+    assert f"{directory / 'baseline.json'}: not JSON" in log, log[-2000:]
 
 
 def test_a_missing_connection_fails_at_once_without_retries(dagbag, airflow_db, capfd, monkeypatch) -> None:
@@ -174,7 +193,7 @@ def test_experiment_reads_the_variables_folders(dagbag, airflow_db, real_data, m
     monkeypatch.setenv("AIRFLOW_VAR_IADEEP_DATASET_DIR", str(tmp_path / "var-cache"))
     monkeypatch.setenv("AIRFLOW_VAR_IADEEP_RUNS_DIR", str(tmp_path / "var-runs"))
     dag = dagbag.dags["iadeep_experiment"]
-    run = dag.test(run_conf={"jobs": 20, "policies": ["exclusive"], "out": "rel/run"})
+    run = _fresh(dag.dag_id).test(run_conf={"jobs": 20, "policies": ["exclusive"], "out": "rel/run"})
     assert _states(dag.dag_id, run.run_id)["report"] == "success"
     summary = json.loads((tmp_path / "var-runs" / "rel" / "run" / "summary.json").read_text())
     assert summary["trace"]["jobs"] == 20
