@@ -14,8 +14,9 @@
   writes the baseline; ``update_baseline: true`` replaces it (after an intended change).
 
 ``prepare`` fails before any simulation when the stored baseline measured another experiment
-(other ``jobs`` or ``target_load``, or none of this run's settings): compare like with like, or
-replace it with ``update_baseline: true``.
+(other ``jobs`` or ``target_load``, or no setting and policy in common with this run) or is not a
+baseline at all (the file is named): compare like with like, or replace it with
+``update_baseline: true``.
 
 ``policy_options`` passes constructor arguments to a policy (e.g. ``{"iadeep": {"colocation_limit": 1}}``)
 to see what a parameter change would do before merging it: such a trial is compared and kept in
