@@ -85,8 +85,8 @@ def iadeep_experiment() -> None:
 
         config = config_from_params(params or {}, runs_dir())
         cfg = ExperimentConfig.from_dict(config)
-        claim_out(cfg.out, get_current_context())
-        paths = fetch_inputs(cfg, progress=False, cache_dir=dataset_dir())
+        paths = fetch_inputs(cfg, progress=False, cache_dir=dataset_dir())  # writes nothing into out
+        claim_out(cfg.out, get_current_context())  # after the checks: a refused conf leaves no folder
         return {"config": config, **paths}
 
     @task

@@ -200,3 +200,15 @@ def test_experiment_reads_the_variables_folders(dagbag, airflow_db, real_data, m
     assert (tmp_path / "var-cache" / "datasets" / "philly").is_dir()
     assert (tmp_path / "var-cache" / "datasets" / "gavel-throughputs").is_dir()
     assert not (tmp_path / "env-cache").exists() and not (tmp_path / "env-runs").exists()
+
+
+def test_a_missing_cluster_file_fails_the_first_task_naming_it_and_leaves_no_folder(dagbag, airflow_db, capfd,
+                                                                                    tmp_path: Path) -> None:
+    """It was a bare ``FileNotFoundError`` from a later task, after the folder had been made."""
+    dag = dagbag.dags["iadeep_experiment"]
+    out = tmp_path / "never"
+    run, log = _run(dag, capfd, run_conf={"jobs": 20, "cluster_file": str(tmp_path / "nodes.yaml"), "out": str(out)})
+    states = _states(dag.dag_id, run.run_id)
+    assert states["fetch_datasets"] == "failed" and "success" not in states.values(), states
+    assert f"parameter 'cluster_file': {tmp_path / 'nodes.yaml'}: no such file" in log, log[-2000:]
+    assert not out.exists()
