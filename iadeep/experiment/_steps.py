@@ -109,7 +109,7 @@ def fetch_inputs(cfg: ExperimentConfig, progress: bool = True, cache_dir: str | 
         try:  # readable for the GPU type, before a later step blames another option
             InterferenceModel.from_file(thr, cfg.gpu_type)
         except ValueError as exc:
-            raise ConfigError("throughputs_file", f"{thr}: not usable for GPU type {cfg.gpu_type!r}: {exc}") from None
+            raise ConfigError("throughputs_file", str(exc)) from None  # names the file and what is wrong
     else:
         thr = fetch(THROUGHPUTS[0], progress=progress, cache_dir=cache_dir) / THROUGHPUTS[1]
     if cfg.trace_file:

@@ -105,7 +105,8 @@ def test_cli_profile_errors_are_one_line() -> None:
     assert res.exit_code == 2 and "unknown workload 'alexnet'" in res.output
 
 
-def test_experiment_cli_names_job_types_missing_from_the_profile(table: Path, philly_path: Path, tmp_path: Path) -> None:
+def test_experiment_cli_names_job_types_missing_from_the_profile(table: Path, philly_path: Path, tmp_path: Path,
+                                                                 capsys) -> None:
     """The iadeep mix draws every batch size of four families: a two-type profile is refused up front."""
     from typer.testing import CliRunner
 
@@ -115,6 +116,12 @@ def test_experiment_cli_names_job_types_missing_from_the_profile(table: Path, ph
                                    "--gpu-type", "cpu", "--policies", "exclusive", "--out", str(tmp_path / "run")])
     assert res.exit_code == 2, res.output
     assert "has no cpu measurements of" in res.output and "LM (batch size" in res.output
-    wrong = CliRunner().invoke(app, ["experiment", "run", "--trace-file", str(philly_path), "--jobs", "30", "--throughputs", str(table),
-                                     "--gpu-type", "v100", "--policies", "exclusive", "--out", str(tmp_path / "run")])
-    assert wrong.exit_code == 2 and "unknown GPU type 'v100'; the file has cpu" in wrong.output
+    # checked before the trace is read, as the one line the console script prints (run_cli)
+    from iadeep._climain import run_cli
+
+    capsys.readouterr()
+    assert run_cli(app, ["experiment", "run", "--trace-file", str(philly_path), "--jobs", "30", "--throughputs", str(table),
+                         "--gpu-type", "v100", "--policies", "exclusive", "--out", str(tmp_path / "run")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("iadeep experiment run: error: Invalid value for '--throughputs': ") and \
+        "unknown GPU type 'v100'; the file has cpu" in line, line
