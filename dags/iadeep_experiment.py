@@ -104,6 +104,8 @@ def iadeep_experiment() -> None:
         print(f"{meta['jobs']} jobs ({meta['multi_gpu_jobs']} multi-GPU) in {cfg.out}; offered load mean "
               f"{meta['offered_load_mean']}, peak {meta['offered_load_peak']}; dropped {meta['dropped']}, "
               f"flagged {meta['flagged']}")
+        if cfg.jobs and meta["jobs"] < cfg.jobs:
+            print(f"only {meta['jobs']} of the {cfg.jobs} jobs asked for: the trace has no more after job {cfg.start_job}")
         return list(cfg.policies) if cfg.backend == "simulator" else []
 
     @task

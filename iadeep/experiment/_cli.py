@@ -88,6 +88,9 @@ def run_cmd(
         console.print(f"[yellow]skipped {meta['skipped_rows']} malformed row(s) of {meta['source']}[/yellow]")
     if meta["dropped"]:
         console.print("left out: " + ", ".join(f"{k} {v}" for k, v in meta["dropped"].items()))
+    if cfg.jobs and meta["jobs"] < cfg.jobs:  # the window ran past the trace's end (or its filters)
+        console.print(f"[yellow]only {meta['jobs']} of the {cfg.jobs} jobs asked for: the trace has no more after "
+                      f"job {cfg.start_job} (with the filters above)[/yellow]")
     if meta["flagged"] or meta["infeasible_kept"]:
         console.print("kept but flagged: " + ", ".join(f"{k} {v}" for k, v in {**meta["flagged"], **meta["infeasible_kept"]}.items())
                       + ("" if cfg.include_censored or not meta["flagged"].get("censored") else " (censored jobs: not in JCT statistics)"))

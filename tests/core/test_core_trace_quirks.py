@@ -200,6 +200,18 @@ def test_jobs_too_big_for_the_gpus_are_dropped_before_the_window_is_cut(tmp_path
     assert (merged["model_big"] == merged["model_small"]).all() and (merged["batch_size_big"] == merged["batch_size_small"]).all()
 
 
+def test_a_window_past_the_traces_end_says_it_has_fewer_jobs(tmp_path, dataset_cache, monkeypatch):
+    """A window near the trace's end had fewer jobs than ``--jobs`` without a word (session 16's trial)."""
+    _env(monkeypatch, dataset_cache)
+    res = CliRunner().invoke(app, ["experiment", "run", "--start-job", "82150", "--jobs", "50", "--policies", "exclusive",
+                                   "--out", str(tmp_path / "end")], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    n = _strict_load(tmp_path / "end" / "workload.json")["jobs"]
+    assert 0 < n < 50 and f"only {n} of the 50 jobs asked for: the trace has no more after job 82150" in res.output
+    full = CliRunner().invoke(app, ["experiment", "run", "--jobs", "20", "--policies", "exclusive", "--out", str(tmp_path / "full")])
+    assert full.exit_code == 0 and "jobs asked for" not in full.output
+
+
 def test_infeasible_keep_reports_unschedulable_jobs(tmp_path, dataset_cache, monkeypatch):
     _env(monkeypatch, dataset_cache)
     out = tmp_path / "k"
