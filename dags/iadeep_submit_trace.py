@@ -56,16 +56,12 @@ def iadeep_submit_trace() -> None:
         import hashlib
 
         from airflow.sdk import get_current_context
-        from airflow.sdk.exceptions import AirflowFailException
 
         from iadeep.orchestration import ensure_namespace, plan_trace
-        from iadeep.orchestration._airflow import api_for, claim_out, cluster_ref, dataset_dir, runs_dir
+        from iadeep.orchestration._airflow import api_for, claim_out, cluster_ref, dataset_dir, refuse_unused, runs_dir
 
         p = dict(params or {})
-        unused = sorted(set(p) - set(PARAMS))
-        if unused:
-            raise AirflowFailException(f"parameters {unused} are not used by iadeep_submit_trace; its parameters: "
-                                       f"{', '.join(sorted(PARAMS))}")
+        refuse_unused(p, PARAMS, "iadeep_submit_trace")
         extra = {k: p.pop(k) for k in ("dataset_claim", "run", "pin_nodes")}
         config = config_from_params(p, runs_dir())
         run = extra["run"] or "t" + hashlib.sha1(str(run_id).encode()).hexdigest()[:10]

@@ -55,13 +55,10 @@ def iadeep_sweep() -> None:
 
         from iadeep.experiment import ExperimentConfig, fetch_inputs
         from iadeep.experiment._sweep import check_grid
-        from iadeep.orchestration._airflow import claim_out, dataset_dir, runs_dir
+        from iadeep.orchestration._airflow import claim_out, dataset_dir, refuse_unused, runs_dir
 
         p = dict(params or {})
-        unused = sorted(set(p) - set(PARAMS))
-        if unused:
-            raise AirflowFailException(f"parameters {unused} are not used by iadeep_sweep; its parameters: "
-                                       f"{', '.join(sorted(PARAMS))}")
+        refuse_unused(p, PARAMS, "iadeep_sweep")
         grid = {k: p.pop(k) for k in ("start_jobs", "loads", "seeds", "reference")}
         try:
             config = config_from_params(p, runs_dir())

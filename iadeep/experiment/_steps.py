@@ -141,19 +141,18 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
     Raises:
         ValueError: no job left after the filters and drops (the message gives the counts).
     """
-    from iadeep.jobtypes import JobType
     from iadeep.traces import TraceOptions, load_trace, offered_load
 
     cluster = cluster_of(cfg)
     if throughputs is None:
         throughputs = fetch_inputs(cfg, progress=False)["throughputs"]
     model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
-    known = set(model.types)
+    known = model.types
 
     def cannot_run(jobs: pd.DataFrame) -> np.ndarray:
         # types without measurements are left to check_measured, which names them
-        measured = np.array([JobType(str(m), int(b)) in known
-                             for m, b in zip(jobs["model"].to_numpy(), jobs["batch_size"].to_numpy())], dtype=bool)
+        types = pd.MultiIndex.from_arrays([jobs["model"].astype(str), jobs["batch_size"].astype(np.int64)])
+        measured = types.isin([(t.model, t.batch_size) for t in known])
         why = np.full(len(jobs), "", dtype=object)
         if measured.any():
             why[measured] = feasibility(jobs.loc[measured], model, cluster)
@@ -169,7 +168,7 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
     )
     df = load_trace(cfg.trace, trace_path, opts)
     dropped = {k: int(v) for k, v in dict(df.attrs.get("dropped", {})).items()}
-    check_measured(cfg, df, throughputs)  # every job type measured, before anything prices one
+    check_measured(cfg, df, throughputs, model)  # every job type measured, before anything prices one
     why = feasibility(df, model, cluster)
     kept_infeasible = {}
     for reason in sorted(set(why.tolist()) - {""}):
@@ -239,8 +238,12 @@ def load_workload(out: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     return df, json.loads((out / "workload.json").read_text())
 
 
-def check_measured(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path) -> None:
+def check_measured(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path,
+                   model: InterferenceModel | None = None) -> None:
     """Every job type of ``workload`` has measurements in ``throughputs`` for ``cfg.gpu_type``.
+
+    Args:
+        model: that file's model when the caller has read it already (else it is read here).
 
     Raises:
         ValueError: the file cannot be read for that GPU type, or job types are missing (named,
@@ -248,7 +251,7 @@ def check_measured(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: s
     """
     from iadeep.jobtypes import JobType
 
-    model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
+    model = model or InterferenceModel.from_file(throughputs, cfg.gpu_type)
     known = set(model.types)
     wanted = {JobType(str(m), int(b)) for m, b in workload[["model", "batch_size"]].drop_duplicates().itertuples(index=False)}
     missing = sorted(wanted - known)

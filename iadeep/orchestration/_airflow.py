@@ -42,7 +42,7 @@ from airflow.sdk import BaseOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 __all__ = ["CLUSTER_CONN_ID", "CLAIM_FILE", "ETCD_CONN_ID", "ClusterRef", "check_claim", "claim_out", "cluster_ref",
-           "dataset_dir", "etcd_ref", "get_connection", "runs_dir", "variable_path", "SubmitTraceOperator",
+           "dataset_dir", "etcd_ref", "get_connection", "refuse_unused", "runs_dir", "variable_path", "SubmitTraceOperator",
            "WaitJobsOperator", "JobsFinishedTrigger"]
 
 CLUSTER_CONN_ID = "iadeep_cluster"
@@ -162,11 +162,11 @@ def claim_out(out: str | Path, context: Any) -> Path:
         lock = open(path / ".iadeep-run.lock", "a")  # noqa: SIM115 - closed below, after the claim is written
     except OSError as exc:
         raise AirflowFailException(f"out {path}: cannot create the output folder ({exc.strerror or exc})") from None
-    me = {"dag_id": context["dag_run"].dag_id, "run_id": context["dag_run"].run_id}
+    me = _run_of(context)
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         held = _read_claim(path)
-        if held and {k: held.get(k) for k in me} != me:
+        if held and not _is(held, me):
             active = context["ti"].get_dr_count(dag_id=str(held.get("dag_id")), run_ids=[str(held.get("run_id"))],
                                                 states=_ACTIVE)
             if active:
@@ -195,12 +195,39 @@ def check_claim(out: str | Path, context: Any) -> Path:
 
     path = Path(out)
     held = _read_claim(path)
-    me = {"dag_id": context["dag_run"].dag_id, "run_id": context["dag_run"].run_id}
-    if not held or {k: held.get(k) for k in me} != me:
+    if not held or not _is(held, _run_of(context)):
         who = f"run {held.get('run_id')!r} of DAG {held.get('dag_id')!r}" if held else "no run (the claim file is gone)"
         raise AirflowFailException(f"out {path} is now claimed by {who}, not by this run: its files are not this "
                                    "run's; give concurrent runs different `out` folders")
     return path
+
+
+def _run_of(context: Any) -> dict[str, str]:
+    """The DAG run of a task's context, as a claim names it."""
+    return {"dag_id": context["dag_run"].dag_id, "run_id": context["dag_run"].run_id}
+
+
+def _is(held: dict[str, Any], run: dict[str, str]) -> bool:
+    """Whether a claim names ``run``."""
+    return all(held.get(k) == v for k, v in run.items())
+
+
+def refuse_unused(params: dict[str, Any], known: Any, dag_id: str) -> None:
+    """Fail the task (without retries) on conf keys the DAG does not use.
+
+    Airflow passes a run's conf keys that the DAG does not declare into ``params`` too; a DAG whose
+    params are a subset of the experiment's (``seeds`` for ``seed``) would otherwise take them
+    silently and ignore them.
+
+    Raises:
+        airflow.sdk.exceptions.AirflowFailException: naming the keys and the DAG's parameters.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    unused = sorted(set(params) - set(known))
+    if unused:
+        raise AirflowFailException(f"parameters {unused} are not used by {dag_id}; its parameters: "
+                                   f"{', '.join(sorted(known))}")
 
 
 def _read_claim(path: Path) -> dict[str, Any] | None:
