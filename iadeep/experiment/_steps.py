@@ -11,6 +11,7 @@ mapped task per policy) and passes only the output folder between them. Files wr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -141,7 +142,19 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
     Raises:
         ValueError: no job left after the filters and drops (the message gives the counts).
     """
-    from iadeep.traces import TraceOptions, load_trace, offered_load
+    df, meta = _load_window(cfg, trace_path, throughputs)
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    clear_results(out)  # a new run: no file of an earlier one stays beside it
+    df.to_csv(out / "workload.csv", index=False)
+    meta = write_json(out / "workload.json", meta, _load_reasons(len(df)))
+    return df, meta
+
+
+def _load_window(cfg: ExperimentConfig, trace_path: str | Path,
+                 throughputs: str | Path | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """:func:`build_workload`'s table and metadata, without writing them."""
+    from iadeep.traces import load_trace, offered_load
 
     cluster = cluster_of(cfg)
     if throughputs is None:
@@ -158,14 +171,7 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
             why[measured] = feasibility(jobs.loc[measured], model, cluster)
         return why
 
-    opts = TraceOptions(
-        window_start_s=cfg.window_start_s or 0.0,
-        window_end_s=cfg.window_end_s if cfg.window_end_s is not None else math.inf, virtual_cluster=cfg.virtual_cluster,
-        n_jobs=cfg.jobs, start_job=cfg.start_job, max_gpus=cfg.max_gpus, arrival_scale=cfg.arrival_scale,
-        iadeep_arrival_rule=cfg.iadeep_arrival_rule, target_load=cfg.target_load, cluster_gpus=cluster.total_gpus,
-        mix=cfg.mix, seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows, strict=cfg.strict,
-        keep_wider=cfg.infeasible == "keep", exclude=cannot_run if cfg.infeasible == "drop" else None,
-    )
+    opts = _trace_options(cfg, cluster, cannot_run)
     df = load_trace(cfg.trace, trace_path, opts)
     dropped = {k: int(v) for k, v in dict(df.attrs.get("dropped", {})).items()}
     check_measured(cfg, df, throughputs, model)  # every job type measured, before anything prices one
@@ -201,12 +207,30 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
         "infeasible_kept": kept_infeasible,
         "skipped_rows": int(df.attrs.get("skipped_rows", 0)),
     }
-    out = cfg.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    clear_results(out)  # a new run: no file of an earlier one stays beside it
-    df.to_csv(out / "workload.csv", index=False)
-    meta = write_json(out / "workload.json", meta, _load_reasons(len(df)))
     return df, meta
+
+
+def _trace_options(cfg: ExperimentConfig, cluster, cannot_run) -> Any:
+    """The :class:`iadeep.traces.TraceOptions` of ``cfg`` on ``cluster`` (``cannot_run``: the
+    exclusion rule of :func:`build_workload`)."""
+    from iadeep.traces import TraceOptions
+
+    return TraceOptions(
+        window_start_s=cfg.window_start_s or 0.0,
+        window_end_s=cfg.window_end_s if cfg.window_end_s is not None else math.inf, virtual_cluster=cfg.virtual_cluster,
+        n_jobs=cfg.jobs, start_job=cfg.start_job, max_gpus=cfg.max_gpus, arrival_scale=cfg.arrival_scale,
+        iadeep_arrival_rule=cfg.iadeep_arrival_rule, target_load=cfg.target_load, cluster_gpus=cluster.total_gpus,
+        mix=cfg.mix, seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows, strict=cfg.strict,
+        keep_wider=cfg.infeasible == "keep", exclude=cannot_run if cfg.infeasible == "drop" else None,
+    )
+
+
+def count_jobs(cfg: ExperimentConfig, trace_path: str | Path, throughputs: str | Path) -> int:
+    """How many jobs the trace holds for ``cfg`` after its filters and the drop of jobs the
+    cluster can never run, from its first job on (``start_job``, ``jobs`` and the window ignored):
+    the jobs a window of ``cfg`` can start at."""
+    full = dataclasses.replace(cfg, start_job=0, jobs=0, window_start_s=None, window_end_s=None)
+    return len(_load_window(full, trace_path, throughputs)[0])
 
 
 #: The files a run writes in its output folder (``build_workload``, ``run_policy``, ``write_report``).
