@@ -332,7 +332,8 @@ def guard_lines(guard: dict, queue: str, policies: Sequence[str]) -> list[str]:
     captured = guard.get("median_headroom_captured")
     met = guard["met"] or "n/a, not every figure was measured"
     goals = GUARD_GOALS
-    lines = [f"guard ({queue} queue, {guard['settings']} settings): iadeep / {against}: worst {guard['worst_vs_packing']:.2f} "
+    n = guard["settings"]
+    lines = [f"guard ({queue} queue, {n} setting{'' if n == 1 else 's'}): iadeep / {against}: worst {guard['worst_vs_packing']:.2f} "
              f"({guard['worst_setting']}), median {guard['median_vs_packing']:.2f}; worst vs exclusive "
              f"{'n/a (exclusive did not run)' if excl is None else f'{excl:.2f}'}; median headroom captured "
              f"{'n/a (no --ceiling)' if captured is None else f'{captured:.2f}'} (goals <= {goals['worst_vs_packing']}, "

@@ -1,20 +1,28 @@
-"""Abstract base of placement-and-tuning policies.
+"""Abstract base of placement-and-tuning policies, in kube-scheduler's phases.
 
-Call order used by every driver:
+A scheduling cycle for one job calls the phases in this order (kube-scheduler's framework names,
+``pkg/scheduler/framework/interface.go``); both drivers, the simulator and the extender, call them
+through :meth:`Policy.place` (the cycle) and the extender's verbs:
 
-1. :meth:`Policy.place` for the job at the head of the queue (and, with backfill, for some jobs
-   behind it). It returns :class:`Placement` or :class:`Wait`.
-   The extender instead calls :meth:`Policy.filter` then :meth:`Policy.score` per pod, which use the
-   same :meth:`Policy.eligible` and :meth:`Policy.utility` as ``place``.
-2. :meth:`Policy.tune` for a GPU whose set of co-located jobs changed (after the placement or a
-   completion was applied). It may run trials through the injected ``measure`` executor. The
-   driver applies the :class:`TuningDecision` when the session ends: the batch sizes, or an undo
-   (:func:`iadeep.policy.undo_rule`): :meth:`Policy.avoid` with ``decision.avoid``, then the jobs
-   of ``decision.evict`` re-queued (the live system: the coordinator records it, the extender
-   calls :meth:`Policy.avoid` and evicts the pod).
+1. **filter** (:meth:`Policy.filter`): feasibility only. Which nodes have enough GPUs that could
+   take one worker of the job (:meth:`Policy.eligible`: co-location limit, memory, pairs measured
+   not to fit, pairs the policy bans, shares, GPU models). It never decides to wait.
+2. **score** (:meth:`Policy.score`): node priorities 0..10 from :meth:`Policy.utility` (the
+   extender's ``prioritize``; the simulator needs none: reserve picks GPUs cluster-wide).
+3. **reserve** (:meth:`Policy.reserve`): place or wait, a :class:`Placement` on GPUs or a
+   :class:`Wait` (the extender's ``bind`` calls it on the chosen node's view).
+4. **post-filter** (:meth:`Policy.post_filter`): only after a :class:`Wait`: preemption as its own
+   typed result, a :class:`Preemption`, or the wait (default: the wait).
 
-A subclass implements :meth:`utility` (and may override ``place``/``tune``); set ``name`` and
-``colocation_limit``, and decorate it with :func:`iadeep.policy.register`.
+Then, for a GPU whose set of co-located jobs changed (after a placement or a completion was
+applied), :meth:`Policy.tune`. It may run trials through the injected ``measure`` executor. The
+driver applies the :class:`TuningDecision` when the session ends: the batch sizes, or an undo
+(:func:`iadeep.policy.undo_rule`): :meth:`Policy.avoid` with ``decision.avoid``, then the jobs of
+``decision.evict`` re-queued (the live system: the coordinator records it, the extender calls
+:meth:`Policy.avoid` and evicts the pod).
+
+A subclass implements :meth:`utility` (and may override ``reserve``/``post_filter``/``tune``);
+set ``name`` and ``colocation_limit``, and decorate it with :func:`iadeep.policy.register`.
 
 A policy instance serves one cluster and may keep learned state (e.g. the online interference
 learner); it is not thread-safe: drivers serialise calls.
@@ -36,6 +44,7 @@ from iadeep.policy._types import (
     JobRequest,
     Measure,
     Placement,
+    Preemption,
     TuningDecision,
     Wait,
     _frozen,
@@ -200,7 +209,8 @@ class Policy(ABC):
 
     # -- extender-style entry points -----------------------------------------------------------
     def filter(self, job: JobRequest, view: ClusterView, nodes: list[str] | None = None) -> FilterResult:
-        """Nodes that can take one pod of ``job`` (``job.num_gpus`` GPUs on that node).
+        """The filter phase: nodes that can take one pod of ``job`` (``job.num_gpus`` eligible
+        GPUs on that node); feasibility only, whether the job should wait is :meth:`reserve`'s.
 
         Args:
             nodes: restrict to these node names (unknown names fail with a reason).
@@ -226,12 +236,6 @@ class Policy(ABC):
         mask, reason = self.eligible(job, view)
         result = self._filter(job, view, nodes, mask, reason)
         return result, self._score(job, view, result.feasible, mask)
-
-    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult, mask: np.ndarray,
-             reason: np.ndarray) -> FilterResult:
-        """Hook of :meth:`filter`: a policy may fail nodes the eligibility rules let through
-        (default: none). ``mask``/``reason``: :meth:`eligible`'s answer for this job and view."""
-        return result
 
     def _filter(self, job: JobRequest, view: ClusterView, nodes: list[str] | None, mask: np.ndarray,
                 reason: np.ndarray) -> FilterResult:
@@ -261,7 +265,7 @@ class Policy(ABC):
                     failed[name] = "node has no GPUs"
                 else:
                     failed[name] = f"needs {need} GPU(s), {ok[k]} eligible; {REASONS[common[k]]}"
-        return self.veto(job, view, FilterResult(feasible, failed), mask, reason)
+        return FilterResult(feasible, failed)
 
     def _score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, int],
                mask: np.ndarray) -> dict[str, int]:
@@ -280,13 +284,23 @@ class Policy(ABC):
         pts = points.tolist()
         return {name: pts[index[name]] if count and name in index else 0 for name, count in feasible.items()}
 
-    # -- simulator/extender placement --------------------------------------------------------
-    def place(self, job: JobRequest, view: ClusterView) -> Placement | Wait:
-        """Choose GPUs for ``job`` now, or say why it must wait."""
+    # -- reserve and post-filter ---------------------------------------------------------------
+    def place(self, job: JobRequest, view: ClusterView) -> Placement | Preemption | Wait:
+        """The scheduling cycle: :meth:`reserve`, then :meth:`post_filter` when it waits."""
+        decision = self.reserve(job, view)
+        return self.post_filter(job, view, decision) if isinstance(decision, Wait) else decision
+
+    def reserve(self, job: JobRequest, view: ClusterView) -> Placement | Wait:
+        """The reserve phase: choose GPUs for ``job`` now, or say why it must wait."""
         return self._place(job, view, *self.eligible(job, view))
 
+    def post_filter(self, job: JobRequest, view: ClusterView, wait: Wait) -> Preemption | Wait:
+        """The post-filter phase, after :meth:`reserve` answered ``wait``: a :class:`Preemption`
+        that lets the job start, or the wait (default: the wait; no preemption)."""
+        return wait
+
     def _place(self, job: JobRequest, view: ClusterView, mask: np.ndarray, reason: np.ndarray) -> Placement | Wait:
-        """:meth:`place` given :meth:`eligible`'s answer (subclasses override this one)."""
+        """:meth:`reserve` given :meth:`eligible`'s answer (subclasses override this one)."""
         if np.count_nonzero(mask) < job.num_gpus:
             return Wait(job.job_id, _wait_reason(job, mask, reason))
         util = self.utility(job, view, mask)

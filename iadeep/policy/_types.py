@@ -25,6 +25,7 @@ __all__ = [
     "OccupancyChanges",
     "JobRequest",
     "Placement",
+    "Preemption",
     "Wait",
     "ANY_BEHIND",
     "FilterResult",
@@ -305,23 +306,40 @@ class JobRequest:
 
 @dataclass(frozen=True)
 class Placement:
-    """Decision: run the job on these GPUs now.
+    """Decision of the reserve phase: run the job on these GPUs now.
 
     Attributes:
         job_id: the job.
         gpus: global GPU ids, ``len(gpus) == num_gpus``.
         reason: a short human-readable justification.
-        preempt: handles of running jobs the driver must checkpoint and put back in the queue
-            (ahead of the jobs behind this one) *before* applying the placement: ``gpus`` counts
-            on the GPUs they free. A policy asks for it when the job blocks a FIFO queue
-            (``JobRequest.jobs_behind > 0``) or, if told so, at the head of kube-scheduler's
-            queue; a driver that cannot preempt must treat such a decision as :class:`Wait`.
     """
 
     job_id: str
     gpus: tuple[int, ...]
     reason: str = ""
-    preempt: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Decision of the post-filter phase (:meth:`iadeep.policy.Policy.post_filter`): run the job on
+    ``gpus`` once the ``victims`` have left them.
+
+    The driver checkpoints the victims and puts them back in the queue (ahead of the jobs behind
+    this one) *before* placing the job: ``gpus`` counts on the GPUs they free. A policy returns it
+    when the job blocks a FIFO queue (``JobRequest.jobs_behind > 0``) or, if told so, at the head
+    of kube-scheduler's queue; a driver that cannot preempt treats it as a :class:`Wait`.
+
+    Attributes:
+        job_id: the job.
+        gpus: global GPU ids, ``len(gpus) == num_gpus``, some of them the victims'.
+        victims: handles (:class:`ClusterView` job handles) of the running jobs to preempt.
+        reason: a short human-readable justification.
+    """
+
+    job_id: str
+    gpus: tuple[int, ...]
+    victims: tuple[int, ...]
+    reason: str = ""
 
 
 #: :attr:`Wait.holds_up_to_behind` of a wait that no number of jobs queued behind can change.
@@ -344,29 +362,29 @@ class Wait:
             ``-1`` (default): no promise, ask again after any change. A driver may skip the calls
             a promise covers (the simulator does; kube-scheduler's own retries make the extender's
             calls); it never has to.
+        expected_wait_s: the policy's expected wait (s) when it waits for time to pass (its
+            co-location was priced against this wait); ``None`` when it waits for the cluster
+            to change (too few eligible GPUs), which time alone does not.
     """
 
     job_id: str
     reason: str
     holds_up_to_behind: int = -1
+    expected_wait_s: float | None = None
 
 
 @dataclass(frozen=True)
 class FilterResult:
-    """Which nodes can take a job (kube-scheduler extender ``filter`` semantics).
+    """Which nodes can take a job (kube-scheduler extender ``filter`` semantics): feasibility only.
 
     Attributes:
         feasible: node name -> how many of its GPUs can take one worker of the job (at least
             the job's ``num_gpus``; which ones is :meth:`Policy.place`'s choice at bind time).
         failed: node name -> reason it cannot.
-        preempt: a placement that needs running jobs preempted first (:attr:`Placement.preempt`):
-            every node fails until they have left their GPUs; the driver evicts them and holds
-            ``preempt.gpus`` for the job (``None``: no preemption).
     """
 
     feasible: Mapping[str, int]
     failed: Mapping[str, str]
-    preempt: Placement | None = None
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ from iadeep.policy._registry import register
 from iadeep.policy._rows import row_prod
 from iadeep.policy._tuning import BatchSizeTuner
 from iadeep.policy._undo import undo_rule
-from iadeep.policy._types import (ANY_BEHIND, ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait,
+from iadeep.policy._types import (ANY_BEHIND, ClusterView, JobRequest, Measure, Placement, Preemption, TuningDecision, Wait,
                                   fits_when_empty)
 from iadeep.tuner._strategy import DEFAULT_TRIALS
 
@@ -267,23 +267,6 @@ class IADeep(Policy):
         """Predicted pairwise normalised throughput, shape ``(n_types, n_types)``."""
         return self.model.norm if self.predictor == "oracle" else self.learner.matrix()
 
-    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult, mask: np.ndarray,
-             reason: np.ndarray) -> FilterResult:
-        """When :meth:`place` would make the job wait (co-location predicted worse than waiting),
-        every node fails with that reason, so the extender's filter and bind agree. When it would
-        preempt (possible with nothing feasible too), every node fails as well and the result
-        carries the placement (:attr:`FilterResult.preempt`): the driver evicts the victims and
-        holds their GPUs for the job, which passes once they have left."""
-        if result.feasible or (self.preempt_unblocked and self.preempt and not job.gpus_ahead):
-            decision = self._place(job, view, mask, reason)
-            if isinstance(decision, Wait):
-                return FilterResult({}, {**result.failed, **{name: decision.reason for name in result.feasible}})
-            if decision.preempt:
-                names = [*result.feasible, *result.failed]
-                return FilterResult({}, {name: f"waiting for preempted job(s) to leave: {decision.reason}" for name in names},
-                                    preempt=decision)
-        return result
-
     def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
         """1 for a free GPU; for a shared one half the predicted pair sum (in [0, 1])."""
         util = np.ones(view.n_gpus)
@@ -360,7 +343,7 @@ class IADeep(Policy):
         njobs = view.njobs
         k = job.num_gpus
         if not np.count_nonzero(mask):  # no eligible GPU (the most common wait): no free or shareable ones to look for
-            return self._preempt_or_wait(job, view, mask, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
+            return Wait(job.job_id, _wait_reason(job, mask, reason))
         share_used = view.gpu_share_used_milli
         if k == 1 and job.gpu_milli < 1000.0 and share_used is not None:  # a share (NaN compares False: no share)
             packed = mask & (share_used > 0.0)
@@ -375,7 +358,7 @@ class IADeep(Policy):
             return Placement(job.job_id, gpus, "free GPU")
         shared = (mask & (njobs > 0)).nonzero()[0]  # flatnonzero of a 1-D array, without its Python wrappers
         if n_free + len(shared) < k:
-            return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
+            return Wait(job.job_id, _wait_reason(job, mask, reason))
         pred = self.predicted()
         # gathers with take and in-place maxima: the values of the indexing and np.maximum they
         # replace, with fewer temporaries (one co-location decision makes some 40 array operations)
@@ -427,8 +410,8 @@ class IADeep(Policy):
                 order = _smallest(delta, need)
                 gain = -float(delta[order[0]] if need == 1 else delta[order].sum())
             if gain <= 0:
-                return self._preempt_or_wait(job, view, free, Wait(
-                    job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU"), wait)
+                return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU",
+                            expected_wait_s=wait)
             reason = f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s"
         best = shared[order]
         if k == 1:  # one GPU, the one chosen (n_free = 0 here): choose_gpus's pick without its utilities
@@ -439,13 +422,12 @@ class IADeep(Policy):
         gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view)
         return Placement(job.job_id, gpus, reason)
 
-    def _preempt_or_wait(self, job: JobRequest, view: ClusterView, free: np.ndarray, wait: Wait,
-                         wait_s: float | None, stable: bool = False) -> Placement | Wait:
-        """Head-of-line preemption (module docstring), else ``wait`` (``wait_s``: the expected wait
-        when the caller has it already).
+    def post_filter(self, job: JobRequest, view: ClusterView, wait: Wait) -> Preemption | Wait:
+        """Head-of-line preemption (module docstring), else ``wait`` (its ``expected_wait_s``: the
+        expected wait when :meth:`reserve` computed it).
 
-        ``stable``: ``wait`` does not depend on time (too few eligible GPUs, a question of which
-        jobs sit where); the returned wait then carries the queueing hint
+        A wait without ``expected_wait_s`` does not depend on time (too few eligible GPUs, a
+        question of which jobs sit where); the returned wait then carries the queueing hint
         :attr:`~iadeep.policy.Wait.holds_up_to_behind`. As time passes with the cluster unchanged,
         the expected wait ``W`` shrinks (every GPU's time until free falls with the clock), a
         victim's hold time shrinks and its preemption budget only shrinks (its charges never fall,
@@ -453,6 +435,9 @@ class IADeep(Policy):
         this rule from waiting to preempting; only more jobs behind (a larger ``B``) can (with
         ``preempt_unblocked`` too: ``B = 0`` is the same rule).
         """
+        wait_s = wait.expected_wait_s
+        stable = wait_s is None
+
         def holds(behind: int) -> Wait:
             return Wait(wait.job_id, wait.reason, behind) if stable else wait  # dataclasses.replace's value, cheaper
 
@@ -465,6 +450,7 @@ class IADeep(Policy):
         alone = (njobs == 1).nonzero()[0]
         if len(alone) == 0:
             return holds(ANY_BEHIND)
+        free = self.eligible(job, view)[0] & (njobs == 0)
         n_free = int(np.count_nonzero(free))
         run_s = job.remaining_s  # the head at dedicated speed on free GPUs
         c = self.checkpoint_cost_s
@@ -522,8 +508,8 @@ class IADeep(Policy):
         gpus = choose_gpus(job.num_gpus, freed, np.ones(view.n_gpus), view)
         key = view.job_key(victim)  # the same job in later views (the extender renumbers handles)
         self._preempted[key] = self._preempted.get(key, 0.0) + run_s + c
-        return Placement(job.job_id, gpus, f"preempted a job holding {best[0]} GPU(s) for {-best[1]:.0f}s: the head "
-                         f"would wait {w:.0f}s with {b} job(s) behind it", preempt=(victim,))
+        return Preemption(job.job_id, gpus, (victim,), f"preempted a job holding {best[0]} GPU(s) for {-best[1]:.0f}s: "
+                          f"the head would wait {w:.0f}s with {b} job(s) behind it")
 
     def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
         """Tune batch sizes of co-located jobs; learn from every measurement; undo a co-location

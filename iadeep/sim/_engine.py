@@ -53,7 +53,7 @@ import pandas as pd
 from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
-from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy
+from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy, Preemption
 from iadeep.sim._config import ClusterSpec, SimSettings
 from iadeep.sim._errors import InfeasibleJobError
 from iadeep.sim._feasible import feasibility, gpu_model_mask
@@ -332,7 +332,7 @@ class Simulator:
         return progress(x, self._gain_of(t, self._base_of[h])) * self._speed_of(g, t)
 
     # -- applying decisions --------------------------------------------------------------------
-    def _apply_placement(self, h: int, p: Placement) -> set[int]:
+    def _apply_placement(self, h: int, p: Placement | Preemption) -> set[int]:
         affected: set[int] = {h}
         self._epoch += 1
         for g in p.gpus:
@@ -536,14 +536,15 @@ class Simulator:
                 view = self.view()
             self.calls["place"] += 1
             decision = self.policy.place(self._request(h, ahead, behind), view)
-            if isinstance(decision, Placement):
+            if isinstance(decision, (Placement, Preemption)):
                 hints.pop(h, None)
                 self._requests.pop(h, None)
                 view = None
                 queue.placed(h, self.now)
-                for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
-                    self._evict(int(v), affected, here=True)
-                    changed.update(g for g in decision.gpus)
+                if isinstance(decision, Preemption):
+                    for v in decision.victims:  # checkpointed and queued ahead of the jobs behind
+                        self._evict(int(v), affected, here=True)
+                        changed.update(g for g in decision.gpus)
                 placed = self._apply_placement(h, decision)
                 affected |= placed
                 changed.update(decision.gpus)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from iadeep.policy import Placement, make_policy
+from iadeep.policy import Placement, Preemption, make_policy
 from iadeep.policy.iadeep import IADeep
 from iadeep.sim import ClusterSpec, SimSettings, Simulator
 
@@ -53,7 +53,7 @@ def _run(model, workload, *, check: bool = True, shortcut: bool = True, queue: s
 
     def recorded(job, view):
         d = place(job, view)
-        decisions.append((job.job_id, view.now_s, d.gpus, d.preempt) if isinstance(d, Placement)
+        decisions.append((job.job_id, view.now_s, d.gpus, getattr(d, "victims", ())) if isinstance(d, (Placement, Preemption))
                          else (job.job_id, view.now_s, d.reason, d.holds_up_to_behind))
         return d
 
