@@ -289,7 +289,8 @@ class ExtenderService:
 
     def _request(self, demand: PodDemand, type_id: int, base: ViewBase, now: float) -> tuple[ClusterView, JobRequest]:
         """The policy's inputs for the pod: the view with it added, and its request, whose
-        ``gpus_ahead`` counts the pending pods kube-scheduler tries before it (:class:`PendingPods`)."""
+        ``gpus_ahead`` counts the pending pods kube-scheduler tries before it and ``jobs_queued``
+        the other pending pods (:class:`PendingPods`), as the simulator's kube queue counts them."""
         try:
             jobs = self.cache.current()[0].jobs  # the pods' Jobs name the view's job keys
         except StoreUnavailable:
@@ -298,7 +299,8 @@ class ExtenderService:
         nominated = [n.pod_uid for n in self.nominations.others(demand.uid)]
         ahead = self.pending.gpus_ahead(demand.uid, demand.priority, demand.created_s, demand.namespace, demand.name,
                                         exclude=nominated)
-        return view, (replace(request, gpus_ahead=ahead) if ahead else request)
+        queued = self.pending.others(demand.uid, exclude=nominated)
+        return view, (replace(request, gpus_ahead=ahead, jobs_queued=queued) if ahead or queued else request)
 
     _job_of = staticmethod(job_of)
 

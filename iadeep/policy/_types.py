@@ -290,6 +290,9 @@ class JobRequest:
         gpu_milli: share of each GPU it needs, in 1/1000 GPU (openb's ``gpu_milli``); NaN
             (default): not a share request (only memory and the co-location limit apply).
         gpu_models: GPU models it accepts (openb's ``gpu_spec``); empty (default): any.
+        jobs_queued: the other jobs waiting in the queue, ahead of it or behind, blocked by it or
+            not (kube-scheduler's pending pods): the jobs whose start a change of the cluster's
+            throughput moves (the queue-pressure term of :class:`iadeep.policy.iadeep.IADeep`).
     """
 
     handle: int
@@ -302,6 +305,7 @@ class JobRequest:
     jobs_behind: int = 0
     gpu_milli: float = float("nan")
     gpu_models: tuple[str, ...] = ()
+    jobs_queued: int = 0
 
 
 @dataclass(frozen=True)

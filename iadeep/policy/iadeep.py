@@ -248,7 +248,7 @@ class IADeep(Policy):
     def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None, predictor: str = "learned",
                  learner: OnlineInterferenceLearner | None = None, tuning_trials: int = DEFAULT_TRIALS,
                  bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0, preempt: bool = True,
-                 checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False):
+                 checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = True):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")
@@ -260,6 +260,7 @@ class IADeep(Policy):
         self.preempt = preempt
         self.checkpoint_cost_s = checkpoint_cost_s
         self.preempt_unblocked = preempt_unblocked
+        self.queue_pressure = queue_pressure
         self._preempted: dict[Hashable, float] = {}  # job (ClusterView.job_key) -> delay its preemptions have cost it so far (s)
         self._soonest: list[int] = []  # GPUs that freed up soonest when last computed: a hint (_wait_within)
 
@@ -378,6 +379,13 @@ class IADeep(Policy):
         np.maximum(rate, 1e-6, out=rate)
         own = t_new - job.remaining_s
         part = k_p * (t_part - r_p / rate)
+        if self.queue_pressure and job.jobs_queued > 0:
+            # the queue's share (module docstring: queue pressure): while both run, the pair does
+            # a + k_p b GPU-seconds of work a second on the partner's GPUs instead of k_p, and each
+            # queued job starts that much earlier, spread over the cluster's GPUs
+            gained = a - k_p * (1.0 - b)
+            np.maximum(gained, 0.0, out=gained)  # a pair below the partner alone: priced by its delays
+            part = part - (job.jobs_queued / view.n_gpus) * gained * np.minimum(t_new, t_part)
         need = k - n_free
         # A gang with nobody blocked behind it: its own delay (that of its slowest shared GPU) and
         # its wait count once, not once per shared GPU (module docstring: a gang's delay and wait).

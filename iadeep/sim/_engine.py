@@ -501,22 +501,22 @@ class Simulator:
         self.queue.cluster_event("pod_ended", self.now)
 
     # -- scheduling ----------------------------------------------------------------------------
-    def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
+    def _request(self, h: int, gpus_ahead: int, jobs_behind: int, jobs_queued: int = 0) -> JobRequest:
         # a queued job's request changes only with its type, remaining work and queue position:
         # the last one is handed again while those are the same (a request is immutable)
-        key = (self.type.item(h), self.work_left.item(h), gpus_ahead, jobs_behind)
+        key = (self.type.item(h), self.work_left.item(h), gpus_ahead, jobs_behind, jobs_queued)
         kept = self._requests.get(h)
         if kept is not None and kept[0] == key:
             return kept[1]
-        request = self._new_request(h, gpus_ahead, jobs_behind)
+        request = self._new_request(h, gpus_ahead, jobs_behind, jobs_queued)
         self._requests[h] = (key, request)
         return request
 
-    def _new_request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
+    def _new_request(self, h: int, gpus_ahead: int, jobs_behind: int, jobs_queued: int = 0) -> JobRequest:
         t = self.type.item(h)
         return JobRequest(h, str(self.job_ids[h]), t, self.num_gpus.item(h), self._mem_list[t],
                           self.work_left.item(h), gpus_ahead, jobs_behind,
-                          float(self.share[h]) if self.has_share[h] else float("nan"), self.accepts[h])
+                          float(self.share[h]) if self.has_share[h] else float("nan"), self.accepts[h], jobs_queued)
 
     def _schedule(self) -> set[int]:
         """Place what the policy allows; returns the GPUs whose co-location set changed."""
@@ -535,7 +535,7 @@ class Simulator:
             if view is None:
                 view = self.view()
             self.calls["place"] += 1
-            decision = self.policy.place(self._request(h, ahead, behind), view)
+            decision = self.policy.place(self._request(h, ahead, behind, len(queue) - 1), view)
             if isinstance(decision, (Placement, Preemption)):
                 hints.pop(h, None)
                 self._requests.pop(h, None)
