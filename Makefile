@@ -9,14 +9,14 @@ export IADEEP_DATASET_MIRROR
 
 STAMP := $(VENV)/.installed
 
-.PHONY: venv experiment test bench results mutation lock lint clean controlplane node images stack-images airflow
+.PHONY: venv experiment test docs bench results mutation lock lint clean controlplane node images stack-images airflow
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt iadeep/deviceplugin/v1beta1/api.proto
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[airflow,test,workloads]' -c constraints.txt
+	$(BIN)/python -m pip install -q -e '.[airflow,test,workloads,docs]' -c constraints.txt
 	$(BIN)/python -c "from iadeep.deviceplugin._proto import PACKAGE_ROOT, generate; generate(PACKAGE_ROOT)"  # kubelet API stubs (grpcio-tools; not committed)
 	touch $(STAMP)
 
@@ -35,7 +35,12 @@ airflow: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) controlplane node images stack-images
 	$(BIN)/lint-imports --no-cache
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The documentation site into site/ (strict: a dead link or anchor, or a renamed option or setting, fails).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)
@@ -61,7 +66,7 @@ mutation: $(STAMP)
 lock:
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
 	.lockvenv/bin/pip install -q --upgrade pip
-	.lockvenv/bin/pip install -q -e '.[airflow,test,workloads]' -c ../shared/reference/known-good-constraints.txt
+	.lockvenv/bin/pip install -q -e '.[airflow,test,workloads,docs]' -c ../shared/reference/known-good-constraints.txt
 	.lockvenv/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
 	rm -rf .lockvenv
 
