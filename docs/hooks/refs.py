@@ -346,10 +346,12 @@ def _command_lines(markdown: str) -> list[str]:
 def check_commands(markdown: str, where: str) -> None:
     tree: dict[tuple[str, ...], set[str] | None] = _state["cli"]
     for line in _command_lines(markdown):
-        tokens = line.split()
+        tokens = re.split(r"\s#", " " + line, maxsplit=1)[0].split()  # a shell comment ends it
         for i, tok in enumerate(tokens):
             if tok != "iadeep" and not tok.endswith("/iadeep"):
                 continue
+            if i and tokens[i - 1].startswith("-"):
+                continue  # an option's value (`-p iadeep`), not the command
             rest = tokens[i + 1:]
             if not rest or not _WORD.match(rest[0]):
                 continue
