@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# Offline machines: a local mirror laid out like the upstream data (see README "Datasets").
+# Offline machines: a local mirror laid out like the upstream data (see docs/datasets.md).
 # Defaults to ../shared/data when that folder exists, otherwise the upstream hosts are used.
 IADEEP_DATASET_MIRROR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
 export IADEEP_DATASET_MIRROR
@@ -31,7 +31,7 @@ airflow: $(STAMP)
 
 # The suite runs on two pytest-xdist workers, one test folder to a worker (tests/conftest.py):
 # 16 min instead of 24 on the 2-core machine. TEST_WORKERS=0 runs it in this process, one test
-# after the other (README, "Tests").
+# after the other (docs/testing.md).
 TEST_WORKERS ?= 2
 test: $(STAMP) controlplane node images stack-images
 	$(BIN)/lint-imports --no-cache
