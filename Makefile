@@ -2,21 +2,21 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# Offline machines: a local mirror laid out like the upstream data (see README "Datasets").
+# Offline machines: a local mirror laid out like the upstream data (see docs/datasets.md).
 # Defaults to ../shared/data when that folder exists, otherwise the upstream hosts are used.
 IADEEP_DATASET_MIRROR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
 export IADEEP_DATASET_MIRROR
 
 STAMP := $(VENV)/.installed
 
-.PHONY: venv experiment test bench results mutation lock lint clean controlplane node images stack-images airflow
+.PHONY: venv experiment test docs bench results mutation lock lint clean controlplane node images stack-images airflow
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt iadeep/deviceplugin/v1beta1/api.proto
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[airflow,test,workloads]' -c constraints.txt
+	$(BIN)/python -m pip install -q -e '.[airflow,test,workloads,docs]' -c constraints.txt
 	$(BIN)/python -c "from iadeep.deviceplugin._proto import PACKAGE_ROOT, generate; generate(PACKAGE_ROOT)"  # kubelet API stubs (grpcio-tools; not committed)
 	touch $(STAMP)
 
@@ -31,11 +31,16 @@ airflow: $(STAMP)
 
 # The suite runs on two pytest-xdist workers, one test folder to a worker (tests/conftest.py):
 # 16 min instead of 24 on the 2-core machine. TEST_WORKERS=0 runs it in this process, one test
-# after the other (README, "Tests").
+# after the other (docs/testing.md).
 TEST_WORKERS ?= 2
 test: $(STAMP) controlplane node images stack-images
 	$(BIN)/lint-imports --no-cache
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The documentation site into site/ (strict: a dead link or anchor, or a renamed option or setting, fails).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)
@@ -61,7 +66,7 @@ mutation: $(STAMP)
 lock:
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
 	.lockvenv/bin/pip install -q --upgrade pip
-	.lockvenv/bin/pip install -q -e '.[airflow,test,workloads]' -c ../shared/reference/known-good-constraints.txt
+	.lockvenv/bin/pip install -q -e '.[airflow,test,workloads,docs]' -c ../shared/reference/known-good-constraints.txt
 	.lockvenv/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
 	rm -rf .lockvenv
 

@@ -129,21 +129,21 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
     (["sweep", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
     (["compare", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
     (["compare", "--nodes", "0"], "'--nodes': must be at least 1"),
-    # a new user's trial (session 15)
+    # values out of range
     (["run", "--seed", "-1"], "'--seed': must be at least 0"),
     (["sweep", "--seeds", "0,-1"], "'--seeds': must be at least 0"),
     (["run", "--arrival-scale", "2"], "'--arrival-scale': target_load (here 1; default 1) sets the arrival scaling itself"),
     (["sweep", "--loads", "1", "--seeds", "0", "--start-jobs", "20000,99999999"],
      "'--start-jobs': the window starting at job 99999999 cannot be built: philly: no job left"),
-    # a new user's trial (session 16): the option named as the user spelled it, before any download
+    # the option named as the user spelled it, before any download
     (["run", "--throughputs", "{dir}/none.json"], "'--throughputs': "),
     (["run", "--cluster", "{dir}"], "is a folder, not a cluster file"),
     (["sweep", "--throughputs", "{dir}"], "'--throughputs': "),
 ])
 def test_bad_options_are_refused_before_any_run_naming_the_option(tmp_path, dataset_cache, monkeypatch, capsys, argv, says):
-    """Found by a new user's trial (session 13): each of these ended in a traceback, printed on
-    stdout, named an option the command does not have, or was silently accepted. Run as the
-    ``iadeep`` console script runs the app (:func:`iadeep._climain.run_cli`)."""
+    """Each bad option is refused with one line naming it (no traceback, nothing on stdout, no
+    option the command does not have, nothing silently accepted). Run as the ``iadeep`` console
+    script runs the app (:func:`iadeep._climain.run_cli`)."""
     monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     out = tmp_path / "out"
     code = run_cli(app, ["experiment", *[a.format(dir=tmp_path) for a in argv], "--out", str(out)])
@@ -171,7 +171,7 @@ def test_a_sweep_window_the_trace_lacks_is_one_line_and_a_sweep_without_iadeep_c
 
 
 def test_help_shows_the_defaults_written_in_brackets_of_old(monkeypatch):
-    """rich read ``[default: ...]`` in a help text as markup and dropped it (session 13)."""
+    """``[default: ...]`` in a help text is shown, not read as rich markup and dropped."""
     monkeypatch.setenv("COLUMNS", "400")  # one line per option: no wrapping inside the phrases
     res = CliRunner().invoke(app, ["experiment", "run", "--help"])
     text = " ".join(res.output.split())
@@ -207,8 +207,8 @@ def test_results_that_cannot_be_written_are_one_line_not_a_traceback(tmp_path, d
 
 
 def test_a_time_window_picks_its_own_jobs():
-    """The main job's default ``start_job`` (40,000 of Philly) was applied inside a submission-time
-    window too, so every window with fewer jobs failed with 'no job left' (session 15)."""
+    """The main job's default ``start_job`` (40,000 of Philly) does not apply inside a
+    submission-time window (a window with fewer jobs would have no job left)."""
     assert ExperimentConfig().start_job == 40_000
     assert ExperimentConfig(window_start_s=5e6, window_end_s=6e6).start_job == 0
     assert ExperimentConfig(window_start_s=5e6, start_job=7).start_job == 7

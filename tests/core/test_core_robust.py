@@ -206,8 +206,8 @@ def test_a_head_whose_partners_all_share_badly_does_not_hold_the_queue_for_a_gan
     it wait 20 h each (200 job-hours; the mechanism of 20000-2-5 to 20000-2-8 beyond the sweep,
     2.2-2.7 x the better packing baseline). antman forms the bad pair and the short jobs pass
     through the other GPUs within 1.5 h: waiting is the costlier choice here, and a policy that
-    never collapses must see it. Under the measured table (no learner error) and no noise. Checked
-    against the rules tried in session 9: the one that gives such pairs the queue-pressure term
+    never collapses must see it. Under the measured table (no learner error) and no noise. Of the
+    rules tried against it (docs/design/2026-12-01-pairs-below-taking-turns.md), the one that gives such pairs the queue-pressure term
     and keeps a pair formed knowingly below 1 passes (the short jobs queue 1.5 h at most)."""
     kw = {"predictor": "oracle"} if policy == "iadeep" else {}
     out = simulate(_stuck_head_trace(), make_policy(policy, model, **kw), model, ClusterSpec(1, 4, 24.0),
@@ -241,7 +241,7 @@ def test_a_share_packs_beside_other_shares_and_leaves_a_whole_gpu_for_a_whole_gp
     simulator, Weng et al., ATC'23), so a share placed on an empty GPU only fragments the cluster.
     One node, 2 GPUs: a 10-h half-GPU pod runs on GPU 0; a second half-GPU pod arrives: packed
     beside the first, it leaves GPU 1 whole, and the whole-GPU pod arriving next starts at once.
-    Spread onto GPU 1 ("a free GPU first", the rule before session 13), the two half-GPU pods
+    Spread onto GPU 1 ("a free GPU first" for shares too), the two half-GPU pods
     would hold both GPUs for 10 h and the whole-GPU pod would wait 10 h (openb under kube-scheduler's
     queue: iadeep's avg JCT 357 h against antman's 124 h, its whole-GPU pods queueing 383 h against
     111 h)."""
@@ -268,8 +268,8 @@ def test_a_gang_counts_its_own_delay_and_wait_once_not_once_per_shared_gpu(model
 
     - R = 3.5 h: sharing costs 5,022 + 2 x 6,413 = 17,849 job-seconds against 14,340 for the wait,
       so the gang waits; summed JCTs 55,740 s against 59,250 s shared. Counted once per shared GPU
-      (the rule before session 14) its delay and wait weighed twice: 2 x 5,022 + 2 x 6,413 =
-      22,872 < 2 x 14,340, and it shared.
+      (docs/design/2026-12-02-gang-pricing-under-the-kube-queue.md) its delay and wait would weigh twice: 2 x 5,022 + 2 x 6,413 =
+      22,872 < 2 x 14,340, and it would share.
     - R = 2 h: 10,198 against 14,340: it shares at once, summed JCTs 46,200 s against 50,340 s
       waiting: the rule does not stop a gang from sharing where sharing pays.
 

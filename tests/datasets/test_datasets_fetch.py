@@ -301,8 +301,8 @@ def test_a_206_that_does_not_continue_the_part_restarts_the_download(
 
 
 def test_a_fetch_that_got_nothing_leaves_no_folder_for_verify(server: FakeServer, manifest: Path) -> None:
-    """A failed first fetch left an empty dataset folder, which ``verify`` (every cached dataset)
-    then reported as missing files forever, exit 1 (a new user's trial, session 15)."""
+    """A failed first fetch leaves no empty dataset folder, which ``verify`` (every cached
+    dataset) would report as missing files forever, exit 1."""
     with pytest.raises(DatasetError):
         fetch("toy", progress=False, policy=FAST)  # nothing served: HTTP 404
     assert not dataset_dir("toy").exists()

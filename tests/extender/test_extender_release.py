@@ -145,7 +145,7 @@ def test_filter_waits_for_the_bind_of_the_pod_it_passed_before(control_plane, k8
                                                               make_service, api):
     """kube-scheduler binds a pod in the background and filters the next pod at once; the
     extender's filter waits for the bind of the pod it passed before, so the next pod is judged
-    with that pod's GPU taken (without the wait it was judged on the state before, and sent to a
+    with that pod's GPU taken (without the wait it would be judged on the state before it, and sent to a
     node whose free GPU was gone by its bind). Through the served app: the wait must not hold the
     event loop that answers the bind."""
     import threading
