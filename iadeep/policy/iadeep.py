@@ -1,136 +1,44 @@
 """``iadeep``: interference-aware placement with a co-location limit and tuning of co-located jobs.
 
-Placement (IADeep's first challenge: mitigating interference vs. making progress):
+Notation: for the job ``n`` asking and a candidate partner ``p`` alone on a GPU, ``a`` and ``b``
+are their predicted normalised throughputs together, ``R_n``, ``R_p`` their remaining work at
+dedicated speed (s), ``k_p`` the partner's GPUs, ``W`` the expected wait for free GPUs
+(:meth:`IADeep.expected_wait_s`: GPUs free up in order of remaining time, after the ``gpus_ahead``
+that pending jobs ahead take), ``B`` the jobs blocked behind ``n`` (``jobs_behind``; 0 under
+kube-scheduler's queue), ``Q`` the other queued jobs (``jobs_queued``), ``G`` the cluster's GPUs.
 
-* a job with a GPU share (openb's ``gpu_milli`` below 1000, one GPU) is packed: onto the eligible
-  GPU already holding shares with the least share left (best fit); it takes a free GPU only when
-  none fits. Shares partition a GPU without interference (the simulator's rule, after the FGD
-  simulator that replays the same openb trace, Weng et al., ATC'23), so a share on an empty GPU
-  gains its job nothing and fragments the cluster: whole-GPU pods then find no whole GPU free.
-  Measured in session 13 (``iadeep experiment run --trace openb --mix gavel``: 400 pods on 5 x 4
-  GPUs): under kube-scheduler's queue iadeep's avg JCT went from 357.1 h to 121.6 h (antman
-  124.5 h, gandiva 381.3 h; before, its whole-GPU pods queued 383 h against antman's 111 h, its
-  share pods 40 h as antman's), with ``--queue backfill`` from 499.9 h to 132.5 h (antman
-  134.3 h), under FIFO from 974.0 h to 904.8 h (antman 963.7 h); the Philly and ITP settings
-  have no shares and are unchanged to the last digit;
-* a free GPU is always taken first otherwise (no interference);
-* otherwise each GPU holding one job is a candidate partner. With the predicted normalised
-  throughputs ``a`` (new job) and ``b`` (partner), remaining dedicated work ``R_n`` and ``R_p``,
-  the two jobs' finish times are computed for *co-locate now* (both progress at ``a``/``b`` until
-  one ends, then the survivor runs alone) and for *wait* (the new job starts alone after the
-  expected wait ``W``, the partner keeps its GPU). The job is co-located with the partner that
-  lowers the summed completion times the most, and only if that sum beats waiting; otherwise
-  it waits. ``W`` is the time until enough GPUs free up for it and the jobs queued ahead
-  (GPUs sorted by their occupants' remaining time). A gang partner's delay counts once per GPU
-  it holds (all of them stay busy longer). For a pair predicted to progress at least as much as
-  taking turns, waiting is also charged ``W`` for each job queued behind (``jobs_behind``): under
-  FIFO none of them starts before the head (the starvation trap of a fixed "good partner"
-  threshold). All of them count, not only those that could start at once on the other shareable
-  GPUs (the rule until session 7): while the head waits ``W``, the GPUs that free up would have
-  taken the next jobs too, and every later start shifts with the queue. All ``B`` is the upper
-  bound of that delay, the old count its lower bound; measured on the FIFO sweep's 22 settings
-  (with the preemption budget below): the median ratio to the better packing baseline 0.97 to
-  0.95, the worst 1.09 (0-1-1) to 1.07 (itp-cluster03-0-1-1); the overloaded windows gain most
-  (0-1-1 1.09 to 1.03, 0-2-1 1.04 to 0.97, itp-cluster03-0-1-0 1.04 to 0.97: a queue of weeks
-  drains faster when good pairs form instead of a gang head waiting), the main job 2.29 h to
-  2.27 h; the only loss: itp-cluster05-0-1-1 0.88 to 0.92. A middle count (the jobs that could
-  start on the shareable GPUs plus the GPUs that free up within ``W``) gained less (median 0.965,
-  worst 1.08). Under kube-scheduler's queue ``jobs_behind = 0``: nothing changes there.
-* a gang's delay and wait count once when nobody is blocked behind it (``jobs_behind = 0``: always
-  under kube-scheduler's queue; under FIFO the last job queued). A job's completion time counts
-  once in the summed JCT however many GPUs it holds, and a gang progresses at its slowest GPU:
-  its delay when it shares is that of its slowest shared GPU, weighed against its wait ``W``,
-  once; the partners' delays are summed as before. It takes the shared GPUs that minimise that
-  price, its slowest delay plus its partners' delays (:func:`_gang_choice`, exact), not the ones
-  with the smallest delays on average: one slow partner among fast ones sets the gang's pace.
-  The rule until session 14 summed the gang's delay and its wait over its ``need`` shared GPUs,
-  so a gang's wait weighed ``need`` times against its partners' delays and gangs shared wherever
-  their own wait was long. Found under kube-scheduler's queue on ITP cluster03 (20 GPUs, 8- and
-  16-GPU gangs): the gangs, pending ahead of the 1-GPU pods, took every GPU's room as it freed
-  (all 20 GPUs held by pairs of gangs), and the 1-GPU pods queued 13-43 h (gandiva 1.2 h) on
-  every one of seeds 0-9. Measured (``iadeep experiment sweep``; iadeep's avg JCT / the better
-  of antman and gandiva), before and after: ITP cluster03 under kube, seeds 0-9, median 1.14 to
-  1.01, settings above 1.05 six to two (worst 1.53 to 1.17); the kube sweep of ``make results``
-  worst 1.20 (itp-cluster03-0-1-0) to 1.03 (20000-2-1), median 0.91 unchanged; the kube
-  settings beyond it (34), worst 1.53 to 1.06, median 0.893 to 0.878; the FIFO sweep (22), worst
-  1.08 unchanged, median 0.942 to 0.945 (0-1-0 0.84 to 0.95); FIFO beyond it (34), median 0.957
-  unchanged, worst 1.40 (30000-1-3) to 1.38 (50000-2-3, unchanged), 30000-1-3 1.26. Choosing
-  the GPUs by their mean delay instead (the rule's first version): cluster03 three seeds above
-  1.05 (1.18 on seed 0), FIFO 30000-1-3 1.67. With jobs blocked behind (FIFO) the per-GPU count
-  stays: applied there too, the FIFO sweep's worst went to 1.12 and 30000-1-3 to 2.1.
-  ``tests/core/test_core_robust.py`` holds the rule on a hand-made trace under both queues and
-  checks the choice against every combination;
-* under kube-scheduler's queue nothing waits behind a pod (``jobs_behind = 0``), but the pending
-  pods created before it take freed GPUs first, so its ``gpus_ahead`` (the GPUs they need) is what
-  makes ``W`` honest there: the extender reads them from the pods it follows, the simulator's
-  ``kube`` queue from its waiting pods. Measured on the sweep's 12 kube settings (20k-60k windows
-  x loads 1, 2 x seeds 0, 1): with ``gpus_ahead = 0`` iadeep co-located 4 times in 400 jobs on
-  60000-1-0 and queued as long as exclusive (avg JCT 2.33 h, gandiva 2.05 h); with it, 416 times
-  and 1.82 h; the median ratio to the better packing baseline went from 1.01 to about 0.9;
-* predictions come from an :class:`~iadeep.interference.OnlineInterferenceLearner` that every
-  tuning session's measurements improve (or the measured table with ``predictor="oracle"``).
+Reserve phase (:meth:`IADeep.reserve`), in order:
 
-A pair whose predicted normalised throughputs sum below 1 (sharing progresses less than taking
-turns) is formed only when the two jobs themselves gain over waiting (``bad_pairs_when_waiting=False``
-never forms it), with one exception: when the job would take free GPUs that otherwise stay idle
-while it waits (a gang head with some of its GPUs free), the queue-pressure term counts for such a
-pair too. Why: under FIFO such a head whose only partners share badly held every job behind it for
-the tens of hours until a gang ended, with GPUs idle (README, "Collapses beyond the sweep", kind
-A); a head with no free GPU, as in an overloaded cluster, keeps the old rule, since forming bad
-pairs there lowers the cluster's throughput. Measured in session 10 (``make results``): the FIFO
-settings beyond the sweep went from worst 2.66 (20000-2-5) and median 0.98 to worst 1.40
-(30000-1-3) and median 0.96 (six settings above 1.05 to three); the sweep's 22 FIFO settings from
-worst 1.06 to 1.08 (0-1-1), median 0.95 unchanged; under kube-scheduler's queue nothing changes
-(``jobs_behind = 0``); ``tests/core/test_core_robust.py`` holds the rule on a hand-made trace. And a tuning session whose best measured configuration still sums below 1
-undoes the co-location (:func:`iadeep.policy.undo_rule`, which the live coordinator applies too):
-when the session ends, the newest job goes back to the queue (FIFO: at its head; kube-scheduler's
-queue: as its Job's replacement pod, created then) and the pair of job types is not formed again
-(as Gandiva's undo, but judged on goodput after tuning). The policy only decides
-(:attr:`~iadeep.policy.TuningDecision.evict` and ``avoid``); the driver bans the pair
-(:meth:`~iadeep.policy.Policy.avoid`) and evicts: the simulator when the session ends, the live
-extender when the coordinator's :class:`iadeep.state.UndoRecord` arrives.
+1. a GPU share (openb ``gpu_milli`` < 1000): best fit beside other shares (shares do not interfere);
+2. free GPUs, when enough are eligible;
+3. otherwise every eligible GPU holding one job is priced by :func:`finish_times` (both progress
+   at ``a``/``b`` until one ends, then the survivor runs alone): the change of completion times is
+   ``d_n = t_n - R_n`` for the job and ``d_p = k_p (t_p - R_p / rate_p)`` for the partner, minus
+   the **queue pressure** ``Q / G * max(a - k_p (1 - b), 0) * min(t_n, t_p)``: the work the pair adds
+   on the partner's GPUs while both run moves every queued job's start earlier, spread over the
+   cluster. Waiting is credited ``W (1 + B / need)`` (every blocked job starts up to ``W`` later).
+   The job co-locates on the GPUs that minimise ``d_n + d_p - credit`` when that is below 0, else it
+   waits. A gang with nobody blocked behind it (``need > 1``, ``B = 0``) pays its slowest shared
+   GPU's delay once (:func:`_gang_choice`, exact); a pair predicted below taking turns
+   (``a + b < 1``) is credited the job's own wait only, the queue's too when the job would leave
+   free GPUs idle (``bad_pairs_when_waiting``).
 
-Head-of-line preemption (Gandiva's suspend-resume, OSDI'18 Sec. 3, used against head-of-line
-blocking): under a FIFO queue the head holds back every job behind it. When the head (nothing
-queued ahead, ``jobs_behind = B > 0``) must wait ``W`` and a running job ``v`` sits alone on enough
-GPUs that freeing them lets the head start now, the policy preempts ``v`` (checkpoint, back to the
-queue ahead of the others) when ``W (1 + B) > (R_h + c) + R_h B``, ``B`` the jobs behind that could
-start once the head is out of the way (at most one per GPU with room for another job: those that
-start as soon as the head does): the head and those ``B`` jobs would wait ``W``; with ``v`` preempted the head runs now, ``v`` waits about the head's
-run time ``R_h`` plus the checkpoint cost ``c`` and, queued ahead of them, holds the others for
-about ``R_h``. Only a job that would hold its GPUs longer than ``R_h + c`` is a victim (shortest
-remaining time first never preempts a shorter job), fewest GPUs first, then the longest hold.
-Measured: in the sweep's 20k window with seed 1 a ResNet-50 at batch 128, which fits beside almost
-no other job, reached the head while one 8-GPU and three 4-GPU gangs held all 20 GPUs, and the
-whole queue waited 22 h for a gang to end (avg JCT 6.99 h against gandiva's 1.67 h at load 2).
+Post-filter phase (:meth:`IADeep.post_filter`, only after a wait): head-of-line preemption. A
+running job ``v`` alone on enough GPUs is preempted (checkpointed, queued again) when
+``W (1 + b) > (R_h + c) + R_h b`` (``R_h`` the waiting job's run time, ``c`` the checkpoint cost,
+``b = min(B, GPUs with room)``; with ``preempt_unblocked`` also at ``B = 0``: ``W > R_h + c``),
+only if ``v`` would hold its GPUs longer than ``R_h + c`` (fewest GPUs, then longest hold first),
+and while the delays charged to ``v`` stay within its remaining work (a thrash guard).
 
-A thrash guard bounds what one job gives up: each preemption charges its victim ``R_h + c`` (the
-delay it causes it), and a job is a victim only while its charges, this one included, stay within
-its remaining work at dedicated speed, so preemptions at most double the time it still needs (no
-worse than sharing its GPUs with one partner at half speed, a pair's break-even), however many
-short jobs arrive; the budget only shrinks as the job runs, so a wait stays a wait as time
-passes. It replaced "each job at most once", which measured out as a starvation trap of its own:
-in the sweep's 20k window at load 1 with seed 1 (FIFO), a 36-s ResNet-50/128 reached the head at
-129.6 h fitting beside no running job (LM gangs: out of memory), every gang long enough to free
-GPUs for it had been preempted once 4-5 h before, and 46 jobs waited 12.4 h behind it for a
-4-GPU gang to end (332 h of queueing against antman's 0; avg JCT 2.82 h, antman 2.45 h). With the
-budget: 2.04 h (0.83 of antman's); over the FIFO sweep's 22 settings the worst ratio to the better
-packing baseline went from 1.15 to 1.09, ITP cluster03 from 1.10 and 1.13 to 1.04 and 1.07, openb
-from 1.03 to 1.01, no setting worse by more than 0.01 %; the kube sweep and the main job (2.29 h)
-unchanged.
+Tuning (:meth:`IADeep.tune`): after a GPU's co-location set changes,
+:class:`~iadeep.policy._tuning.BatchSizeTuner` picks the batch sizes of its jobs; every
+measurement trains the :class:`~iadeep.interference.OnlineInterferenceLearner` (or the measured
+table with ``predictor="oracle"``). A session whose best configuration still sums below
+``undo_below`` undoes the co-location (:func:`iadeep.policy.undo_rule`): the newest job is
+evicted and the pair of job types banned (:meth:`~iadeep.policy.Policy.avoid`).
 
-Without a blocked queue
-(``B = 0``: kube-scheduler's queue never blocks) it preempts only with ``preempt_unblocked``: then the
-same rule reads ``W > R_h + c`` (the head waits ``W``; preempted, ``v`` waits ``R_h + c``), for the
-pod that nothing pending is ahead of (``gpus_ahead = 0``, kube-scheduler's queue order). Measured on
-the sweep's 12 kube settings (before this option, by patching the rule): 20000-2-1 went from 2.77 h
-to 2.07 h (gandiva 1.99 h), the worst ratio to the better packing baseline from 1.39 to 1.04. A
-driver must carry such a preemption out as the simulator does (the extender evicts the victim's pod
-and holds its GPUs for the preemptor: :mod:`iadeep.extender`); the experiment turns it on under
-the ``kube`` queue only with ``kube_preemption``.
-
-Tuning: after a GPU's co-location set changes, :class:`~iadeep.policy._tuning.BatchSizeTuner` picks
-the batch sizes of all jobs on it; a job left alone returns to its submitted batch size.
+The measurements behind each rule and the alternatives tried: ``docs/design/``
+(2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md).
 """
 
 from __future__ import annotations
