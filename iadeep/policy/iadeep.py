@@ -14,7 +14,8 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
 3. otherwise every eligible GPU holding one job is priced by :func:`finish_times` (both progress
    at ``a``/``b`` until one ends, then the survivor runs alone): the change of completion times is
    ``d_n = t_n - R_n`` for the job and ``d_p = k_p (t_p - R_p / rate_p)`` for the partner, minus
-   the **queue pressure** ``Q / G * max(a - k_p (1 - b), 0) * min(t_n, t_p)``: the work the pair adds
+   the **queue pressure** ``Q / G * max(a - k_p (1 - b), 0) * min(t_n, t_p)`` when ``queue_pressure``
+   is on (off by default: it did not hold on a draw it was not designed on): the work the pair adds
    on the partner's GPUs while both run moves every queued job's start earlier, spread over the
    cluster. Waiting is credited ``W (1 + B / need)`` (every blocked job starts up to ``W`` later).
    The job co-locates on the GPUs that minimise ``d_n + d_p - credit`` when that is below 0, else it
@@ -148,6 +149,9 @@ class IADeep(Policy):
         preempt_unblocked: also preempt for a job with no job blocked behind it (``B = 0``, all
             that kube-scheduler's queue reports; module docstring). Off by default: only a driver
             that can carry a preemption out may turn it on.
+        queue_pressure: credit a co-location with the queue's gain from the work it adds (module
+            docstring); off by default (docs/design/2026-12-03-queue-pressure.md: it moved a design
+            draw's median and not the acceptance draw's).
     """
 
     name = "iadeep"
@@ -156,7 +160,7 @@ class IADeep(Policy):
     def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None, predictor: str = "learned",
                  learner: OnlineInterferenceLearner | None = None, tuning_trials: int = DEFAULT_TRIALS,
                  bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0, preempt: bool = True,
-                 checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = True):
+                 checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = False):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")

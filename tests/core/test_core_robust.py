@@ -349,8 +349,8 @@ def test_queue_pressure_turns_a_wait_into_packing_at_the_predicted_queue_length(
     cost = (t_n - HOUR) + (t_p - 10 * HOUR) - 0.5 * HOUR  # the pair's delays minus the wait they save
     threshold = math.floor(cost * 2 / ((a + b - 1.0) * min(t_n, t_p))) + 1
     assert 1 < threshold < 40
-    policy = make_policy("iadeep", model, predictor="oracle")
-    without = make_policy("iadeep", model, predictor="oracle", queue_pressure=False)
+    policy = make_policy("iadeep", model, predictor="oracle", queue_pressure=True)
+    without = make_policy("iadeep", model, predictor="oracle")  # the default: off
     for q in (0, threshold - 1, threshold, 10 * threshold):
         job = JobRequest(2, "j", t, 1, float(model.mem_gib[t]), HOUR, jobs_queued=q)
         decision = policy.place(job, view)
@@ -373,8 +373,8 @@ def test_queue_pressure_never_pushes_a_pair_below_the_partner_alone(model):
     t, second = next((i, p) for i in range(n) for p in range(n)
                      if model.fits[i, rn18] and model.norm[i, rn18] + model.norm[rn18, i] < 1.0 and not model.fits[i, p])
     view = _two_gpu_view(model, t, second)
-    with_q = make_policy("iadeep", model, predictor="oracle")
-    without = make_policy("iadeep", model, predictor="oracle", queue_pressure=False)
+    with_q = make_policy("iadeep", model, predictor="oracle", queue_pressure=True)
+    without = make_policy("iadeep", model, predictor="oracle")
     for q in (0, 5, 500):
         job = JobRequest(2, "j", t, 1, float(model.mem_gib[t]), HOUR, jobs_queued=q)
         assert type(with_q.place(job, view)) is type(without.place(job, view))
