@@ -47,6 +47,9 @@ class ExperimentConfig:
             before it starts, ...; :data:`iadeep.traces.REASONS`) instead of handling it by rule.
         include_censored: count censored jobs (still running when the trace was taken) in the JCT
             statistics; default: excluded (counted apart as ``censored_jobs``).
+        drop_zero_duration: drop the trace's jobs of 0 s (not censored) before the run, counted as
+            ``zero_duration`` in ``trace.dropped``; default: kept (they complete at once and count in
+            the completed jobs and the JCT statistics; ``trace.flagged.zero_duration`` says how many).
         infeasible: jobs that can never run on the cluster (``wider_than_cluster``,
             ``exceeds_gpu_memory``): ``"drop"`` (default, before the run, counted) or ``"keep"``
             (in the workload, reported as unschedulable by every policy).
@@ -107,6 +110,7 @@ class ExperimentConfig:
     skip_bad_rows: bool = False
     strict: bool = False
     include_censored: bool = False
+    drop_zero_duration: bool = False
     infeasible: str = "drop"
     cluster_file: str | None = None
     policies: tuple[str, ...] = DEFAULT_POLICIES

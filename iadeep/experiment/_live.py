@@ -9,8 +9,9 @@ the annotations the extender and the emulator read (model, batch size, duration,
 ``iadeep.io/emulated``, speedup). The Job is created ``LiveSettings.ahead_s`` before its arrival
 with its pod gated (those of the first ``ahead_s`` before the clock starts at ``t0``), and the
 gate removed at ``t0 + (submit - first submit) / speedup`` wall seconds (:class:`~iadeep.experiment._replay.GatedSubmitter`: Job creation and the Job
-controller's latency are off the arrival path). It waits for every Job's ``Complete`` or
-``Failed`` condition through a watch (reopened until a deadline), then reads the times back:
+controller's latency are off the arrival path). It waits for every Job to finish (a success or
+failure condition, :func:`~iadeep.experiment.job_outcome`) through a watch (reopened until a
+deadline), then reads the times back:
 
 - submit: the wall time the pod's gate was removed (pod annotation ``iadeep.io/submit-time``,
   written with the removal; the API's timestamps have 1 s resolution, 1,000 emulated s at 1000x);

@@ -192,7 +192,10 @@ def _load_window(cfg: ExperimentConfig, trace_path: str | Path,
                              f"dropped {dropped}")
     load = offered_load(df, cluster.total_gpus)
     flagged = {"censored": int(df["censored"].sum())} if df["censored"].any() else {}
-    flagged.update({k: int(v) for k, v in dict(df.attrs.get("flagged", {})).items() if k != "censored"})
+    zero = int(((df["duration"] == 0) & ~df["censored"]).sum())  # the jobs of the final table
+    flagged.update({k: int(v) for k, v in dict(df.attrs.get("flagged", {})).items() if k not in ("censored", "zero_duration")})
+    if zero:
+        flagged["zero_duration"] = zero
     meta = {
         "name": cfg.trace,
         "source": str(trace_path),
@@ -204,6 +207,8 @@ def _load_window(cfg: ExperimentConfig, trace_path: str | Path,
         "span_s": float(load.span_s),
         "dropped": dropped,
         "flagged": flagged,
+        # jobs of 0 s (not censored): "kept" (they complete at once, in the JCT statistics) or "dropped"
+        "zero_duration": "dropped" if cfg.drop_zero_duration else "kept",
         "infeasible_kept": kept_infeasible,
         "skipped_rows": int(df.attrs.get("skipped_rows", 0)),
     }
@@ -222,6 +227,7 @@ def _trace_options(cfg: ExperimentConfig, cluster, cannot_run) -> Any:
         iadeep_arrival_rule=cfg.iadeep_arrival_rule, target_load=cfg.target_load, cluster_gpus=cluster.total_gpus,
         mix=cfg.mix, seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows, strict=cfg.strict,
         keep_wider=cfg.infeasible == "keep", exclude=cannot_run if cfg.infeasible == "drop" else None,
+        drop_zero_duration=cfg.drop_zero_duration,
     )
 
 
