@@ -1,0 +1,158 @@
+"""The chart's Grafana dashboard and the Prometheus scrape configurations ask only for what the
+services export: every metric name in the dashboard's PromQL expressions is one the extender's or
+the coordinator's ``/metrics`` serves (their real ASGI apps, in process, on the in-memory store),
+and the plain ``prometheus.yml`` scrapes each service that serves ``/metrics``."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from iadeep._host._net import free_port
+from iadeep.coordinator import CoordinatorService, CoordinatorSettings
+from iadeep.extender import ExtenderService, ExtenderSettings, create_app
+from iadeep.interference import InterferenceModel
+from iadeep.orchestration import CHART
+from iadeep.state import MemoryStateStore
+from iadeep.tuner import TunerClient
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARD = CHART / "dashboards" / "iadeep.json"
+PROMETHEUS_YML = REPO / "tools" / "prometheus" / "prometheus.yml"
+
+# PromQL words that are not metric names (functions and aggregations are recognised by their "(").
+_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset"}
+_SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count", "_sum", "_created"),
+             "summary": ("_count", "_sum", "_created"), "gauge": ("",), "info": ("_info",), "unknown": ("",)}
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an instant or range PromQL expression selects.
+
+    Strings, label matchers ``{...}``, ranges and subqueries ``[...]``, the label lists of
+    ``by``/``without``/``on``/``ignoring``/``group_*`` and Grafana's ``$variables`` are removed;
+    what is left are names, keywords, numbers and function calls (a name followed by ``(``).
+
+    Raises:
+        ValueError: unbalanced braces or brackets (not an expression this reads).
+    """
+    s = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
+    s = re.sub(r"\$\{?\w+\}?", "", s)
+    for opening, closing in ("{}", "[]"):
+        if s.count(opening) != s.count(closing):
+            raise ValueError(f"unbalanced {opening}{closing} in {expr!r}")
+        s = re.sub(rf"\{opening}[^{re.escape(closing)}]*\{closing}", " ", s)
+    s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
+    names = set()
+    for m in re.finditer(r"(?<![\w.])([A-Za-z_:][\w:]*)(\s*\()?", s):
+        if not m.group(2) and m.group(1) not in _KEYWORDS:
+            names.add(m.group(1))
+    return names
+
+
+def exported(metrics_text: str) -> set[str]:
+    """Every sample name a ``/metrics`` text can carry: each family's name with its type's suffixes
+    (a labelled family with no sample yet still names itself and its type)."""
+    return {f.name + suffix for f in text_string_to_metric_families(metrics_text) for suffix in _SUFFIXES[f.type]}
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn on a free loopback port in a thread (lifespan included); yields its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                                           access_log=False))
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    try:
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, f"uvicorn did not start on port {port}"
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def scrape(url: str) -> str:
+    resp = httpx.get(f"{url}/metrics", timeout=10, trust_env=False)  # loopback: never through a proxy
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain"), resp
+    return resp.text
+
+
+@pytest.fixture(scope="module")
+def model(throughputs_path: Path) -> InterferenceModel:
+    return InterferenceModel.from_file(throughputs_path)
+
+
+@pytest.fixture(scope="module")
+def extender_metrics(throughputs_path: Path, model: InterferenceModel) -> str:
+    """``GET /metrics`` of the extender app (its lifespan starts the service on an in-memory store)."""
+    settings = ExtenderSettings(throughputs_file=throughputs_path, annotate_nodes=False, cache={"pod_watch": False,
+                                                                                                  "sweep_interval_s": 0})
+    svc = ExtenderService(settings, store=MemoryStateStore(), pod_api=None, model=model)
+    with serving(create_app(settings, service=svc)) as url:
+        return scrape(url)
+
+
+@pytest.fixture(scope="module")
+def coordinator_metrics(throughputs_path: Path, model: InterferenceModel) -> str:
+    """``GET /metrics`` of the coordinator app (not started: its metrics exist from construction)."""
+    settings = CoordinatorSettings(node="node-a", tuner_url=f"http://127.0.0.1:{free_port()}", throughputs_file=throughputs_path)
+    svc = CoordinatorService(settings, store=MemoryStateStore(), tuner=TunerClient(settings.tuner_url), model=model)
+    with serving(svc.app()) as url:
+        return scrape(url)
+
+
+def _dashboard_exprs() -> list[tuple[str, str]]:
+    board = json.loads(DASHBOARD.read_text())
+    return [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
+
+
+def test_the_expression_reader_finds_the_metric_names() -> None:
+    assert metric_names('histogram_quantile(0.95, sum by (le, phase) (rate(x_bucket{verb="bind", a=~"{b}"}[$__rate_interval])))') == {"x_bucket"}
+    assert metric_names("count(a) or vector(0)") == {"a"}
+    assert metric_names("sum(rate(a_total[5m])) * 60 / on (node) group_left (gpu) b") == {"a_total", "b"}
+    assert metric_names('increase(c[1h:5m]) offset 1h > bool 0') == {"c"}
+    with pytest.raises(ValueError, match="unbalanced"):
+        metric_names("sum(a{b='c')")
+
+
+def test_every_dashboard_query_names_only_exported_metrics(extender_metrics: str, coordinator_metrics: str) -> None:
+    have = exported(extender_metrics) | exported(coordinator_metrics)
+    exprs = _dashboard_exprs()
+    assert {t for t, _ in exprs} >= {"Bind latency", "Reservations", "Co-located jobs per GPU", "Tuning rounds"}
+    used = {}
+    for title, expr in exprs:
+        names = metric_names(expr)
+        assert names, f"{title}: no metric in {expr!r}"
+        used.update(dict.fromkeys(names, title))
+    unknown = {n: t for n, t in used.items() if n not in have}
+    assert not unknown, f"dashboard panels name metrics no service exports: {unknown}"
+    # the four panels of the issue, each on its own series
+    assert {"iadeep_extender_request_seconds_bucket", "iadeep_pod_gpu_memory_gib", "iadeep_gpu_jobs",
+            "iadeep_coordinator_rounds_total"} <= set(used)
+
+
+def test_the_prometheus_config_scrapes_each_service_that_serves_metrics() -> None:
+    config = yaml.safe_load(PROMETHEUS_YML.read_text())
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    assert {"iadeep-extender", "iadeep-coordinator"} <= set(jobs)
+    for job in jobs.values():
+        assert job.get("metrics_path", "/metrics") == "/metrics"
+        targets = [t for sc in job.get("static_configs", []) for t in sc["targets"]] + \
+                  [t for fc in job.get("file_sd_configs", []) for t in fc["files"]]
+        assert targets, job["job_name"]
