@@ -24,7 +24,7 @@ from iadeep._host._net import free_port
 from iadeep.coordinator import CoordinatorService, CoordinatorSettings
 from iadeep.extender import ExtenderService, ExtenderSettings, create_app
 from iadeep.interference import InterferenceModel
-from iadeep.orchestration import CHART
+from iadeep.orchestration import CHART, SCRAPED_SERVICES, LocalCluster, write_scrape_targets
 from iadeep.state import MemoryStateStore
 from iadeep.tuner import TunerClient
 
@@ -147,12 +147,17 @@ def test_every_dashboard_query_names_only_exported_metrics(extender_metrics: str
             "iadeep_coordinator_rounds_total"} <= set(used)
 
 
-def test_the_prometheus_config_scrapes_each_service_that_serves_metrics() -> None:
+def test_the_prometheus_config_scrapes_each_service_that_serves_metrics(tmp_path: Path) -> None:
     config = yaml.safe_load(PROMETHEUS_YML.read_text())
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
-    assert {"iadeep-extender", "iadeep-coordinator"} <= set(jobs)
-    for job in jobs.values():
+    assert set(jobs) == set(SCRAPED_SERVICES.values())
+    # a local cluster's ports, written where the configuration's file discovery looks
+    c = LocalCluster(apiserver_port=6443, etcd_endpoints="http://127.0.0.1:2379", throughputs_dir=tmp_path)
+    written = write_scrape_targets(c, tmp_path / "targets", labels={"run": "r1"})
+    for service, name in SCRAPED_SERVICES.items():
+        job = jobs[name]
         assert job.get("metrics_path", "/metrics") == "/metrics"
-        targets = [t for sc in job.get("static_configs", []) for t in sc["targets"]] + \
-                  [t for fc in job.get("file_sd_configs", []) for t in fc["files"]]
-        assert targets, job["job_name"]
+        globs = [g for fc in job["file_sd_configs"] for g in fc["files"]]
+        (mine,) = [p for p in written if any(p.match(g) for g in globs)]
+        assert json.loads(mine.read_text()) == [{"targets": [f"127.0.0.1:{c.ports[service]}"],
+                                                 "labels": {"service": service, "run": "r1"}}]
