@@ -64,7 +64,7 @@ def test_prometheus_records_the_services_series_for_the_report(prometheus_bin: P
             for _ in range(3):
                 httpx.post(f"{ext_url}/iadeep/bind", json={"PodName": "x", "PodNamespace": "ns", "PodUID": "u", "Node": "node-a"},
                            timeout=10, trust_env=False)
-                time.sleep(1.0)
+                time.sleep(0.5)
             doc = collect_series(prom, start, time.time())
     finally:
         prom.stop()
