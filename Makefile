@@ -9,7 +9,7 @@ export IADEEP_DATASET_MIRROR
 
 STAMP := $(VENV)/.installed
 
-.PHONY: venv experiment test docs bench results mutation lock lint clean controlplane node images stack-images airflow
+.PHONY: venv experiment test docs bench results mutation lock lint clean controlplane node images stack-images airflow helm
 
 venv: $(STAMP)
 
@@ -33,7 +33,7 @@ airflow: $(STAMP)
 # 16 min instead of 24 on the 2-core machine. TEST_WORKERS=0 runs it in this process, one test
 # after the other (docs/testing.md).
 TEST_WORKERS ?= 2
-test: $(STAMP) controlplane node images stack-images
+test: $(STAMP) controlplane node images stack-images helm
 	$(BIN)/lint-imports --no-cache
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
@@ -77,6 +77,11 @@ clean:
 # into ~/.cache/iadeep/controlplane/<pins>; skipped when already built for the same pins.
 controlplane:
 	bash tools/controlplane/build.sh
+
+# Helm (helm.sh/helm/v4/cmd/helm, pinned in tools/helm/go.mod) from Go modules into
+# ~/.cache/iadeep/helm/<version>-<pins>; skipped when already built (charts/iadeep, tests/helm).
+helm:
+	bash tools/helm/build.sh
 
 # The local real node: kubelet from the same pins (tools/controlplane/go.mod), the
 # pod-sandbox `pause`, and Debian's runc/containerd/loopback CNI/buildah/debootstrap (installed

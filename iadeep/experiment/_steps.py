@@ -26,7 +26,7 @@ from iadeep.experiment._cluster_cli import REGISTRY_CLUSTERS, registry_cluster
 from iadeep.experiment._config import TRACE_DATASETS, ExperimentConfig
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
-from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_json, write_markdown, write_summary_json
+from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, plot_service_series, write_json, write_markdown, write_summary_json
 from iadeep.sim import ClusterSpec, KubeQueueSettings, SimResult, SimSettings, feasibility, load_cluster, simulate, type_speeds
 
 __all__ = ["run_live", "sim_settings", "fetch_inputs", "build_workload", "check_measured", "run_policy", "write_report",
@@ -365,6 +365,9 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
                 store.close()
             all_metrics[name] = _write_live(out, name, result, live_metrics, cluster_timings_s=dict(lc.timings),
                                             tuning_rounds=lc.tuning_rounds())
+            series = lc.service_series()
+            if series is not None:  # the services' series Prometheus recorded (the report plots them)
+                write_json(out / f"prometheus-{name}.json", series)
     return all_metrics
 
 
@@ -427,6 +430,9 @@ def write_report(cfg: ExperimentConfig, names: list[str] | None = None) -> dict[
         "normalised to iadeep": plot_normalised_bars(summaries, out / "normalised.png").name,
         "queue length": plot_queue_length(results, out / "queue_length.png").name,
     }
+    series = {n: json.loads((out / f"prometheus-{n}.json").read_text()) for n in names if (out / f"prometheus-{n}.json").is_file()}
+    if series:  # a live run with Prometheus (iadeep.experiment._prometheus)
+        plots["services' metrics"] = plot_service_series(series, out / "services.png").name
     write_markdown(out / "report.md", summary, plots)
     return summary
 
