@@ -83,7 +83,7 @@ def _idle_counted(self, job, view, n_free, factor, ceiling):
 
 
 def _need_ignored(self, job, view, n_free, factor, ceiling):
-    one = job.__class__(**{**job.__dict__, "num_gpus": 1, "gpus_ahead": 0})
+    one = job.__class__(**{**job.__dict__, "num_gpus": 1, "gpus_ahead": 0, "pod_gpus": 0})
     return _ORIGINAL(self, one, view, 1, factor, ceiling)
 
 
