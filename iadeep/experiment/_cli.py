@@ -58,6 +58,7 @@ def run_cmd(
     scheduler_config: Annotated[Optional[str], typer.Option(help="KubeSchedulerConfiguration for the kube queue's backoff.")] = None,
     kube_preemption: Annotated[bool, typer.Option(help="kube queue: head-of-line preemption for the pod nothing pending is ahead of (live: the extender evicts the victim and its Job replaces it).")] = _D.kube_preemption,
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle.")] = _D.predictor,
+    gang_placement: Annotated[str, typer.Option(help="Simulator: a multi-GPU job as pods of equal size, each on one node (pods; as the kubernetes backend runs it), or on any GPUs of the cluster (any-gpus).")] = _D.gang_placement,
     backend: Annotated[str, typer.Option(help="simulator, or kubernetes (Jobs on the local control plane with kwok GPU nodes, the extender and the GPU emulator).")] = _D.backend,
     speedup: Annotated[float, typer.Option(help="kubernetes backend: emulated seconds per wall second.")] = _D.speedup,
     timeout_s: Annotated[Optional[float], typer.Option(help="kubernetes backend: wall-clock bound per policy (s) (default: from the trace).")] = None,
@@ -80,7 +81,7 @@ def run_cmd(
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill,
             queue=queue, kube_preemption=kube_preemption, scheduler_config=scheduler_config, predictor=predictor, backend=backend, speedup=speedup,
-            timeout_s=timeout_s, kubeconfig=kubeconfig, out=out)
+            timeout_s=timeout_s, kubeconfig=kubeconfig, gang_placement=gang_placement, out=out)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
         cluster = cluster_of(cfg)

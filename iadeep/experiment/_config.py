@@ -84,6 +84,9 @@ class ExperimentConfig:
             seconds (the parity check sets it to the speedup).
         whole_gib: the simulator rounds each job's GPU memory up to whole GiB, as the kubernetes
             backend must request it (extended resources are integers); on for the parity check.
+        gang_placement: how the simulator places a multi-GPU job (:attr:`iadeep.sim.SimSettings.gang_placement`):
+            ``"pods"`` (default: equal pods, each on one node, as the kubernetes backend runs it)
+            or ``"any-gpus"`` (any GPUs of the cluster, for comparing with other simulators).
         backend: ``simulator`` (the trace-driven simulator) or ``kubernetes`` (Jobs on a cluster:
             the local control plane with kwok nodes, our extender and the GPU emulator).
         speedup: the kubernetes backend's time compression (emulated seconds per wall second).
@@ -130,6 +133,7 @@ class ExperimentConfig:
     tuning: bool = True
     whole_gib: bool = False
     kube_time_scale: float = 1.0
+    gang_placement: str = "pods"
     backend: str = "simulator"
     speedup: float = 1000.0
     timeout_s: float | None = field(default=None, metadata={"gt": 0})
@@ -180,11 +184,12 @@ class ExperimentConfig:
         twice = sorted({p for p in self.policies if self.policies.count(p) > 1})
         if twice:
             raise ConfigError("policies", f"{', '.join(map(repr, twice))} named more than once")
-        from iadeep.sim import QUEUES
+        from iadeep.sim import GANG_PLACEMENTS, QUEUES
 
         checks = [("mix", self.mix, tuple(MIXES)), ("predictor", self.predictor, ("learned", "oracle")),
                   ("infeasible", self.infeasible, ("drop", "keep")), ("queue", self.queue, QUEUES),
-                  ("backend", self.backend, ("simulator", "kubernetes"))]
+                  ("backend", self.backend, ("simulator", "kubernetes")),
+                  ("gang_placement", self.gang_placement, GANG_PLACEMENTS)]
         if self.throughputs_file is None:  # a given file's keys are checked when it is read
             checks.append(("gpu_type", self.gpu_type, GPU_TYPES))
         for field_name, value, known in checks:

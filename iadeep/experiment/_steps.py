@@ -73,7 +73,7 @@ def sim_settings(cfg: ExperimentConfig) -> SimSettings:
         k = cfg.kube_time_scale
         kube = KubeQueueSettings(kube.initial_backoff_s * k, kube.max_backoff_s * k, kube.max_unschedulable_s * k)
     return SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill,
-                       queue=cfg.queue, kube=kube, tuning=cfg.tuning)
+                       queue=cfg.queue, kube=kube, tuning=cfg.tuning, gang_placement=cfg.gang_placement)
 
 
 def fetch_inputs(cfg: ExperimentConfig, progress: bool = True, cache_dir: str | Path | None = None) -> dict[str, str]:

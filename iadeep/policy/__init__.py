@@ -5,7 +5,7 @@
 with :func:`register`, imported below.
 """
 
-from iadeep.policy._base import REASONS, Policy, choose_gpus
+from iadeep.policy._base import REASONS, Policy, choose_gpus, pod_size
 from iadeep.policy._registry import POLICIES, make_policy, policy_names, register
 from iadeep.policy._undo import Undo, undo_rule
 from iadeep.policy._types import (ClusterView, FilterResult, JobRequest, Measure, OccupancyChanges, Placement, Preemption,
@@ -27,6 +27,7 @@ __all__ = [
     "Undo",
     "Wait",
     "choose_gpus",
+    "pod_size",
     "make_policy",
     "policy_names",
     "register",

@@ -293,6 +293,11 @@ class JobRequest:
         jobs_queued: the other jobs waiting in the queue, ahead of it or behind, blocked by it or
             not (kube-scheduler's pending pods): the jobs whose start a change of the cluster's
             throughput moves (the queue-pressure term of :class:`iadeep.policy.iadeep.IADeep`).
+        pod_gpus: GPUs of each of its pods (a gang of ``num_gpus // pod_gpus`` pods, each pod's
+            GPUs on one node, the pods on any nodes; :func:`iadeep.policy.pod_size` chooses it
+            from the cluster's nodes); ``0`` (default): no pod rule, any ``num_gpus`` GPUs of the
+            cluster (the simulator's ``gang_placement="any-gpus"``, and one pod asked about on
+            one node's view). ``num_gpus`` is a multiple of it.
     """
 
     handle: int
@@ -306,6 +311,17 @@ class JobRequest:
     gpu_milli: float = float("nan")
     gpu_models: tuple[str, ...] = ()
     jobs_queued: int = 0
+    pod_gpus: int = 0
+
+    def __post_init__(self) -> None:
+        if self.pod_gpus < 0 or (self.pod_gpus and self.num_gpus % self.pod_gpus):
+            raise ValueError(f"job {self.job_id}: pod_gpus must be 0 or divide num_gpus = {self.num_gpus}, "
+                             f"got {self.pod_gpus}")
+
+    @property
+    def n_pods(self) -> int:
+        """Pods of the job: ``num_gpus // pod_gpus``, or 1 without a pod rule."""
+        return self.num_gpus // self.pod_gpus if self.pod_gpus else 1
 
 
 @dataclass(frozen=True)
@@ -314,7 +330,9 @@ class Placement:
 
     Attributes:
         job_id: the job.
-        gpus: global GPU ids, ``len(gpus) == num_gpus``.
+        gpus: global GPU ids, ``len(gpus) == num_gpus``. **Pod contract**: for a job with pods
+            (:attr:`JobRequest.pod_gpus` ``= p > 0``) pod ``i``'s GPUs are ``gpus[i*p:(i+1)*p]``,
+            all on one node (pods in the order the policy chose them: best first).
         reason: a short human-readable justification.
     """
 
@@ -335,7 +353,8 @@ class Preemption:
 
     Attributes:
         job_id: the job.
-        gpus: global GPU ids, ``len(gpus) == num_gpus``, some of them the victims'.
+        gpus: global GPU ids, ``len(gpus) == num_gpus``, some of them the victims' (pods as
+            :attr:`Placement.gpus` orders them).
         victims: handles (:class:`ClusterView` job handles) of the running jobs to preempt.
         reason: a short human-readable justification.
     """

@@ -52,7 +52,7 @@ from dataclasses import replace
 import numpy as np
 
 from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
-from iadeep.policy._base import Policy, _wait_reason, choose_gpus
+from iadeep.policy._base import Policy, _wait_reason, choose_gpus, pod_wait_reason
 from iadeep.policy._registry import register
 from iadeep.policy._rows import row_prod
 from iadeep.policy._tuning import BatchSizeTuner
@@ -267,7 +267,10 @@ class IADeep(Policy):
         n_free = int(np.count_nonzero(free))
         if n_free >= k:
             # one GPU: choose_gpus's pick among equal utilities is the lowest id, the first free one
-            gpus = (int(free.argmax()),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view)
+            gpus = (int(free.argmax()),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view,
+                                                                   pod_gpus=job.pod_gpus)
+            if gpus is None:  # free GPUs enough in number, not as pods on single nodes
+                return Wait(job.job_id, pod_wait_reason(job))
             return Placement(job.job_id, gpus, "free GPU")
         shared = (mask & (njobs > 0)).nonzero()[0]  # flatnonzero of a 1-D array, without its Python wrappers
         if n_free + len(shared) < k:
@@ -339,7 +342,9 @@ class IADeep(Policy):
         chosen = np.zeros(view.n_gpus, dtype=bool)
         chosen[best] = True
         chosen |= free
-        gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view)
+        gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view, pod_gpus=job.pod_gpus)
+        if gpus is None:  # the GPUs chosen do not split into pods on single nodes
+            return Wait(job.job_id, pod_wait_reason(job))
         return Placement(job.job_id, gpus, reason)
 
     def post_filter(self, job: JobRequest, view: ClusterView, wait: Wait) -> Preemption | Wait:
@@ -425,7 +430,9 @@ class IADeep(Policy):
         victim = best[2]
         freed = free.copy()
         freed[gpus_of[victim]] = True
-        gpus = choose_gpus(job.num_gpus, freed, np.ones(view.n_gpus), view)
+        gpus = choose_gpus(job.num_gpus, freed, np.ones(view.n_gpus), view, pod_gpus=job.pod_gpus)
+        if gpus is None:  # the GPUs freed do not split into the head's pods: no preemption
+            return wait
         key = view.job_key(victim)  # the same job in later views (the extender renumbers handles)
         self._preempted[key] = self._preempted.get(key, 0.0) + run_s + c
         return Preemption(job.job_id, gpus, (victim,), f"preempted a job holding {best[0]} GPU(s) for {-best[1]:.0f}s: "
