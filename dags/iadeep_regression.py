@@ -3,6 +3,7 @@
 ::
 
     prepare -> simulate_setting[window x seed] (mapped) -> check
+            -> simulate_drawn[drawn setting] (mapped)  -/
 
 - ``prepare``: validates the params into an :class:`iadeep.orchestration.RegressionSpec`, fetches
   the trace and the measurements, and lists the fixed settings (trace window x seed).
@@ -12,6 +13,13 @@
   appends the run to ``history.csv``, redraws ``trend.png``, and fails naming every (setting,
   policy, metric) that is more than ``tolerance`` (relative) above the baseline. The first run
   writes the baseline; ``update_baseline: true`` replaces it (after an intended change).
+
+Beside the fixed settings, every run simulates ``draw`` settings drawn at random
+(:func:`iadeep.experiment.draw_settings`: trace, window, load, seed, cluster) from the seed
+``draw_seed``, by default the run's logical date (``YYYYMMDD``): a new draw every day. They have no
+baseline; ``check`` appends their guard figures (iadeep over the better packing baseline, worst and
+median) to ``draws.csv`` and writes their rows to ``draws/<seed>.csv``, so a change that hurts
+settings nobody fixed shows up in that history. ``draw: 0`` turns it off.
 
 ``prepare`` fails before any simulation when the stored baseline measured another experiment
 (other ``jobs`` or ``target_load``, or no setting and policy in common with this run) or is not a
@@ -27,6 +35,7 @@ policy once with its options, so a value it refuses fails there, naming it.
 
 from __future__ import annotations
 
+from dataclasses import replace as dataclasses_replace
 from typing import Any
 
 import pendulum
@@ -46,6 +55,9 @@ from airflow.sdk import Param, dag, task
          "tolerance": Param(0.05, type="number", minimum=0, description="Allowed relative increase over the baseline."),
          "policy_options": Param({}, type="object", description="Per policy, constructor arguments (try a change)."),
          "update_baseline": Param(False, type="boolean", description="Replace the baseline with this run's results."),
+         "draw": Param(4, type="integer", minimum=0, description="Settings drawn at random beside the fixed ones (0: none)."),
+         "draw_seed": Param(None, type=["null", "integer"], minimum=0,
+                            description="Seed of the draw; null = the run's logical date (YYYYMMDD)."),
          "regression_dir": Param(None, type=["null", "string"],
                                  description="Baseline/history folder; null = Variable iadeep_regression_dir."),
      }, default_args={"retries": 0})
@@ -53,7 +65,8 @@ def iadeep_regression() -> None:
     """Simulate fixed settings and compare with the baseline (see the module docstring)."""
 
     @task
-    def prepare(params: dict[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
+    def prepare(params: dict[str, Any] | None = None, run_id: str | None = None,
+                logical_date: Any = None) -> dict[str, Any]:
         import re
         from pathlib import Path
 
@@ -66,6 +79,7 @@ def iadeep_regression() -> None:
         p = dict(params or {})
         directory = str(Path(p.pop("regression_dir") or variable_path("iadeep_regression_dir", "regression")).resolve())
         update = p.pop("update_baseline")
+        n_drawn, draw_seed = int(p.pop("draw", 0) or 0), p.pop("draw_seed", None)
         settings = [{"start": s, "seed": seed} for s in p.get("start_jobs", ()) for seed in p.get("seeds", ())]
         out = Path(directory) / "runs" / re.sub(r"[^A-Za-z0-9_.-]", "_", str(run_id))
         try:  # bad conf or a baseline of another experiment: fail before minutes of simulation, without retrying
@@ -78,10 +92,30 @@ def iadeep_regression() -> None:
             base = ExperimentConfig(jobs=spec.jobs, target_load=spec.target_load, policies=spec.policies, out=str(out))
             paths = fetch_inputs(base, progress=False, cache_dir=dataset_dir())
             spec.check_policy_values(paths["throughputs"], base.gpu_type)
+            import pendulum as _pendulum
+
+            from iadeep.experiment._sweep import draw_inputs
+            from iadeep.orchestration import draw_seed_of
+
+            seed = int(draw_seed) if draw_seed is not None else draw_seed_of(logical_date or _pendulum.now("UTC"))
+            drawn, inputs = draw_inputs(base, n_drawn, seed, cache_dir=dataset_dir())
+            drawn_items = [{**s.fields(), "paths": inputs(s)} for s in drawn]
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
         return {"spec": p, "dir": directory, "update": update, "base": base.to_dict(), "paths": paths,
-                "settings": settings, "run_id": str(run_id)}
+                "settings": settings, "run_id": str(run_id), "drawn": drawn_items, "draw_seed": seed}
+
+    @task
+    def drawn_of(prepared: dict[str, Any]) -> list[dict[str, Any]]:
+        return prepared["drawn"]
+
+    @task(map_index_template="{{ setting['trace'] }}-{{ setting['start_job'] }}")
+    def simulate_drawn(setting: dict[str, Any], prepared: dict[str, Any]) -> list[dict[str, Any]]:
+        from iadeep.experiment import DrawnSetting, ExperimentConfig, run_draw
+
+        base = ExperimentConfig.from_dict(prepared["base"])
+        item = DrawnSetting(**{k: v for k, v in setting.items() if k != "paths"})
+        return run_draw({"kube": dataclasses_replace(base, queue="kube")}, [item], lambda _: setting["paths"]).to_dict("records")
 
     @task
     def settings_of(prepared: dict[str, Any]) -> list[dict[str, Any]]:
@@ -96,8 +130,9 @@ def iadeep_regression() -> None:
         return run_setting(base, prepared["paths"], int(setting["start"]), base.target_load or 0.0, int(setting["seed"]),
                            options=prepared["spec"].get("policy_options") or {})
 
-    @task
-    def check(prepared: dict[str, Any], results: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    @task(trigger_rule="none_failed")  # runs with no drawn setting too (draw: 0 skips the empty map)
+    def check(prepared: dict[str, Any], results: list[list[dict[str, Any]]],
+              drawn: list[list[dict[str, Any]]] | None = None) -> dict[str, Any]:
         from pathlib import Path
 
         from airflow.sdk.exceptions import AirflowFailException
@@ -110,6 +145,13 @@ def iadeep_regression() -> None:
         regressions = compare(rows, load_baseline(directory), spec)
         info = record(directory, rows, regressions, run_id=prepared["run_id"], spec=spec,
                       update_baseline=bool(prepared["update"]))
+        drawn_rows = [r for setting in drawn or () for r in setting]
+        if drawn_rows:
+            from iadeep.orchestration import record_draw
+
+            guard = record_draw(directory, drawn_rows, seed=int(prepared["draw_seed"]), run_id=prepared["run_id"])
+            info = {**info, "draw_worst_vs_packing": guard["worst_vs_packing"],
+                    "draw_median_vs_packing": guard["median_vs_packing"], "draw_seed": guard["seed"]}
         if regressions:
             lines = [f"{r['setting']} {r['policy']} {r['metric']}: {r['value']:.1f} vs baseline {r['baseline']:.1f} "
                      f"({r['change']:+.1%}, tolerance {spec.tolerance:.1%})" for r in regressions]
@@ -118,7 +160,8 @@ def iadeep_regression() -> None:
 
     prepared = prepare()
     results = simulate_setting.partial(prepared=prepared).expand(setting=settings_of(prepared))
-    check(prepared, results)
+    drawn = simulate_drawn.partial(prepared=prepared).expand(setting=drawn_of(prepared))
+    check(prepared, results, drawn)
 
 
 iadeep_regression()

@@ -284,37 +284,22 @@ def sweep_cmd(
 
 
 def _draw_of(base: ExperimentConfig, n: int | None, seed: int, from_draw: str | None):
-    """The drawn settings (:func:`iadeep.experiment.draw_settings`, or the draw recorded in
-    ``from_draw``) and a function giving each setting's inputs (its trace fetched once).
+    """The drawn settings and a function giving each setting's inputs (:func:`draw_inputs`), or
+    the draw recorded in ``from_draw``.
 
     Raises:
         ConfigError: ``from_draw`` unreadable or recording no draw (names ``--from-draw``).
     """
-    from iadeep.experiment._draw import draw_settings, read_draw
-    from iadeep.experiment._steps import count_jobs, fetch_inputs
+    from iadeep.experiment._draw import read_draw
+    from iadeep.experiment._sweep import draw_inputs
 
-    fetched: dict[str, dict[str, str]] = {}
-
-    def inputs(setting) -> dict[str, str]:
-        trace = setting if isinstance(setting, str) else setting.trace
-        if trace not in fetched:
-            fetched[trace] = fetch_inputs(dataclasses.replace(base, trace=trace), progress=False)
-        return fetched[trace]
-
+    settings, inputs = draw_inputs(base, n or 0, seed)
     if from_draw is not None:
         try:
             settings = read_draw(from_draw)
         except (OSError, ValueError) as exc:
             raise ConfigError("from_draw", one_line(exc)) from None
-        return settings, inputs
-
-    def window_count(trace: str, vc: str | None, nodes: int, gpus: int) -> int:
-        cfg = dataclasses.replace(base, trace=trace, virtual_cluster=vc, nodes=nodes, gpus_per_node=gpus,
-                                  mix="gavel" if trace == "openb" else "iadeep")
-        paths = inputs(trace)
-        return count_jobs(cfg, paths["trace"], paths["throughputs"])
-
-    return draw_settings(n, seed, window_count, base.jobs or 400), inputs
+    return settings, inputs
 
 
 from iadeep.experiment._cluster_cli import cluster_cmd  # noqa: E402

@@ -19,7 +19,7 @@ import pandas as pd
 from iadeep.experiment._config import ExperimentConfig
 from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy
 
-__all__ = ["check_grid", "run_sweep", "run_setting", "run_draw", "CEILING_POLICIES", "guard_lines", "headroom_captured", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "write_sweep_files",
+__all__ = ["check_grid", "run_sweep", "run_setting", "run_draw", "draw_inputs", "CEILING_POLICIES", "guard_lines", "headroom_captured", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "write_sweep_files",
            "GUARD_GOALS"]
 
 
@@ -84,6 +84,34 @@ def _run_drawn(args: tuple) -> list[dict]:
     name = f"{queue}:{setting.name}" if queue else setting.name
     rows = run_setting(base, paths, start, load, seed, name=name, fields=fields, oracle=oracle, ceiling=ceiling)
     return [{**row, "queue": base.queue} for row in rows]
+
+
+def draw_inputs(base: ExperimentConfig, n: int, seed: int, cache_dir: str | Path | None = None):
+    """``n`` settings drawn from ``seed`` for ``base`` (:func:`iadeep.experiment.draw_settings`,
+    windows of ``base.jobs`` jobs; ``n = 0``: none) and a function giving a setting's inputs
+    (:func:`fetch_inputs` of its trace, once per trace; ``cache_dir`` as there).
+
+    Returns:
+        ``(settings, inputs_of)``.
+    """
+    from iadeep.experiment._draw import draw_settings
+    from iadeep.experiment._steps import count_jobs
+
+    fetched: dict[str, dict[str, str]] = {}
+
+    def inputs(setting: Any) -> dict[str, str]:
+        trace = setting if isinstance(setting, str) else setting.trace
+        if trace not in fetched:
+            fetched[trace] = fetch_inputs(dataclasses.replace(base, trace=trace), progress=False, cache_dir=cache_dir)
+        return fetched[trace]
+
+    def window_count(trace: str, vc: str | None, nodes: int, gpus: int) -> int:
+        cfg = dataclasses.replace(base, trace=trace, virtual_cluster=vc, nodes=nodes, gpus_per_node=gpus,
+                                  mix="gavel" if trace == "openb" else "iadeep")
+        paths = inputs(trace)
+        return count_jobs(cfg, paths["trace"], paths["throughputs"])
+
+    return (draw_settings(n, seed, window_count, base.jobs or 400) if n else []), inputs
 
 
 def run_draw(bases: dict[str, ExperimentConfig], settings: Sequence[Any], paths_of: Callable[[Any], dict[str, str]],

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["RegressionSpec", "check_baseline", "compare", "record", "load_baseline"]
+__all__ = ["RegressionSpec", "check_baseline", "compare", "record", "load_baseline", "draw_seed_of", "record_draw"]
 
 METRICS = ("avg_jct_s", "p99_jct_s", "makespan_s")
 
@@ -268,3 +268,34 @@ def plot_trend(hist: pd.DataFrame, path: Path, metric: str = "avg_jct_s") -> Pat
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+def draw_seed_of(logical_date: Any) -> int:
+    """The seed of a run's drawn settings: its logical date as ``YYYYMMDD`` (a new draw every day,
+    the same one when a day's run is repeated)."""
+    return int(f"{logical_date:%Y%m%d}")
+
+
+def record_draw(directory: Path, rows: list[dict[str, Any]], *, seed: int, run_id: str) -> dict[str, Any]:
+    """Append the guard of one day's drawn settings to ``draws.csv`` in ``directory`` and write its
+    rows to ``draws/<seed>.csv``; returns the guard figures
+    (:func:`iadeep.experiment.guard_figures`, with ``seed`` and ``run_id``).
+
+    The drawn settings differ every day, so they have no baseline: the guard's history shows a
+    change of the policy that hurts settings nobody fixed (a rising ``worst_vs_packing``).
+    """
+    import pandas as pd
+
+    from iadeep.experiment import guard_figures, sweep_table
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "draws").mkdir(exist_ok=True)
+    df = sweep_table(rows)
+    df.to_csv(directory / "draws" / f"{seed}.csv", index=False)
+    guard = {"run_id": run_id, "seed": seed, **guard_figures(df)}
+    history = directory / "draws.csv"
+    line = pd.DataFrame([guard])
+    if history.exists():
+        line = pd.concat([pd.read_csv(history), line], ignore_index=True)
+    line.to_csv(history, index=False)
+    return guard

@@ -286,3 +286,34 @@ def test_sweep_takes_the_predictor_and_a_throughput_table_of_its_own(tmp_path, d
     learned = pd.read_csv(tmp_path / "learned" / "sweep.csv").set_index("policy")["avg_jct_s"]
     direct = json.loads((tmp_path / "run" / "summary.json").read_text())["policies"]["iadeep"]["avg_jct_s"]
     assert swept["iadeep"] == pytest.approx(direct) and swept["iadeep"] != pytest.approx(learned["iadeep"])
+
+
+def test_a_draw_is_a_function_of_its_seed_and_recorded_to_rerun_exactly(tmp_path, dataset_cache, monkeypatch):
+    """``--draw N --draw-seed S`` draws the same settings every time (the first ``m`` of a larger
+    draw are those of the draw of ``m``; another seed draws others), each within its trace's
+    windows and the documented ranges; ``guard.json`` records them and ``--from-draw`` reruns the
+    same sweep row for row."""
+    from iadeep.experiment import draw_settings
+    from iadeep.experiment._draw import ITP_CLUSTERS, LOAD_RANGE, NODES_RANGE
+
+    counts = {"philly": 80_000, "ms-itp": 3_000, "openb": 6_000}
+    count = lambda trace, vc, nodes, gpus: counts[trace]  # noqa: E731
+    big = draw_settings(40, 7, count, 400)
+    assert draw_settings(40, 7, count, 400) == big and draw_settings(10, 7, count, 400) == big[:10]
+    assert draw_settings(10, 8, count, 400) != big[:10]
+    assert {s.trace for s in big} == {"philly", "ms-itp", "openb"}
+    for s in big:
+        assert 0 <= s.start_job <= counts[s.trace] - 400 and LOAD_RANGE[0] <= s.target_load <= LOAD_RANGE[1]
+        assert NODES_RANGE[0] <= s.nodes <= NODES_RANGE[1] and s.gpus_per_node in (4, 8)
+        assert (s.virtual_cluster in ITP_CLUSTERS) == (s.trace == "ms-itp") and (s.mix == "gavel") == (s.trace == "openb")
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    few = ["--jobs", "30", "--queue", "kube", "--policies", "iadeep,antman"]
+    res = CliRunner().invoke(app, ["experiment", "sweep", "--draw", "2", "--draw-seed", "3", *few, "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    guard = json.loads((tmp_path / "a" / "guard.json").read_text())
+    assert guard["draw"]["seed"] == 3 and len(guard["draw"]["settings"]) == 2
+    res = CliRunner().invoke(app, ["experiment", "sweep", "--from-draw", str(tmp_path / "a" / "guard.json"), *few, "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "a" / "sweep.csv").read_text() == (tmp_path / "b" / "sweep.csv").read_text()
+    res = CliRunner().invoke(app, ["experiment", "sweep", "--draw", "2", "--start-jobs", "0", *few, "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "--start-jobs cannot be given with it" in " ".join(res.output.split())

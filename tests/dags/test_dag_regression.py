@@ -29,7 +29,7 @@ def _states(dag_id: str, run_id: str) -> dict[str, str]:
 def test_baseline_passes_and_a_worse_policy_parameter_fails(dagbag, airflow_db, real_data, tmp_path: Path) -> None:
     dag = dagbag.dags["iadeep_regression"]
     directory = tmp_path / "regression"
-    conf = {**CONF, "regression_dir": str(directory)}
+    conf = {**CONF, "regression_dir": str(directory), "draw": 2, "draw_seed": 11}
 
     # the stored baseline: the same settings run directly through the package (as an earlier run left it)
     from iadeep.experiment import ExperimentConfig, fetch_inputs
@@ -60,6 +60,11 @@ def test_baseline_passes_and_a_worse_policy_parameter_fails(dagbag, airflow_db, 
     # the failing run does not move the baseline
     assert json.loads((directory / "baseline.json").read_text()) == baseline
     assert (directory / "trend.png").stat().st_size > 0
+    # beside the fixed settings, two drawn ones: their guard per run in draws.csv, their rows kept
+    draws = pd.read_csv(directory / "draws.csv")
+    assert list(draws["run_id"]) == [again.run_id, worse.run_id] and set(draws["seed"]) == {11}
+    assert (draws["settings"] == 2).all() and draws["worst_vs_exclusive"].notna().all()  # no packing baseline ran
+    assert len(pd.read_csv(directory / "draws" / "11.csv")) == 2 * len(spec.policies)
 
 
 def test_compare_flags_only_values_beyond_the_tolerance() -> None:
