@@ -34,6 +34,19 @@ def _required() -> bool:
     return any(os.environ.get(v, "").lower() not in ("", "0", "false") for v in ("IADEEP_REQUIRE_CONTROLPLANE", "CI"))
 
 
+def helm_binary():
+    """The helm binary of ``make helm`` (:func:`iadeep.orchestration.find_helm`); skips the test
+    without it, fails it when the suite runs under CI (``IADEEP_REQUIRE_CONTROLPLANE``)."""
+    from iadeep.orchestration import find_helm
+
+    try:
+        return find_helm()
+    except FileNotFoundError as exc:
+        if _required():
+            pytest.fail(f"{exc} (required under CI)", pytrace=False)
+        pytest.skip(str(exc))
+
+
 @pytest.fixture(scope="session")
 def controlplane_binaries() -> Binaries:
     """The located binaries; skips (fails under CI) when ``make controlplane`` has not run."""

@@ -21,12 +21,12 @@ from node_support import host_pod, pod_log, wait_phase
 from iadeep.dev import ControlPlane, Node
 from iadeep.dev._binaries import Binaries
 from iadeep.dev._images import kube_scheduler_image
-from iadeep.orchestration import (find_helm, label_real_nodes, local_values, prepare_local_rollout, rollout_values, template, uninstall,
+from iadeep.orchestration import (label_real_nodes, local_values, prepare_local_rollout, rollout_values, template, uninstall,
                                   upgrade_install, wait_ready)
 from iadeep.orchestration._helm import local_scheduler_tag
 from iadeep.state import EtcdStateStore, StateSettings
 from iadeep.testing import wait_for
-from iadeep.testing.controlplane import _required
+from iadeep.testing.controlplane import helm_binary
 
 pytestmark = pytest.mark.slow
 
@@ -41,12 +41,7 @@ NEW_TAG = "rolled"
 @pytest.fixture(scope="module")
 def helm() -> Path:
     """The helm binary of ``make helm``; skips without it (fails under CI)."""
-    try:
-        return find_helm()
-    except FileNotFoundError as exc:
-        if _required():
-            pytest.fail(f"{exc} (required under CI)", pytrace=False)
-        pytest.skip(str(exc))
+    return helm_binary()
 
 
 def _pods(core: Any) -> dict[str, tuple[str, str]]:
