@@ -65,6 +65,9 @@ PARAMS: dict[str, Param] = {
     "backfill": Param(False, type="boolean", description="Let jobs behind a waiting queue head start."),
     "queue": Param("fifo", type="string", enum=["fifo", "backfill", "kube"],
                    description="Simulator queue: strict FIFO, FIFO with backfill, or kube-scheduler's queue."),
+    "gang_placement": Param("pods", type="string", enum=["pods", "any-gpus"],
+                            description="Simulator: a job wider than a node as a gang of per-node pods (as live), or on "
+                                        "any GPUs (as peers' simulators)."),
     "kube_preemption": Param(True, type="boolean",
                              description="kube queue: iadeep's head-of-line preemption for the pod nothing pending is "
                                          "ahead of (live: the extender evicts the victim; its Job replaces it, progress kept)."),

@@ -18,11 +18,12 @@ STRUCTURE = {
                           "run_kubernetes": {"fetch_datasets", "build_workload"},
                           "report": {"fetch_datasets", "simulate", "run_kubernetes"}},
     "iadeep_regression": {"prepare": set(), "settings_of": {"prepare"}, "simulate_setting": {"prepare", "settings_of"},
-                          "check": {"prepare", "simulate_setting"}},
+                          "drawn_of": {"prepare"}, "simulate_drawn": {"prepare", "drawn_of"},
+                          "check": {"prepare", "simulate_setting", "simulate_drawn"}},
     "iadeep_sweep": {"prepare": set(), "settings_of": {"prepare"}, "run_setting": {"prepare", "settings_of"},
                      "combine": {"prepare", "run_setting"}},
 }
-MAPPED = {("iadeep_datasets", "fetch"), ("iadeep_experiment", "simulate"), ("iadeep_regression", "simulate_setting"),
+MAPPED = {("iadeep_datasets", "fetch"), ("iadeep_experiment", "simulate"), ("iadeep_regression", "simulate_setting"), ("iadeep_regression", "simulate_drawn"),
           ("iadeep_sweep", "run_setting")}
 
 
