@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from iadeep.cli import SUBCOMMANDS
-
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Packages no sub-command's listing needs: plotting, tables, the live services' clients and
@@ -50,6 +48,8 @@ def test_the_root_command_imports_no_heavy_package(args):
 
 
 def test_help_lists_every_subcommand_with_its_help():
+    from iadeep.cli import SUBCOMMANDS
+
     run, _ = _imported("--help")
     listed = [line.split()[0] for line in run.stdout.split("Commands:", 1)[1].splitlines() if line.startswith("  ") and
               not line.startswith("   ")]
