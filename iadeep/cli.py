@@ -42,10 +42,31 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: Top-level modules of the optional dependency groups (pyproject.toml), by the group that installs them.
+EXTRA_OF_MODULE = {
+    **dict.fromkeys(("fastapi", "starlette", "uvicorn", "httptools", "uvloop", "prometheus_client", "kubernetes",
+                     "etcd3gw", "requests", "msgspec", "grpc", "grpc_tools", "google", "pynvml", "psutil"), "services"),
+    **dict.fromkeys(("torch", "torchvision"), "workloads"),
+    "airflow": "airflow",
+}
+
+
 def _load(name: str) -> Any:
-    """The click command of sub-command ``name`` (:data:`SUBCOMMANDS`), its module imported now."""
+    """The click command of sub-command ``name`` (:data:`SUBCOMMANDS`), its module imported now.
+
+    Raises:
+        typer.TyperException: the module needs a package of an optional group that is not
+            installed (the message names the group and the pip command).
+    """
     module, attr, help_text = SUBCOMMANDS[name]
-    obj = getattr(importlib.import_module(module), attr)
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        raise typer.TyperException(f"`iadeep {name}` needs the {extra!r} extra, which is not installed (no module "
+                                   f"{exc.name!r}): pip install 'iadeep[{extra}]' (in a checkout: make venv)") from None
     if isinstance(obj, typer.Typer):
         sub = typer.Typer(add_completion=False)
         sub.add_typer(obj, name=name, help=help_text)

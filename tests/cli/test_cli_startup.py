@@ -77,3 +77,14 @@ def test_an_unknown_command_is_one_line_with_a_suggestion():
     run, _ = _imported("experimnt")
     assert run.returncode == 2
     assert run.stderr.splitlines()[-1] == "iadeep: error: No such command 'experimnt'. Did you mean 'experiment'?"
+
+
+def test_a_subcommand_whose_extra_is_missing_names_the_extra():
+    """As in the light install (``make experiment``): fastapi absent, ``iadeep extender`` is one line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    code = "import sys; sys.modules['fastapi'] = None; sys.argv[0] = 'iadeep'; import runpy; runpy.run_module('iadeep.cli', run_name='__main__')"
+    run = subprocess.run([sys.executable, "-c", code, "extender", "--help"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert run.returncode == 1
+    assert run.stderr.strip() == ("iadeep: error: `iadeep extender` needs the 'services' extra, which is not installed "
+                                  "(no module 'fastapi'): pip install 'iadeep[services]' (in a checkout: make venv)")
