@@ -6,18 +6,11 @@ the command with one line on stderr and exit code 2, never a traceback.
 
 from __future__ import annotations
 
-import importlib
 import sys
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import typer
-import typer.core
-import typer.main
-
-from iadeep._climain import run_cli
-
-__all__ = ["SUBCOMMANDS", "app", "main"]
+__all__ = ["SUBCOMMANDS", "app", "main", "root_help", "version"]
 
 #: The sub-commands, in the order ``iadeep --help`` lists them: name -> (module, attribute, help).
 #: Each lives beside the code it drives and is imported only when that command runs (or its own
@@ -51,104 +44,6 @@ EXTRA_OF_MODULE = {
 }
 
 
-def _load(name: str) -> Any:
-    """The click command of sub-command ``name`` (:data:`SUBCOMMANDS`), its module imported now.
-
-    Raises:
-        typer.TyperException: the module needs a package of an optional group that is not
-            installed (the message names the group and the pip command).
-    """
-    module, attr, help_text = SUBCOMMANDS[name]
-    try:
-        obj = getattr(importlib.import_module(module), attr)
-    except ModuleNotFoundError as exc:
-        extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
-        if extra is None:
-            raise
-        raise typer.TyperException(f"`iadeep {name}` needs the {extra!r} extra, which is not installed (no module "
-                                   f"{exc.name!r}): pip install 'iadeep[{extra}]' (in a checkout: make venv)") from None
-    if isinstance(obj, typer.Typer):
-        sub = typer.Typer(add_completion=False)
-        sub.add_typer(obj, name=name, help=help_text)
-        command = typer.main.get_group(sub).commands[name]
-    else:  # a command function
-        sub = typer.Typer(add_completion=False)
-        sub.command(name, help=help_text)(obj)
-        command = typer.main.get_command(sub)
-    command.name = name
-    return command
-
-
-class _LazyCommands(MutableMapping):
-    """The root group's ``commands``: every name of :data:`SUBCOMMANDS` is listed; a command's
-    module is imported the first time the command itself is asked for."""
-
-    def __init__(self) -> None:
-        self._loaded: dict[str, Any] = {}
-        self._extra: dict[str, Any] = {}
-
-    def __getitem__(self, name: str) -> Any:
-        if name in self._extra:
-            return self._extra[name]
-        if name not in SUBCOMMANDS:
-            raise KeyError(name)
-        if name not in self._loaded:
-            self._loaded[name] = _load(name)
-        return self._loaded[name]
-
-    def __setitem__(self, name: str, command: Any) -> None:
-        self._extra[name] = command
-
-    def __delitem__(self, name: str) -> None:
-        del self._extra[name]
-
-    def __iter__(self) -> Iterator[str]:
-        yield from SUBCOMMANDS
-        yield from (n for n in self._extra if n not in SUBCOMMANDS)
-
-    def __len__(self) -> int:
-        return len(SUBCOMMANDS) + sum(1 for n in self._extra if n not in SUBCOMMANDS)
-
-
-class _LazyGroup(typer.core.TyperGroup):
-    """The root group: sub-commands load on use (:class:`_LazyCommands`); the command list of
-    ``iadeep --help`` comes from :data:`SUBCOMMANDS` without importing any of them."""
-
-    def __init__(self, **attrs: Any) -> None:
-        super().__init__(**attrs)
-        lazy = _LazyCommands()
-        for name, command in self.commands.items():
-            lazy[name] = command
-        self.commands = lazy
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if not args and not ctx.resilient_parsing:  # ``iadeep`` alone: the help on stdout, exit code 2
-            typer.echo(ctx.get_help())
-            ctx.exit(2)
-        return super().parse_args(ctx, args)
-
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
-        rows = [(name, help_text) for name, (_, _, help_text) in SUBCOMMANDS.items()]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
-
-
-def _version() -> str:
-    """The installed distribution's version (``[project].version`` of pyproject.toml)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("iadeep")
-    except PackageNotFoundError:
-        return "unknown (the iadeep package is not installed: no package metadata)"
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        typer.echo(f"iadeep {_version()}")
-        raise typer.Exit()
-
-
 _HELP = """Interference-aware sharing of GPUs by deep-learning training jobs: the trace-driven simulator
 and its experiments, and the live services for Kubernetes (extender, device plugin, coordinator,
 tuner, GPU emulator).
@@ -156,30 +51,93 @@ tuner, GPU emulator).
 Every configuration error (a bad option, a bad IADEEP_* setting, a bad experiment parameter) is
 one line on stderr with exit code 2."""
 
-# Plain (click) help for the root: typer's rich help formatter alone imports about 60 ms of
-# modules (rich.markdown, markdown_it, pygments), several times a bare interpreter's start.
-app = typer.Typer(cls=_LazyGroup, no_args_is_help=True, add_completion=False, help=_HELP, rich_markup_mode=None)
+ROOT_OPTIONS = (("--version", "Print the installed version and exit."), ("--help", "Show this message and exit."))
 
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
-                                 help="Print the installed version and exit."),
-) -> None:
-    pass
+def version() -> str:
+    """The installed distribution's version (``[project].version`` of pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("iadeep")
+    except PackageNotFoundError:
+        return "unknown (the iadeep package is not installed: no package metadata)"
+
+
+def root_help(width: int | None = None) -> str:
+    """The text of ``iadeep --help``, laid out as click lays out a group's help.
+
+    Args:
+        width: text width in columns (default: click's, the terminal's width up to 80, less 2,
+            at least 50).
+
+    Returns:
+        The usage line, :data:`_HELP`, the options and :data:`SUBCOMMANDS` with their help, each
+        section separated by an empty line, ending with a newline.
+    """
+    import shutil
+    import textwrap
+
+    if width is None:
+        width = max(min(shutil.get_terminal_size().columns, 80) - 2, 50)
+    lines = ["Usage: iadeep [OPTIONS] COMMAND [ARGS]...", ""]
+    for paragraph in _HELP.split("\n\n"):
+        lines += textwrap.wrap(" ".join(paragraph.split()), width, initial_indent="  ", subsequent_indent="  ")
+        lines.append("")
+
+    def definitions(title: str, rows: Sequence[tuple[str, str]]) -> None:
+        first = min(max(len(term) for term, _ in rows), 30) + 2  # click's write_dl: col_max 30, col_spacing 2
+        lines.append(f"{title}:")
+        for term, text in rows:
+            wrapped = textwrap.wrap(text, max(width - first - 2, 10)) or [""]
+            if len(term) <= first - 2:
+                lines.append(f"  {term}".ljust(first + 2) + wrapped[0])
+            else:
+                lines.extend([f"  {term}", " " * (first + 2) + wrapped[0]])
+            lines.extend(" " * (first + 2) + w for w in wrapped[1:])
+
+    definitions("Options", ROOT_OPTIONS)
+    lines.append("")
+    definitions("Commands", [(name, text) for name, (_, _, text) in SUBCOMMANDS.items()])
+    return "\n".join(lines) + "\n"
+
+
+def __getattr__(name: str) -> Any:
+    """``iadeep.cli.app``: the typer app, built on first use (:mod:`iadeep._cliapp`)."""
+    if name == "app":
+        from iadeep._cliapp import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``iadeep`` command (the console script); return its exit code.
+
+    ``iadeep``, ``iadeep --help`` and ``iadeep --version`` are answered here without importing
+    typer (its import alone takes about five times a bare interpreter's start); every other
+    command line goes to the typer app.
 
     Args:
         argv: Arguments (default ``sys.argv[1:]``).
 
     Returns:
         0 on success; 2 for a configuration error (one line on stderr, see
-        :func:`iadeep._climain.run_cli`); the command's own code otherwise.
+        :func:`iadeep._climain.run_cli`) and for no arguments (the help is shown); the command's
+        own code otherwise.
     """
-    return run_cli(app, argv, prog_name="iadeep")
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in ([], ["--help"]):
+        sys.stdout.write(root_help())
+        return 0 if args else 2
+    if args == ["--version"]:
+        sys.stdout.write(f"iadeep {version()}\n")
+        return 0
+    from iadeep._cliapp import app
+    from iadeep._climain import run_cli
+
+    return run_cli(app, args, prog_name="iadeep")
 
 
 if __name__ == "__main__":
