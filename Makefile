@@ -50,6 +50,8 @@ test: $(STAMP) controlplane node images stack-images
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
+# benchmarks/startup.py: start-up and output as ratios, the full trace as CPU seconds and callgrind
+# instructions per job beside the previous commit's (STARTUP_ARGS, e.g. --baseline REF, --skip-callgrind).
 bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)
 	$(BIN)/python benchmarks/openb.py
@@ -57,6 +59,7 @@ bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/tuner.py
 	$(BIN)/python benchmarks/live.py
 	$(BIN)/python benchmarks/timings.py
+	$(BIN)/python benchmarks/startup.py $(STARTUP_ARGS)
 
 # The README's result tables (main job, sweep, guard figures) from fresh runs (about 5 min).
 results: $(STAMP)
