@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# Offline machines: a local mirror laid out like the upstream data (see README "Datasets").
+# Offline machines: a local mirror laid out like the upstream data (see docs/datasets.md).
 # Defaults to ../shared/data when that folder exists, otherwise the upstream hosts are used.
 IADEEP_DATASET_MIRROR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
 export IADEEP_DATASET_MIRROR
@@ -13,9 +13,9 @@ export IADEEP_DATASET_MIRROR
 # `make test` after `make experiment` adds what the light one left out.
 LIGHT_STAMP := $(VENV)/.installed-light
 STAMP       := $(VENV)/.installed
-FULL_EXTRAS := airflow,services,test,workloads
+FULL_EXTRAS := airflow,services,test,workloads,docs
 
-.PHONY: venv experiment test bench results mutation lock lint clean controlplane node images stack-images airflow
+.PHONY: venv experiment test docs bench results mutation lock lint clean controlplane node images stack-images airflow helm
 
 venv: $(STAMP)
 
@@ -44,11 +44,16 @@ airflow: $(STAMP)
 
 # The suite runs on two pytest-xdist workers, one test folder to a worker (tests/conftest.py):
 # 16 min instead of 24 on the 2-core machine. TEST_WORKERS=0 runs it in this process, one test
-# after the other (README, "Tests").
+# after the other (docs/testing.md).
 TEST_WORKERS ?= 2
-test: $(STAMP) controlplane node images stack-images
+test: $(STAMP) controlplane node images stack-images helm
 	$(BIN)/lint-imports --no-cache
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The documentation site into site/ (strict: a dead link or anchor, or a renamed option or setting, fails).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # benchmarks/startup.py: start-up and output as ratios, the full trace as CPU seconds and callgrind
 # instructions per job beside the previous commit's (STARTUP_ARGS, e.g. --baseline REF, --skip-callgrind).
@@ -88,6 +93,11 @@ clean:
 # into ~/.cache/iadeep/controlplane/<pins>; skipped when already built for the same pins.
 controlplane:
 	bash tools/controlplane/build.sh
+
+# Helm (helm.sh/helm/v4/cmd/helm, pinned in tools/helm/go.mod) from Go modules into
+# ~/.cache/iadeep/helm/<version>-<pins>; skipped when already built (charts/iadeep, tests/helm).
+helm:
+	bash tools/helm/build.sh
 
 # The local real node: kubelet from the same pins (tools/controlplane/go.mod), the
 # pod-sandbox `pause`, and Debian's runc/containerd/loopback CNI/buildah/debootstrap (installed

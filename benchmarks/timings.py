@@ -1,4 +1,4 @@
-"""``make bench``: the wall-clock figures that used to be thresholds inside tests.
+"""``make bench``: wall-clock figures, which tests never assert.
 
 A test asserts properties; how fast something is depends on the machine and on what else runs,
 so those figures are measured here and printed (with the old thresholds as targets, for the
@@ -87,7 +87,7 @@ def store_failures() -> None:
 def main() -> int:
     from iadeep.state import LocalEtcd
 
-    print("timings (figures, not tests; targets are the thresholds the tests used to assert)")
+    print("timings (figures, not tests; each beside its target)")
     trace_load()
     with tempfile.TemporaryDirectory(prefix="iadeep-bench-etcd-") as tmp:
         etcd = LocalEtcd(Path(tmp) / "etcd")

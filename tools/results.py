@@ -120,16 +120,56 @@ def run_set(out: Path, queue: str, philly: list, itp_seeds: list[int] = (), open
     return pd.concat(parts, ignore_index=True)
 
 
+RESULT_FILES = ("README.md", "docs/results.md")  # the files whose ``results:`` blocks are generated
+
+
 def replace_block(text: str, name: str, body: str) -> str:
-    """Replace the README block ``name``.
+    """Replace the block ``name`` (``<!-- results:name -->`` ... ``<!-- /results:name -->``) of ``text``.
 
     Raises:
-        KeyError: the README has no such block.
+        KeyError: the text has no such block.
     """
     pattern = re.compile(rf"(<!-- results:{name} -->\n)(.*?)(\n<!-- /results:{name} -->)", re.S)
     if not pattern.search(text):
-        raise KeyError(f"README.md has no <!-- results:{name} --> block")
+        raise KeyError(f"no <!-- results:{name} --> block")
     return pattern.sub(lambda m: m.group(1) + body + m.group(3), text)
+
+
+def rewrite_blocks(blocks: dict[str, str], check: bool, source: Path) -> int:
+    """Rewrite every block of ``blocks`` (name -> body) wherever it is in :data:`RESULT_FILES`.
+
+    Args:
+        blocks: the generated bodies by block name.
+        check: only report whether a file would change; write nothing.
+        source: the runs' folder (named in the message).
+
+    Returns:
+        0 when written, or with ``check`` when every file is up to date; 1 with ``check`` otherwise.
+
+    Raises:
+        KeyError: a block that is in none of the files (its name).
+    """
+    stale, found = [], set()
+    for rel in RESULT_FILES:
+        path = REPO / rel
+        text = path.read_text()
+        new = text
+        for name, body in blocks.items():
+            if f"<!-- results:{name} -->" in new:
+                new = replace_block(new, name, body)
+                found.add(name)
+        if new != text:
+            stale.append(rel)
+            if not check:
+                path.write_text(new)
+    missing = sorted(set(blocks) - found)
+    if missing:
+        raise KeyError(f"no <!-- results:{missing[0]} --> block in {', '.join(RESULT_FILES)}")
+    if check:
+        print("results are up to date" if not stale else f"results differ from a fresh run in {', '.join(stale)}")
+        return 1 if stale else 0
+    print(f"results rewritten from {source}: {', '.join(stale) or 'nothing changed'}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,18 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         held.to_csv(out / f"holdout-{queue}.csv", index=False)
         held_guards[queue] = guard_figures(held)
     df = frames["fifo"]
-    readme = REPO / "README.md"
-    text = readme.read_text()
-    new = replace_block(text, "main", main_table(summary))
-    new = replace_block(new, "sweep", sweep_table(df))
-    new = replace_block(new, "guard", "\n\n".join(guard_text(g, q) for q, g in guards.items()))
-    new = replace_block(new, "holdout", holdout_text(held_guards))
-    if args.check:
-        print("README results are up to date" if new == text else "README results differ from a fresh run")
-        return 0 if new == text else 1
-    readme.write_text(new)
-    print(f"README.md results rewritten from {out}")
-    return 0
+    return rewrite_blocks({"main": main_table(summary), "sweep": sweep_table(df),
+                           "guard": "\n\n".join(guard_text(g, q) for q, g in guards.items()),
+                           "holdout": holdout_text(held_guards)}, check=args.check, source=out)
 
 
 if __name__ == "__main__":

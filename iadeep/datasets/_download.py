@@ -27,10 +27,17 @@ _CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-\d+/(\d+|\*)$")
 class DownloadPolicy:
     """How hard to try over HTTP.
 
+    A download is a series of answers, each resuming from the bytes the previous ones wrote
+    (``Range: bytes=<written>-``). An answer that leaves the partial file longer than it has ever
+    been this fetch is progress: the next request goes out at once and the count of failures
+    starts again. Every other answer (a connection error or early close before any new byte, a
+    5xx, 408 or 429, a 206 that does not continue the file) is a failure: it is retried after a
+    wait, up to ``attempts`` failures in a row. A server that sends the file in short 206 parts
+    therefore completes however many parts it takes; one that stops adding bytes is given up on.
+
     Attributes:
-        attempts: Tries per file (connection errors, 5xx, 408 and 429 are retried; the next try
-            resumes from what the previous one wrote).
-        initial_wait_s: Wait before the second try, in seconds; doubles per try.
+        attempts: Failures in a row (answers that add no byte) before giving up; at least 1.
+        initial_wait_s: Wait after the first failure in a row, in seconds; doubles per failure.
         max_wait_s: Cap on one wait, in seconds.
         timeout_s: Connect/read timeout per request, in seconds.
         chunk_bytes: Block size when copying from a local mirror, in bytes.
@@ -93,15 +100,20 @@ def acquire(
 
     An HTTP download writes the body exactly as sent (a ``Content-Encoding`` label is not
     decoded: the manifest's checksum decides). It resumes an existing ``part`` with a ``Range``
-    request (plus ``If-Range`` with the first answer's strong validator); an answer of 200
-    restarts it cleanly, and a 206 that does not continue the part (another start, complete
-    length or content coding, or a multipart body) discards the part and is retried. A local
-    mirror file is copied.
+    request (plus ``If-Range`` with the first answer's strong validator), and keeps resuming
+    while the answers make progress (see :class:`DownloadPolicy`): an early close or a 206 that
+    covers less than the rest of the file is followed by the next range. An answer of 200
+    restarts the part cleanly, and a 206 that does not continue the part (another start,
+    complete length or content coding, or a multipart body) discards the part and is retried.
+    A 200 whose ``Content-Length`` is below the manifest size is the server's whole file: it is
+    not resumed (the caller reports it truncated). A local mirror file is copied.
 
     Raises:
         DatasetError: Missing mirror file, an HTTP error status, a response larger than the
-            manifest size, or retries exhausted (the message says truncated when a partial
-            file was received). An interrupted ``part`` is kept for the next resume.
+            manifest size, or ``policy.attempts`` answers in a row that added no byte (the
+            message names the URL and says truncated, expected and received bytes, when a
+            partial file was received). An interrupted ``part`` is kept for the next resume;
+            it is never renamed into place unless complete and verified.
     """
     if source.local_path is not None:
         _copy_local(dataset, spec, source.local_path, part, policy, reporter)
@@ -163,36 +175,77 @@ class _Representation:
             self.validator = response.headers.get("Last-Modified")
 
 
+class _Short(Exception):
+    """An answer ended cleanly before the end of the file (a short 206, or a 200 with no length)."""
+
+
+@dataclass
+class _Progress:
+    """Progress of one fetch: the longest the partial file has been, and failures since then.
+
+    Attributes:
+        best_bytes: The most bytes the partial file has held during this fetch.
+        stalls: Answers in a row that did not make it longer than ``best_bytes``.
+    """
+
+    best_bytes: int
+    stalls: int = 0
+
+    def note(self, part: Path) -> None:
+        """Count one answer, by the length of ``part`` after it."""
+        now = part.stat().st_size if part.exists() else 0
+        if now > self.best_bytes:
+            self.best_bytes, self.stalls = now, 0
+        else:
+            self.stalls += 1
+
+
 def _download(
     dataset: str, spec: FileSpec, url: str, part: Path, policy: DownloadPolicy, reporter: Reporter
 ) -> None:
     def error(reason: str) -> DatasetError:
         return DatasetError(reason, dataset=dataset, file=spec.name, source=url)
 
+    attempts = max(1, policy.attempts)
+    progress = _Progress(part.stat().st_size if part.exists() else 0)
+
+    def wait_s(_state: tenacity.RetryCallState) -> float:
+        # no wait after progress; after the k-th failure in a row, initial * 2**(k-1), capped
+        if progress.stalls == 0:
+            return 0.0
+        return min(policy.max_wait_s, policy.initial_wait_s * 2 ** (progress.stalls - 1))
+
+    def answer(client: httpx.Client, seen: _Representation) -> None:
+        try:
+            _attempt(client, url, part, spec.size_bytes, reporter, error, seen)
+        finally:
+            progress.note(part)
+
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(max(1, policy.attempts)),
-        wait=tenacity.wait_exponential(multiplier=policy.initial_wait_s, max=policy.max_wait_s),
-        retry=tenacity.retry_if_exception_type((httpx.TransportError, _TransientStatus, _BadRange)),
+        stop=lambda _state: progress.stalls >= attempts,
+        wait=wait_s,
+        retry=tenacity.retry_if_exception_type((httpx.TransportError, _TransientStatus, _BadRange, _Short)),
         reraise=True,
     )
     # "identity" asks for the file as stored; a server may still label it with a content coding
     # (e.g. "Content-Encoding: gzip" on a .tar.gz), and the body is then written as received:
     # the file on disk is the bytes sent, and the manifest's size and checksum decide.
     headers = {"User-Agent": f"iadeep/{__version__}", "Accept-Encoding": "identity"}
-    tries = f"after {max(1, policy.attempts)} attempt(s)"
+    tries = f"after {attempts} attempt(s)"
     seen = _Representation()
     with httpx.Client(follow_redirects=True, timeout=policy.timeout_s, headers=headers) as client:
         try:
-            retrying(_attempt, client, url, part, spec.size_bytes, reporter, error, seen)
+            retrying(answer, client, seen)
         except _TransientStatus as exc:
             raise error(f"{exc} {tries}") from exc
         except _BadRange as exc:
             raise error(f"server does not honour byte ranges {tries}: {exc}") from exc
-        except httpx.TransportError as exc:
+        except (httpx.TransportError, _Short) as exc:
             got = part.stat().st_size if part.exists() else 0
-            cause = f"{type(exc).__name__}: {exc}"
+            cause = f"{type(exc).__name__}: {exc}" if isinstance(exc, httpx.TransportError) else str(exc)
             if 0 < got < spec.size_bytes:
-                raise error(f"truncated (expected {spec.size_bytes} bytes, got {got}) {tries}: {cause}") from exc
+                raise error(f"truncated (expected {spec.size_bytes} bytes, got {got}) {tries} in a row "
+                            f"that added no byte: {cause}") from exc
             raise error(f"download failed {tries}: {cause}") from exc
         except OSError as exc:
             raise error(f"cannot write {part}: {exc}") from exc
@@ -275,3 +328,7 @@ def _attempt(
     if written > size:
         part.unlink(missing_ok=True)
         raise error(f"response larger than expected ({size} bytes); discarded")
+    if written < size and not (status == 200 and "Content-Length" in response.headers):
+        # the answer ended early without a transport error (a 206 for less than the rest, or a
+        # body without a length): the next range continues it
+        raise _Short(f"HTTP {status} ended at byte {written} of {size}")

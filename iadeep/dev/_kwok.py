@@ -6,8 +6,8 @@ lease fresh and moves pods through the lifecycle described by the stages below. 
 * ``iadeep-node-ready``: a new node becomes Ready (capacity and addresses are set at creation);
 * ``iadeep-node-heartbeat``: refresh the node's conditions every 5-5.5 min, the kubelet's default
   ``nodeStatusReportFrequency`` (5m, KubeletConfiguration reference): the node's health is its
-  lease, which kwok renews (``--node-lease-duration-seconds``); every ~20 s, as before, 1,000
-  nodes wrote 50 node statuses per second into a 2-core machine's API server;
+  lease, which kwok renews (``--node-lease-duration-seconds``); every ~20 s, 1,000 nodes would
+  write 50 node statuses per second into a 2-core machine's API server;
 * ``iadeep-pod-running``: a bound pod becomes Running and Ready;
 * ``iadeep-pod-succeeded``: a Running pod owned by a Job succeeds after
   ``iadeep.io/fake-run-duration`` (a Go duration, e.g. ``"30s"``; default 1 s), unless it is

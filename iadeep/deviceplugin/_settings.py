@@ -66,6 +66,7 @@ class DevicePluginSettings(BaseSettings):
             emulated GPUs' ``model``).
         kube: Kubernetes API access.
         etcd: the state store.
+        log_level: Python logging level.
     """
 
     model_config = SettingsConfigDict(env_prefix="IADEEP_DEVICEPLUGIN_", env_nested_delimiter="__", extra="ignore")

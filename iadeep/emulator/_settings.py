@@ -72,6 +72,7 @@ class EmulatorSettings(BaseSettings):
             its Job after its pod was evicted (checkpoint and restart): the simulator's
             ``SimSettings.restart_penalty_s`` and iadeep's ``checkpoint_cost_s``, 30 s.
         default_model / default_batch_size / default_duration_s: a pod without the annotations.
+        log_level: Python logging level.
     """
 
     model_config = SettingsConfigDict(env_prefix="IADEEP_EMULATOR_", env_nested_delimiter="__", extra="ignore")

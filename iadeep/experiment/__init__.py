@@ -1,8 +1,9 @@
 """Trace-driven experiments: configuration and steps shared by the CLI and the Airflow DAG."""
 
 from iadeep.experiment._config import DEFAULT_POLICIES, TRACE_DATASETS, ExperimentConfig
+from iadeep.experiment._jobstatus import job_outcome
 from iadeep._params import ConfigError, validate_params
 from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, load_workload, run_experiment, run_policy, write_report
 
 __all__ = ["ConfigError", "DEFAULT_POLICIES", "ExperimentConfig", "TRACE_DATASETS", "build_workload", "cluster_of", "fetch_inputs",
-           "load_workload", "run_experiment", "run_policy", "validate_params", "write_report"]
+           "job_outcome", "load_workload", "run_experiment", "run_policy", "validate_params", "write_report"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -41,6 +43,7 @@ def run_cmd(
     skip_bad_rows: Annotated[bool, typer.Option(help="Skip and count malformed trace rows instead of stopping.")] = False,
     strict: Annotated[bool, typer.Option(help="Stop at the first known quirk of the trace too (censored job, attempt ending before it starts, ...).")] = False,
     include_censored: Annotated[bool, typer.Option(help="Count censored jobs (still running when the trace was taken) in the JCT statistics.")] = False,
+    drop_zero_duration: Annotated[bool, typer.Option(help="Drop the trace's jobs of 0 s (default: kept; they complete at once and count in the JCT statistics).")] = False,
     infeasible: Annotated[str, typer.Option(help="Jobs that can never run on the cluster: drop (before the run, counted) or keep (reported unschedulable).")] = _D.infeasible,
     cluster_file: Annotated[Optional[str], typer.Option("--cluster", help="YAML cluster file (node groups: count, gpus_per_node, gpu_mem_gib, gpu_model; `iadeep experiment cluster` writes one from a trace's node list), or 'openb' (the registry's openb node list); replaces --nodes/--gpus-per-node/--gpu-mem-gib.")] = None,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
@@ -55,6 +58,7 @@ def run_cmd(
     scheduler_config: Annotated[Optional[str], typer.Option(help="KubeSchedulerConfiguration for the kube queue's backoff.")] = None,
     kube_preemption: Annotated[bool, typer.Option(help="kube queue: head-of-line preemption for the pod nothing pending is ahead of (live: the extender evicts the victim and its Job replaces it).")] = _D.kube_preemption,
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle.")] = _D.predictor,
+    gang_placement: Annotated[str, typer.Option(help="Simulator: a multi-GPU job as pods of equal size, each on one node (pods; as the kubernetes backend runs it), or on any GPUs of the cluster (any-gpus).")] = _D.gang_placement,
     backend: Annotated[str, typer.Option(help="simulator, or kubernetes (Jobs on the local control plane with kwok GPU nodes, the extender and the GPU emulator).")] = _D.backend,
     speedup: Annotated[float, typer.Option(help="kubernetes backend: emulated seconds per wall second.")] = _D.speedup,
     timeout_s: Annotated[Optional[float], typer.Option(help="kubernetes backend: wall-clock bound per policy (s) (default: from the trace).")] = None,
@@ -73,11 +77,12 @@ def run_cmd(
             trace=trace, trace_file=trace_file, jobs=jobs, start_job=start_job, window_start_s=window_start_s,
             window_end_s=window_end_s, virtual_cluster=virtual_cluster, max_gpus=max_gpus, arrival_scale=arrival_scale,
             iadeep_arrival_rule=iadeep_arrival_rule, target_load=target_load, mix=mix, skip_bad_rows=skip_bad_rows,
-            strict=strict, include_censored=include_censored, infeasible=infeasible, cluster_file=cluster_file,
+            strict=strict, include_censored=include_censored, drop_zero_duration=drop_zero_duration, infeasible=infeasible,
+            cluster_file=cluster_file,
             policies=tuple(p.strip() for p in policies.split(",") if p.strip()), nodes=nodes, gpus_per_node=gpus_per_node,
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill,
             queue=queue, kube_preemption=kube_preemption, scheduler_config=scheduler_config, predictor=predictor, backend=backend, speedup=speedup,
-            timeout_s=timeout_s, kubeconfig=kubeconfig, out=out)
+            timeout_s=timeout_s, kubeconfig=kubeconfig, gang_placement=gang_placement, out=out)
         start_workers(cfg, workers)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
@@ -148,8 +153,14 @@ def run_cmd(
 @app.command("sweep")
 def sweep_cmd(
     start_jobs: Annotated[Optional[str], typer.Option(help="Comma-separated start jobs (trace windows) (default: 0,20000,40000,60000 for philly, 0 for the smaller traces).")] = None,
-    loads: Annotated[str, typer.Option(help="Comma-separated target mean offered loads.")] = "1,2",
-    seeds: Annotated[str, typer.Option(help="Comma-separated seeds.")] = "0,1",
+    loads: Annotated[Optional[str], typer.Option(help="Comma-separated target mean offered loads (default 1,2).")] = None,
+    seeds: Annotated[Optional[str], typer.Option(help="Comma-separated seeds (default 0,1).")] = None,
+    draw: Annotated[Optional[int], typer.Option(help="Instead of a grid: this many settings drawn at random (trace among philly, the five ms-itp clusters and openb; window start; load in [0.5, 3]; mix seed; a cluster of 3-8 nodes of 4 or 8 GPUs), recorded in sweep.csv and guard.json.")] = None,
+    draw_seed: Annotated[int, typer.Option(help="Seed of --draw (the same N and seed draw the same settings).")] = 0,
+    from_draw: Annotated[Optional[str], typer.Option(help="Rerun the draw recorded in this guard.json exactly.")] = None,
+    oracle: Annotated[bool, typer.Option(help="Also run iadeep with perfect prediction (policy row iadeep@oracle) and report its guard.")] = False,
+    ceiling: Annotated[bool, typer.Option(help="Also run iadeep (oracle), antman and gandiva without interference (tools/zero_interference.py's table): the ceiling and the share of headroom iadeep captures.")] = False,
+    workers: Annotated[int, typer.Option(help="Settings run in this many processes at once (results identical to 1).")] = 1,
     jobs: Annotated[int, typer.Option(help="Jobs per setting.")] = _D.jobs or 400,
     trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
     virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
@@ -162,53 +173,82 @@ def sweep_cmd(
     gpu_type: Annotated[str, typer.Option(help="Throughput measurements of this GPU type: v100, p100, k80 (or a key of --throughputs).")] = _D.gpu_type,
     out: Annotated[str, typer.Option(help="Output folder.")] = "runs/sweep",
 ) -> None:
-    """Compare the policies over several windows x loads x seeds (x queue models); write sweep.csv,
-    sweep.png and guard.json (the guard figures per queue model)."""
+    """Compare the policies over several windows x loads x seeds, or over settings drawn at random
+    (--draw), x queue models; write sweep.csv, sweep.png and guard.json (the guard figures per queue model)."""
     import pandas as pd
 
-    from iadeep.experiment._sweep import GUARD_GOALS, guard_figures, plot_sweep, run_sweep
-    from iadeep.report import write_json
-
-    console = Console(width=None if sys.stdout.isatty() else 130)
     from iadeep.datasets import DatasetError
+    from iadeep.experiment._steps import fetch_inputs
+    from iadeep.experiment._sweep import check_grid, guard_lines, plot_sweep, run_draw, run_sweep
+    from iadeep.report import write_json
     from iadeep.traces import TraceFormatError
 
+    console = Console(width=None if sys.stdout.isatty() else 130)
+    drawn = draw is not None or from_draw is not None
     try:
+        if drawn:
+            given = [f"--{n.replace('_', '-')}" for n, v in (("start_jobs", start_jobs), ("loads", loads), ("seeds", seeds),
+                                                            ("virtual_cluster", virtual_cluster)) if v is not None]
+            given += ["--trace"] * (trace != _D.trace) + ["--mix"] * (mix != _D.mix)
+            if given:
+                raise ConfigError("draw", f"a draw picks the trace, window, load, seed and cluster itself; "
+                                          f"{', '.join(given)} cannot be given with it")
+            if draw is not None and from_draw is not None:
+                raise ConfigError("draw", "give --draw N or --from-draw FILE, not both")
+            if draw is not None and draw < 1:
+                raise ConfigError("draw", f"a draw needs at least one setting, got {draw}")
+            if draw_seed < 0:
+                raise ConfigError("draw_seed", f"must be >= 0, got {draw_seed}")
+        if workers < 1:
+            raise ConfigError("workers", f"must be >= 1, got {workers}")
         base = _registry_config(trace, dict(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
                                             policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
                                             kube_preemption=kube_preemption, predictor=predictor,
                                             throughputs_file=throughputs_file, gpu_type=gpu_type, out=out))
         queues = _name_list("queue", queue)
         bases = {q: dataclasses.replace(base, queue=q) for q in queues}  # validates each queue name
-        starts = _number_list("start_jobs", start_jobs or SWEEP_WINDOWS.get(trace, "0"), int)
-        load_list = _number_list("loads", loads, float)
-        seed_list = _number_list("seeds", seeds, int)
-        # every setting checked, the last window built, before the first setting runs
-        from iadeep.experiment._steps import fetch_inputs
-        from iadeep.experiment._sweep import check_grid
-
         paths = fetch_inputs(base, progress=sys.stderr.isatty())  # the first fetch of a sweep: a bar where someone watches
-        check_grid(base, paths, starts, load_list, seed_list)
+        if drawn:
+            settings, inputs = _draw_of(base, draw, draw_seed, from_draw)
+            label = lambda q: ""  # noqa: E731 (run_draw names the settings)
+        else:
+            starts = _number_list("start_jobs", start_jobs or SWEEP_WINDOWS.get(trace, "0"), int)
+            load_list = _number_list("loads", loads or "1,2", float)
+            seed_list = _number_list("seeds", seeds or "0,1", int)
+            # every setting checked, the last window built, before the first setting runs
+            check_grid(base, paths, starts, load_list, seed_list)
+            label = (lambda q: f"{q}:") if len(queues) > 1 else (lambda q: "")
     except ConfigError as exc:
         raise usage_error(exc, _OPTIONS) from None
     except (DatasetError, OSError) as exc:
         raise _input_error("sweep", exc) from None
     # the table and the guard read each policy against iadeep; a sweep without it, against its first policy
     reference = "iadeep" if "iadeep" in base.policies else base.policies[0]
-    n = len(starts) * len(load_list) * len(seed_list) * len(queues)
+    zero = None
+    if ceiling:
+        from iadeep.interference import without_interference
+
+        try:
+            base.out_dir.mkdir(parents=True, exist_ok=True)
+            zero = str(base.out_dir / "zero-interference.json")
+            Path(zero).write_text(json.dumps(without_interference(json.loads(Path(paths["throughputs"]).read_text()))[0]))
+        except (OSError, ValueError) as exc:
+            raise _input_error("sweep", OSError(f"cannot write the zero-interference table in {base.out_dir}: {exc}")) from None
+    n = (len(settings) if drawn else len(starts) * len(load_list) * len(seed_list)) * len(queues)
     with Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("settings", total=n)
 
-        started = [0]
-
         def step(setting: str) -> None:
-            bar.update(task, description=setting, completed=started[0])
-            started[0] += 1
+            bar.update(task, description=setting, advance=1)
 
-        label = (lambda q: f"{q}:") if len(queues) > 1 else (lambda q: "")
         try:
-            df = pd.concat([run_sweep(b, starts, load_list, seed_list, reference=reference, on_setting=step, label=label(q),
-                                      write=False).assign(queue=q) for q, b in bases.items()], ignore_index=True)
+            if drawn:
+                df = run_draw(bases, settings, inputs, oracle=oracle, ceiling=zero, workers=workers, on_done=step,
+                              reference=reference)
+            else:
+                df = pd.concat([run_sweep(b, starts, load_list, seed_list, reference=reference, on_setting=step,
+                                          label=label(q), write=False, oracle=oracle, ceiling=zero).assign(queue=q)
+                                for q, b in bases.items()], ignore_index=True)
         except (ValueError, DatasetError, TraceFormatError, OSError) as exc:  # e.g. a window past the trace's end
             bar.stop()
             raise _input_error("sweep", exc) from None
@@ -229,30 +269,56 @@ def sweep_cmd(
     for setting, row in pivot.iterrows():
         table.add_row(str(setting), *(f"{v:.2f}" for v in row))
     console.print(table)
+    from iadeep.experiment._sweep import guard_figures
+
     guards = {q: guard_figures(df[df["queue"] == q]) for q in queues}
-    packing = [p for p in ("antman", "gandiva") if p in base.policies]
-    against = "better of " + ", ".join(packing) if len(packing) > 1 else ", ".join(packing)
+    if drawn:
+        record = {"seed": None if from_draw else draw_seed, "n": len(settings), "from": from_draw,
+                  "settings": [{"setting": s.name, **s.fields()} for s in settings]}
+        guards = {q: {**g, "draw": record} for q, g in guards.items()}
     for q, guard in guards.items():
-        if guard["worst_vs_packing"] is None:
-            if "iadeep" in base.policies:
-                console.print(f"guard ({q} queue): none: it compares iadeep with antman and gandiva, and neither ran")
-            continue
-        excl = guard["worst_vs_exclusive"]
-        met = guard["met"] or "n/a, not every figure was measured"
-        console.print(f"guard ({q} queue): iadeep / {against}: worst {guard['worst_vs_packing']:.2f} "
-                      f"({guard['worst_setting']}), median {guard['median_vs_packing']:.2f}; worst vs exclusive "
-                      f"{'n/a (exclusive did not run)' if excl is None else f'{excl:.2f}'} (goals {GUARD_GOALS['worst_vs_packing']}, "
-                      f"{GUARD_GOALS['median_vs_packing']}, {GUARD_GOALS['worst_vs_exclusive']}: met {met})")
-        if guard.get("unreachable_vs_exclusive"):
-            console.print(f"  no policy can reach {GUARD_GOALS['worst_vs_exclusive']} x exclusive on "
-                          f"{guard['unreachable_vs_exclusive']}: their mean dedicated run time alone is up to "
-                          f"{guard['floor_vs_exclusive']:.2f} x exclusive's avg JCT")
+        for line in guard_lines(guard, q, base.policies):
+            console.print(line)
     # strict JSON: an undefined ratio is null with its reason; one queue model: its figures, several: by model
     try:
         write_json(base.out_dir / "guard.json", guards[queues[0]] if len(queues) == 1 else guards)
     except OSError as exc:
         raise _input_error("sweep", OSError(f"cannot write the results in {base.out_dir}: {exc}")) from None
     console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png, guard.json")
+
+
+def _draw_of(base: ExperimentConfig, n: int | None, seed: int, from_draw: str | None):
+    """The drawn settings (:func:`iadeep.experiment.draw_settings`, or the draw recorded in
+    ``from_draw``) and a function giving each setting's inputs (its trace fetched once).
+
+    Raises:
+        ConfigError: ``from_draw`` unreadable or recording no draw (names ``--from-draw``).
+    """
+    from iadeep.experiment._draw import draw_settings, read_draw
+    from iadeep.experiment._steps import count_jobs, fetch_inputs
+
+    fetched: dict[str, dict[str, str]] = {}
+
+    def inputs(setting) -> dict[str, str]:
+        trace = setting if isinstance(setting, str) else setting.trace
+        if trace not in fetched:
+            fetched[trace] = fetch_inputs(dataclasses.replace(base, trace=trace), progress=False)
+        return fetched[trace]
+
+    if from_draw is not None:
+        try:
+            settings = read_draw(from_draw)
+        except (OSError, ValueError) as exc:
+            raise ConfigError("from_draw", one_line(exc)) from None
+        return settings, inputs
+
+    def window_count(trace: str, vc: str | None, nodes: int, gpus: int) -> int:
+        cfg = dataclasses.replace(base, trace=trace, virtual_cluster=vc, nodes=nodes, gpus_per_node=gpus,
+                                  mix="gavel" if trace == "openb" else "iadeep")
+        paths = inputs(trace)
+        return count_jobs(cfg, paths["trace"], paths["throughputs"])
+
+    return draw_settings(n, seed, window_count, base.jobs or 400), inputs
 
 
 from iadeep.experiment._cluster_cli import cluster_cmd  # noqa: E402

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
 
-__all__ = ["cluster_cmd", "registry_cluster"]
+__all__ = ["cluster_cmd", "philly_report", "registry_cluster"]
 
 #: ``--cluster`` keywords: a cluster from a registry dataset's node list.
 REGISTRY_CLUSTERS = {"openb": ("openb", "openb_node_list_gpu_node.csv")}
@@ -32,9 +33,10 @@ def cluster_cmd(
     out: Annotated[str, typer.Option(help="Cluster file (YAML) to write.")],
     from_openb: Annotated[Optional[str], typer.Option(help="openb's openb_node_list_gpu_node.csv ('registry': the registry's).")] = None,
     from_philly: Annotated[Optional[str], typer.Option(help="Philly's cluster_machine_list.")] = None,
-    job_log: Annotated[Optional[str], typer.Option(help="Philly's cluster_job_log: check the machine list against it.")] = None,
+    job_log: Annotated[Optional[str], typer.Option(help="Philly's cluster_job_log: give each machine at least the GPUs its jobs used, add the machines used but not listed, and report them.")] = None,
 ) -> None:
-    """Derive a cluster file from a trace's node list (openb) or machine list (Philly, with a consistency report).
+    """Derive a cluster file from a trace's node list (openb) or machine list (Philly; with --job-log,
+    corrected to cover what the jobs used, and the corrected machines reported).
     \f
     Bad input (no source or both, a missing, empty or malformed file, a folder where a file is
     expected, an ``--out`` that cannot be written) ends with one line on stderr
@@ -61,18 +63,13 @@ def cluster_cmd(
             spec = registry_cluster("openb") if from_openb == "registry" else cluster_from_openb(from_openb)
             comment = f"from openb node list {from_openb}"
         else:
-            spec = cluster_from_philly(str(from_philly))
+            spec = cluster_from_philly(str(from_philly), job_log)
             comment = f"from Philly machine list {from_philly}"
             if job_log:
-                r = philly_consistency(str(from_philly), job_log)
-                fewer = ", ".join(f"{m} ({a} listed, {b} used)" for m, (a, b) in list(r.fewer_gpus_than_used.items())[:20])
-                lines = [f"machines listed {r.machines_listed}, used by jobs {r.machines_used}",
-                         f"listed with fewer GPUs than a job used: {len(r.fewer_gpus_than_used)}" + (f": {fewer}" if fewer else ""),
-                         f"used but not listed: {len(r.used_not_listed)}"
-                         + (f": {', '.join(r.used_not_listed[:20])}" if r.used_not_listed else "")]
-                for line in lines:
+                report = philly_report(philly_consistency(str(from_philly), job_log))
+                for line in report(20):
                     console.print(line)
-                comment += "\nconsistency with " + job_log + ":\n" + "\n".join(lines)
+                comment += "\ncorrected by the job log " + job_log + ":\n" + "\n".join(report(None))
     except (ClusterFileError, ValueError, DatasetError) as exc:
         _fail(str(exc))
     except OSError as exc:  # FileNotFoundError and the like: the OS message names the file
@@ -83,6 +80,34 @@ def cluster_cmd(
         _fail(f"--out {out}: cannot write: {exc.strerror or exc}")
     console.print(f"{spec.nodes} nodes, {spec.total_gpus} GPUs: {spec.describe()}")
     console.print(f"cluster file [bold]{path}[/bold]")
+
+
+def philly_report(r: Any) -> Callable[[int | None], list[str]]:
+    """The lines that say how the job log corrected the machine list.
+
+    Args:
+        r: a :class:`iadeep.sim.PhillyConsistency`.
+
+    Returns:
+        ``lines(limit)``: the report, naming at most ``limit`` machines per line (``None``: all).
+    """
+    def names(items: list[str], limit: int | None) -> str:
+        if not items:
+            return ""
+        shown = items if limit is None else items[:limit]
+        more = len(items) - len(shown)
+        return ": " + ", ".join(shown) + (f" and {more} more (all in the cluster file's comment)" if more else "")
+
+    raised = [f"{m} ({a} listed -> {b})" for m, (a, b) in r.fewer_gpus_than_used.items()]
+    added = [f"{m} ({r.used_gpus[m]} GPU{'s' if r.used_gpus[m] != 1 else ''})" for m in r.used_not_listed]
+    mem = f", {r.unlisted_gpu_mem_gib:g} GiB per GPU (the list's most common)" if added and r.unlisted_gpu_mem_gib else ""
+
+    def lines(limit: int | None) -> list[str]:
+        return [f"machines listed {r.machines_listed}, used by jobs {r.machines_used}",
+                f"GPUs raised to what the jobs used: {len(raised)}{names(raised, limit)}",
+                f"added, used but not listed: {len(added)}{mem}{names(added, limit)}"]
+
+    return lines
 
 
 def _fail(message: str) -> NoReturn:

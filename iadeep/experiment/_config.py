@@ -47,6 +47,9 @@ class ExperimentConfig:
             before it starts, ...; :data:`iadeep.traces.REASONS`) instead of handling it by rule.
         include_censored: count censored jobs (still running when the trace was taken) in the JCT
             statistics; default: excluded (counted apart as ``censored_jobs``).
+        drop_zero_duration: drop the trace's jobs of 0 s (not censored) before the run, counted as
+            ``zero_duration`` in ``trace.dropped``; default: kept (they complete at once and count in
+            the completed jobs and the JCT statistics; ``trace.flagged.zero_duration`` says how many).
         infeasible: jobs that can never run on the cluster (``wider_than_cluster``,
             ``exceeds_gpu_memory``): ``"drop"`` (default, before the run, counted) or ``"keep"``
             (in the workload, reported as unschedulable by every policy).
@@ -81,6 +84,9 @@ class ExperimentConfig:
             seconds (the parity check sets it to the speedup).
         whole_gib: the simulator rounds each job's GPU memory up to whole GiB, as the kubernetes
             backend must request it (extended resources are integers); on for the parity check.
+        gang_placement: how the simulator places a multi-GPU job (:attr:`iadeep.sim.SimSettings.gang_placement`):
+            ``"pods"`` (default: equal pods, each on one node, as the kubernetes backend runs it)
+            or ``"any-gpus"`` (any GPUs of the cluster, for comparing with other simulators).
         backend: ``simulator`` (the trace-driven simulator) or ``kubernetes`` (Jobs on a cluster:
             the local control plane with kwok nodes, our extender and the GPU emulator).
         speedup: the kubernetes backend's time compression (emulated seconds per wall second).
@@ -107,6 +113,7 @@ class ExperimentConfig:
     skip_bad_rows: bool = False
     strict: bool = False
     include_censored: bool = False
+    drop_zero_duration: bool = False
     infeasible: str = "drop"
     cluster_file: str | None = None
     policies: tuple[str, ...] = DEFAULT_POLICIES
@@ -126,6 +133,7 @@ class ExperimentConfig:
     tuning: bool = True
     whole_gib: bool = False
     kube_time_scale: float = 1.0
+    gang_placement: str = "pods"
     backend: str = "simulator"
     speedup: float = 1000.0
     timeout_s: float | None = field(default=None, metadata={"gt": 0})
@@ -176,11 +184,12 @@ class ExperimentConfig:
         twice = sorted({p for p in self.policies if self.policies.count(p) > 1})
         if twice:
             raise ConfigError("policies", f"{', '.join(map(repr, twice))} named more than once")
-        from iadeep.sim import QUEUES
+        from iadeep.sim import GANG_PLACEMENTS, QUEUES
 
         checks = [("mix", self.mix, tuple(MIXES)), ("predictor", self.predictor, ("learned", "oracle")),
                   ("infeasible", self.infeasible, ("drop", "keep")), ("queue", self.queue, QUEUES),
-                  ("backend", self.backend, ("simulator", "kubernetes"))]
+                  ("backend", self.backend, ("simulator", "kubernetes")),
+                  ("gang_placement", self.gang_placement, GANG_PLACEMENTS)]
         if self.throughputs_file is None:  # a given file's keys are checked when it is read
             checks.append(("gpu_type", self.gpu_type, GPU_TYPES))
         for field_name, value, known in checks:

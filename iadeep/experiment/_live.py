@@ -9,8 +9,9 @@ the annotations the extender and the emulator read (model, batch size, duration,
 ``iadeep.io/emulated``, speedup). The Job is created ``LiveSettings.ahead_s`` before its arrival
 with its pod gated (those of the first ``ahead_s`` before the clock starts at ``t0``), and the
 gate removed at ``t0 + (submit - first submit) / speedup`` wall seconds (:class:`~iadeep.experiment._replay.GatedSubmitter`: Job creation and the Job
-controller's latency are off the arrival path). It waits for every Job's ``Complete`` or
-``Failed`` condition through a watch (reopened until a deadline), then reads the times back:
+controller's latency are off the arrival path). It waits for every Job to finish (a success or
+failure condition, :func:`~iadeep.experiment.job_outcome`) through a watch (reopened until a
+deadline), then reads the times back:
 
 - submit: the wall time the pod's gate was removed (pod annotation ``iadeep.io/submit-time``,
   written with the removal; the API's timestamps have 1 s resolution, 1,000 emulated s at 1000x);
@@ -232,6 +233,8 @@ class LocalCluster:
     workdir: Path | None = None
     extender_port: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    #: record the services' series with Prometheus when its binary is there (:mod:`._prometheus`)
+    prometheus: bool = True
 
     def __enter__(self) -> LocalCluster:
         from iadeep.dev import ControlPlane
@@ -257,11 +260,41 @@ class LocalCluster:
             raise
         self.api = self.control_plane.api_client()
         self._procs: list[_Process] = []
+        self._prom = self._start_prometheus() if self.prometheus else None
+        self._run_started = time.time()
         self.timings["cluster_start_s"] = time.monotonic() - t0
         return self
 
+    def _start_prometheus(self) -> Any:
+        from iadeep.experiment._prometheus import LocalPrometheus, prometheus_binary
+
+        binary = prometheus_binary()
+        if binary is None:
+            log.info("no prometheus binary (Debian: apt-get install prometheus): the report has no services' series")
+            return None
+        try:
+            return LocalPrometheus(self.workdir / "prometheus", binary).start()  # type: ignore[operator]
+        except (OSError, RuntimeError) as exc:  # the run goes on without the series
+            log.warning("prometheus did not start: %s", exc)
+            return None
+
+    def service_series(self) -> dict[str, Any] | None:
+        """The services' series since the current run's services were ready
+        (:func:`iadeep.experiment._prometheus.collect_series`); ``None`` without Prometheus."""
+        if self._prom is None:
+            return None
+        from iadeep.experiment._prometheus import collect_series
+
+        try:
+            return collect_series(self._prom, self._run_started, time.time())
+        except (OSError, RuntimeError, ValueError) as exc:
+            log.warning("prometheus series: %s", exc)
+            return None
+
     def __exit__(self, *exc: object) -> None:
         self.stop_services()
+        if self._prom is not None:
+            self._prom.stop()
         self.api.close()
         self.control_plane.stop()
         self.etcd.stop()
@@ -323,6 +356,11 @@ class LocalCluster:
         self._wait_ready(prefix, len(specs), ext, emu)
         for p in self._procs[2:]:
             _wait_http(p, "/readyz")
+        if self._prom is not None:
+            coord = [p.url.removeprefix("http://") for p in self._procs if "coordinator" in p.log_path.stem]
+            self._prom.set_targets({"iadeep-extender": [f"127.0.0.1:{self.extender_port}"], "iadeep-coordinator": coord},
+                                   labels={"run": run, "policy": policy})
+        self._run_started = time.time()
         return prefix
 
     def _start_tuning(self, run: str, env: dict[str, str], logs: Path) -> list[_Process]:

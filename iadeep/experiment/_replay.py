@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from iadeep.experiment._jobstatus import job_outcome
+
 __all__ = ["ARRIVAL_GATE", "SUBMIT_ANNOTATION", "GatedSubmitter", "follow", "watch_jobs"]
 
 log = logging.getLogger("iadeep.experiment")
@@ -114,8 +116,9 @@ def follow(list_fn: Callable[..., Any], namespace: str, selector: str, deadline:
 
 def watch_jobs(api_client: Any, namespace: str, selector: str, total: int, deadline: float,
                on_done: Callable[[str, str, float], None]) -> None:
-    """Follow the Jobs until ``total`` have a ``Complete`` or ``Failed`` condition;
-    ``on_done(name, condition, wall time seen)`` once per Job.
+    """Follow the Jobs until ``total`` have finished (:func:`~iadeep.experiment.job_outcome`:
+    ``SuccessCriteriaMet`` or ``Complete``, ``FailureTarget`` or ``Failed``);
+    ``on_done(name, "Complete" | "Failed", wall time seen)`` once per Job, at the first of them.
 
     Raises:
         TimeoutError: not all finished by ``deadline`` (the message says how many did not).
@@ -128,11 +131,10 @@ def watch_jobs(api_client: Any, namespace: str, selector: str, total: int, deadl
         name = (job.get("metadata") or {}).get("name", "")
         if name in done:
             return
-        for c in (job.get("status") or {}).get("conditions") or []:
-            if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
-                done.add(name)
-                on_done(name, c["type"], time.time())
-                return
+        outcome = job_outcome(job.get("status"))
+        if outcome is not None:
+            done.add(name)
+            on_done(name, outcome, time.time())
 
     try:
         follow(client.BatchV1Api(api_client).list_namespaced_job, namespace, selector, deadline, handle,

@@ -11,6 +11,7 @@ mapped task per policy) and passes only the output folder between them. Files wr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -29,7 +30,7 @@ from iadeep.experiment._cluster_cli import REGISTRY_CLUSTERS, registry_cluster
 from iadeep.experiment._config import TRACE_DATASETS, ExperimentConfig
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
-from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, write_json, write_markdown, write_summary_json
+from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, plot_service_series, write_json, write_markdown, write_summary_json
 from iadeep.sim import ClusterSpec, KubeQueueSettings, SimResult, SimSettings, feasibility, load_cluster, simulate, type_speeds
 
 __all__ = ["run_live", "sim_settings", "fetch_inputs", "build_workload", "check_measured", "run_policy", "run_policies",
@@ -76,7 +77,7 @@ def sim_settings(cfg: ExperimentConfig) -> SimSettings:
         k = cfg.kube_time_scale
         kube = KubeQueueSettings(kube.initial_backoff_s * k, kube.max_backoff_s * k, kube.max_unschedulable_s * k)
     return SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill,
-                       queue=cfg.queue, kube=kube, tuning=cfg.tuning)
+                       queue=cfg.queue, kube=kube, tuning=cfg.tuning, gang_placement=cfg.gang_placement)
 
 
 def fetch_inputs(cfg: ExperimentConfig, progress: bool = True, cache_dir: str | Path | None = None) -> dict[str, str]:
@@ -145,7 +146,19 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
     Raises:
         ValueError: no job left after the filters and drops (the message gives the counts).
     """
-    from iadeep.traces import TraceOptions, load_trace, offered_load
+    df, meta = _load_window(cfg, trace_path, throughputs)
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    clear_results(out)  # a new run: no file of an earlier one stays beside it
+    df.to_csv(out / "workload.csv", index=False)
+    meta = write_json(out / "workload.json", meta, _load_reasons(len(df)))
+    return df, meta
+
+
+def _load_window(cfg: ExperimentConfig, trace_path: str | Path,
+                 throughputs: str | Path | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """:func:`build_workload`'s table and metadata, without writing them."""
+    from iadeep.traces import load_trace, offered_load
 
     cluster = cluster_of(cfg)
     if throughputs is None:
@@ -162,14 +175,7 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
             why[measured] = feasibility(jobs.loc[measured], model, cluster)
         return why
 
-    opts = TraceOptions(
-        window_start_s=cfg.window_start_s or 0.0,
-        window_end_s=cfg.window_end_s if cfg.window_end_s is not None else math.inf, virtual_cluster=cfg.virtual_cluster,
-        n_jobs=cfg.jobs, start_job=cfg.start_job, max_gpus=cfg.max_gpus, arrival_scale=cfg.arrival_scale,
-        iadeep_arrival_rule=cfg.iadeep_arrival_rule, target_load=cfg.target_load, cluster_gpus=cluster.total_gpus,
-        mix=cfg.mix, seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows, strict=cfg.strict,
-        keep_wider=cfg.infeasible == "keep", exclude=cannot_run if cfg.infeasible == "drop" else None,
-    )
+    opts = _trace_options(cfg, cluster, cannot_run)
     df = load_trace(cfg.trace, trace_path, opts)
     dropped = {k: int(v) for k, v in dict(df.attrs.get("dropped", {})).items()}
     check_measured(cfg, df, throughputs, model)  # every job type measured, before anything prices one
@@ -190,7 +196,10 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
                              f"dropped {dropped}")
     load = offered_load(df, cluster.total_gpus)
     flagged = {"censored": int(df["censored"].sum())} if df["censored"].any() else {}
-    flagged.update({k: int(v) for k, v in dict(df.attrs.get("flagged", {})).items() if k != "censored"})
+    zero = int(((df["duration"] == 0) & ~df["censored"]).sum())  # the jobs of the final table
+    flagged.update({k: int(v) for k, v in dict(df.attrs.get("flagged", {})).items() if k not in ("censored", "zero_duration")})
+    if zero:
+        flagged["zero_duration"] = zero
     meta = {
         "name": cfg.trace,
         "source": str(trace_path),
@@ -202,15 +211,36 @@ def build_workload(cfg: ExperimentConfig, trace_path: str | Path,
         "span_s": float(load.span_s),
         "dropped": dropped,
         "flagged": flagged,
+        # jobs of 0 s (not censored): "kept" (they complete at once, in the JCT statistics) or "dropped"
+        "zero_duration": "dropped" if cfg.drop_zero_duration else "kept",
         "infeasible_kept": kept_infeasible,
         "skipped_rows": int(df.attrs.get("skipped_rows", 0)),
     }
-    out = cfg.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    clear_results(out)  # a new run: no file of an earlier one stays beside it
-    df.to_csv(out / "workload.csv", index=False)
-    meta = write_json(out / "workload.json", meta, _load_reasons(len(df)))
     return df, meta
+
+
+def _trace_options(cfg: ExperimentConfig, cluster, cannot_run) -> Any:
+    """The :class:`iadeep.traces.TraceOptions` of ``cfg`` on ``cluster`` (``cannot_run``: the
+    exclusion rule of :func:`build_workload`)."""
+    from iadeep.traces import TraceOptions
+
+    return TraceOptions(
+        window_start_s=cfg.window_start_s or 0.0,
+        window_end_s=cfg.window_end_s if cfg.window_end_s is not None else math.inf, virtual_cluster=cfg.virtual_cluster,
+        n_jobs=cfg.jobs, start_job=cfg.start_job, max_gpus=cfg.max_gpus, arrival_scale=cfg.arrival_scale,
+        iadeep_arrival_rule=cfg.iadeep_arrival_rule, target_load=cfg.target_load, cluster_gpus=cluster.total_gpus,
+        mix=cfg.mix, seed=cfg.seed, skip_bad_rows=cfg.skip_bad_rows, strict=cfg.strict,
+        keep_wider=cfg.infeasible == "keep", exclude=cannot_run if cfg.infeasible == "drop" else None,
+        drop_zero_duration=cfg.drop_zero_duration,
+    )
+
+
+def count_jobs(cfg: ExperimentConfig, trace_path: str | Path, throughputs: str | Path) -> int:
+    """How many jobs the trace holds for ``cfg`` after its filters and the drop of jobs the
+    cluster can never run, from its first job on (``start_job``, ``jobs`` and the window ignored):
+    the jobs a window of ``cfg`` can start at."""
+    full = dataclasses.replace(cfg, start_job=0, jobs=0, window_start_s=None, window_end_s=None)
+    return len(_load_window(full, trace_path, throughputs)[0])
 
 
 #: The files a run writes in its output folder (``build_workload``, ``run_policy``, ``write_report``).
@@ -449,6 +479,9 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
                 store.close()
             all_metrics[name] = _write_live(out, name, result, live_metrics, cluster_timings_s=dict(lc.timings),
                                             tuning_rounds=lc.tuning_rounds())
+            series = lc.service_series()
+            if series is not None:  # the services' series Prometheus recorded (the report plots them)
+                write_json(out / f"prometheus-{name}.json", series)
     return all_metrics
 
 
@@ -511,6 +544,9 @@ def write_report(cfg: ExperimentConfig, names: list[str] | None = None) -> dict[
         "normalised to iadeep": plot_normalised_bars(summaries, out / "normalised.png").name,
         "queue length": plot_queue_length(results, out / "queue_length.png").name,
     }
+    series = {n: json.loads((out / f"prometheus-{n}.json").read_text()) for n in names if (out / f"prometheus-{n}.json").is_file()}
+    if series:  # a live run with Prometheus (iadeep.experiment._prometheus)
+        plots["services' metrics"] = plot_service_series(series, out / "services.png").name
     write_markdown(out / "report.md", summary, plots)
     return summary
 

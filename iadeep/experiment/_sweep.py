@@ -19,33 +19,110 @@ import pandas as pd
 from iadeep.experiment._config import ExperimentConfig
 from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy
 
-__all__ = ["check_grid", "run_sweep", "run_setting", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "write_sweep_files",
+__all__ = ["check_grid", "run_sweep", "run_setting", "run_draw", "CEILING_POLICIES", "guard_lines", "headroom_captured", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "write_sweep_files",
            "GUARD_GOALS"]
 
 
 def run_setting(base: ExperimentConfig, paths: dict[str, str], start: int, load: float, seed: int, label: str = "",
-                options: dict[str, dict] | None = None) -> list[dict]:
+                options: dict[str, dict] | None = None, name: str | None = None, fields: dict[str, Any] | None = None,
+                oracle: bool = False, ceiling: str | None = None) -> list[dict]:
     """One setting of a sweep: every policy of ``base`` on the window from job ``start`` at target
-    load ``load`` with ``seed``; files under ``<base.out>/<label><start>-<load>-<seed>/``.
+    load ``load`` with ``seed``; files under ``<base.out>/<name>/``.
 
     Args:
         paths: ``{"trace": ..., "throughputs": ...}`` from :func:`fetch_inputs`.
         options: per policy, extra constructor arguments (:func:`run_policy`).
+        name: the setting's name (default ``<label><start>-<load>-<seed>``).
+        fields: other :class:`ExperimentConfig` fields of the setting (a drawn setting's trace,
+            cluster and mix: :class:`iadeep.experiment.DrawnSetting`), also written into its rows.
+        oracle: also run iadeep with the measured table as its predictor (``predictor="oracle"``),
+            as the policy row ``iadeep@oracle`` (files under ``<name>/oracle/``).
+        ceiling: a zero-interference table (:func:`iadeep.interference.without_interference`):
+            run iadeep (oracle), antman and gandiva on it too and add ``ceiling_avg_jct_s``, the best
+            of them, to every row (files under ``<name>/ceiling/``).
 
     Returns:
-        one ``sweep.csv`` row per policy (setting, start_job, target_load, seed, policy, summary metrics).
+        one ``sweep.csv`` row per policy (setting, its fields, policy, summary metrics).
     """
-    setting = f"{label}{start}-{load:g}-{seed}"
-    cfg = dataclasses.replace(base, start_job=start, target_load=load, seed=seed, out=str(Path(base.out) / setting))
+    setting = name or f"{label}{start}-{load:g}-{seed}"
+    cfg = dataclasses.replace(base, start_job=start, target_load=load, seed=seed, out=str(Path(base.out) / setting),
+                              **(fields or {}))
     workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])
+    runs: list[tuple[str, ExperimentConfig, str, dict | None]] = [
+        (policy, cfg, policy, (options or {}).get(policy)) for policy in cfg.policies]
+    if oracle and "iadeep" in cfg.policies:
+        runs.append(("iadeep@oracle", dataclasses.replace(cfg, out=str(cfg.out_dir / "oracle")), "iadeep",
+                     {**((options or {}).get("iadeep") or {}), "predictor": "oracle"}))
     rows = []
-    for name in cfg.policies:
-        result = run_policy(cfg, name, workload, paths["throughputs"], options=(options or {}).get(name))
+    for label_, run_cfg, policy, opts in runs:
+        result = run_policy(run_cfg, policy, workload, paths["throughputs"], options=opts)
         s = result.summary(cfg.include_censored)
-        rows.append({"setting": setting, "start_job": start, "target_load": load, "seed": seed, "policy": name,
-                     "offered_load_peak": meta["offered_load_peak"],
+        rows.append({"setting": setting, "start_job": start, "target_load": load, "seed": seed, **(fields or {}),
+                     "policy": label_, "offered_load_peak": meta["offered_load_peak"],
                      "avg_dedicated_s": dedicated_floor(result.jobs, cfg.include_censored), **s})
+    if ceiling:
+        zero = dataclasses.replace(cfg, out=str(cfg.out_dir / "ceiling"))
+        best = float("nan")
+        for policy in CEILING_POLICIES:
+            opts = {"predictor": "oracle"} if policy == "iadeep" else None
+            jct = run_policy(zero, policy, workload, ceiling, options=opts).summary(cfg.include_censored)["avg_jct_s"]
+            best = jct if not best <= jct else best  # NaN-safe minimum
+        for row in rows:
+            row["ceiling_avg_jct_s"] = best
     return rows
+
+
+#: The sharing policies whose best avg JCT on the zero-interference table is a setting's ceiling.
+CEILING_POLICIES = ("iadeep", "antman", "gandiva")
+
+
+def _run_drawn(args: tuple) -> list[dict]:
+    """:func:`run_setting` of one drawn setting (a process pool's task: arguments as one tuple)."""
+    base, paths, setting, queue, oracle, ceiling = args
+    fields = setting.fields()
+    start, load, seed = fields.pop("start_job"), fields.pop("target_load"), fields.pop("seed")
+    name = f"{queue}:{setting.name}" if queue else setting.name
+    rows = run_setting(base, paths, start, load, seed, name=name, fields=fields, oracle=oracle, ceiling=ceiling)
+    return [{**row, "queue": base.queue} for row in rows]
+
+
+def run_draw(bases: dict[str, ExperimentConfig], settings: Sequence[Any], paths_of: Callable[[Any], dict[str, str]],
+             oracle: bool = False, ceiling: str | None = None, workers: int = 1,
+             on_done: Callable[[str], None] | None = None, reference: str = "iadeep") -> pd.DataFrame:
+    """Every drawn setting under every queue model of ``bases``; returns the ``sweep.csv`` table.
+
+    Args:
+        bases: queue model -> the experiment every setting starts from (policies, predictor, ...).
+        settings: :class:`iadeep.experiment.DrawnSetting` items (:func:`iadeep.experiment.draw_settings`).
+        paths_of: a setting -> its inputs (:func:`fetch_inputs` of its trace).
+        oracle, ceiling: as :func:`run_setting`.
+        workers: settings run in this many processes at once (1: in this process); the table is
+            the same row for row whatever the number (each setting is its own deterministic run).
+        on_done: called with each setting's name as it ends.
+
+    Returns:
+        the rows of every setting in draw order (queue models in ``bases``' order within one), with
+        ``queue`` and the setting's fields as columns.
+    """
+    label = len(bases) > 1
+    tasks = [(b, paths_of(s), s, q if label else "", oracle, ceiling) for s in settings for q, b in bases.items()]
+    parts: list[list[dict]] = [[] for _ in tasks]
+    if workers <= 1:
+        for i, task in enumerate(tasks):
+            parts[i] = _run_drawn(task)
+            if on_done:
+                on_done(parts[i][0]["setting"])
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver")) as pool:
+            futures = {pool.submit(_run_drawn, task): i for i, task in enumerate(tasks)}
+            for future in as_completed(futures):
+                parts[futures[future]] = future.result()
+                if on_done:
+                    on_done(parts[futures[future]][0]["setting"])
+    return sweep_table([row for part in parts for row in part], reference)
 
 
 def check_grid(base: ExperimentConfig, paths: dict[str, str], start_jobs: Sequence[int], loads: Sequence[float],
@@ -98,18 +175,19 @@ def sweep_table(rows: list[dict], reference: str = "iadeep") -> pd.DataFrame:
 
 def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence[float], seeds: Sequence[int],
               reference: str = "iadeep", on_setting: Callable[[str], None] | None = None, label: str = "",
-              write: bool = True) -> pd.DataFrame:
+              write: bool = True, oracle: bool = False, ceiling: str | None = None) -> pd.DataFrame:
     """Run ``base`` for every (start job, target load, seed); returns the ``sweep.csv`` table.
 
     Each setting is named ``<label><start>-<load>-<seed>`` and writes its files under
-    ``<base.out>/<setting>/``; ``write=False`` skips ``sweep.csv`` (for callers that combine sweeps).
+    ``<base.out>/<setting>/``; ``write=False`` skips ``sweep.csv`` (for callers that combine sweeps);
+    ``oracle`` and ``ceiling`` as :func:`run_setting`.
     """
     rows = []
     paths = fetch_inputs(base, progress=False)
     for start, load, seed in itertools.product(start_jobs, loads, seeds):
         if on_setting:
             on_setting(f"{label}{start}-{load:g}-{seed}")
-        rows += run_setting(base, paths, start, load, seed, label)
+        rows += run_setting(base, paths, start, load, seed, label, oracle=oracle, ceiling=ceiling)
     df = sweep_table(rows, reference)
     if write:
         out = Path(base.out)
@@ -153,11 +231,32 @@ def dedicated_floor(jobs: pd.DataFrame, include_censored: bool = False) -> float
     return float(jobs.loc[keep, "duration_s"].mean()) if keep.any() else float("nan")
 
 
-#: The robustness goal of issue 9: iadeep's avg JCT over the better packing baseline's (antman,
-#: gandiva) at most 1.0 on every setting and 0.8 at the median; over exclusive's at most 0.5 everywhere.
-GUARD_GOALS = {"worst_vs_packing": 1.0, "median_vs_packing": 0.8, "worst_vs_exclusive": 0.5}
+#: The robustness goals, judged on a draw the policy was not designed on: iadeep's avg JCT over the
+#: better packing baseline's (antman, gandiva) at most 1.02 on every setting and 0.85 at the median;
+#: never above exclusive's (at most 1.0); at the median, at least 0.7 of the headroom to the
+#: zero-interference ceiling captured (:func:`guard_figures`).
+GUARD_GOALS = {"worst_vs_packing": 1.02, "median_vs_packing": 0.85, "worst_vs_exclusive": 1.0,
+               "median_headroom_captured": 0.7}
 GUARD_FLAG = 1.05
 """A setting whose ratio to the better packing baseline exceeds this is named (``above_packing``)."""
+ORACLE_SLACK = 0.01
+"""``oracle_worse`` names the settings where iadeep with perfect prediction is more than this
+(relative) slower than with its learned predictor."""
+
+
+HEADROOM_AT_LEAST = 0.01
+"""A setting has headroom when its ceiling is at least this (relative) below the better packing
+baseline; below that the share captured is a ratio of two noises and left out (NaN)."""
+
+
+def headroom_captured(policy_s: pd.Series, packing_s: pd.Series, ceiling_s: pd.Series) -> pd.Series:
+    """Share of the headroom to the ceiling a policy captures, per setting:
+    ``(1 - policy/packing) / (1 - ceiling/packing)`` (1: as good as no interference at all;
+    0: as the better packing baseline; negative: worse than it). NaN where the ceiling is less than
+    :data:`HEADROOM_AT_LEAST` below packing (no headroom) or a figure is missing. Arguments: avg JCTs (s) indexed by
+    setting."""
+    room = 1.0 - ceiling_s / packing_s
+    return ((1.0 - policy_s / packing_s) / room).where(room > HEADROOM_AT_LEAST)
 
 
 def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[str] = ("antman", "gandiva"),
@@ -165,74 +264,149 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
     """The sweep's guard against collapse: ``policy``'s avg JCT relative to the better packing baseline.
 
     Args:
-        df: the ``sweep.csv`` table (:func:`run_sweep`).
+        df: the ``sweep.csv`` table (:func:`run_sweep`, :func:`run_draw`); its optional columns
+            ``ceiling_avg_jct_s`` and the policy ``<policy>@oracle`` add the headroom and predictor figures.
 
     Returns:
         ``worst_vs_packing`` (max over settings of avg JCT / min(packing baselines' avg JCT)),
         ``worst_setting``, ``median_vs_packing``, ``worst_vs_exclusive`` (max of avg JCT /
         exclusive's), ``floor_vs_exclusive`` (max over settings of the dedicated floor /
-        exclusive's avg JCT: where it exceeds the exclusive goal, no policy can meet that goal on
-        that setting, see :func:`dedicated_floor`), ``unreachable_vs_exclusive`` (those settings,
-        comma-separated), ``above_packing`` (the settings above :data:`GUARD_FLAG` x the better
-        packing baseline, worst first, as ``"<setting> <ratio>"`` comma-separated; empty: none),
-        ``settings`` (count), and ``met`` (``"yes"``/``"no"`` against
-        :data:`GUARD_GOALS`); a figure is ``None`` when its policies were not run.
+        exclusive's avg JCT, see :func:`dedicated_floor`: how far below exclusive any policy
+        could be), ``above_packing`` (the settings above :data:`GUARD_FLAG` x the better packing baseline,
+        worst first, as ``"<setting> <ratio>"`` comma-separated; empty: none),
+        ``above_exclusive`` (the same for exclusive, above 1), ``median_headroom_captured``
+        (:func:`headroom_captured`'s median over the settings with headroom) and
+        ``ceiling_median_vs_packing``, ``oracle_worst_vs_packing`` / ``oracle_median_vs_packing``
+        (the same ratios of ``<policy>@oracle``) and ``oracle_worse`` (settings where it is
+        :data:`ORACLE_SLACK` slower than ``policy``, worst first), ``settings`` (count), and
+        ``met`` (``"yes"``/``"no"`` against :data:`GUARD_GOALS`); a figure is ``None`` when its
+        policies were not run.
     """
     table = df.pivot(index="setting", columns="policy", values="avg_jct_s")
-    out: dict[str, int | float | str | None] = {"settings": len(table), "worst_vs_packing": None, "worst_setting": None,
-                                          "median_vs_packing": None, "worst_vs_exclusive": None,
-                                          "floor_vs_exclusive": None, "unreachable_vs_exclusive": None, "above_packing": None,
-                                          "met": None}
+    out: dict[str, int | float | str | None] = {
+        "settings": len(table), "worst_vs_packing": None, "worst_setting": None, "median_vs_packing": None,
+        "worst_vs_exclusive": None, "floor_vs_exclusive": None, "above_packing": None,
+        "above_exclusive": None, "median_headroom_captured": None, "ceiling_median_vs_packing": None,
+        "oracle_worst_vs_packing": None, "oracle_median_vs_packing": None, "oracle_worse": None, "met": None}
     if policy not in table:
         return out
     base = [p for p in packing if p in table]
-    ratio = table[policy] / table[base].min(axis=1) if base else None
+    best_packing = table[base].min(axis=1) if base else None
+    ratio = table[policy] / best_packing if base else None
     if ratio is not None and ratio.notna().any():  # undefined everywhere (no job counted): no figures
         out.update(worst_vs_packing=float(ratio.max()), worst_setting=str(ratio.idxmax()),
-                   median_vs_packing=float(ratio.median()),
-                   above_packing=", ".join(f"{s} {r:.2f}" for s, r in ratio.sort_values(ascending=False).items()
-                                           if r > GUARD_FLAG))
+                   median_vs_packing=float(ratio.median()), above_packing=_above(ratio, GUARD_FLAG))
+        if "ceiling_avg_jct_s" in df.columns:
+            ceiling = df.groupby("setting")["ceiling_avg_jct_s"].first().reindex(table.index)
+            captured = headroom_captured(table[policy], best_packing, ceiling)
+            if captured.notna().any():
+                out["median_headroom_captured"] = float(captured.median())
+            if ceiling.notna().any():
+                out["ceiling_median_vs_packing"] = float((ceiling / best_packing).median())
+        oracle = f"{policy}@oracle"
+        if oracle in table:
+            by_oracle = table[oracle] / best_packing
+            out.update(oracle_worst_vs_packing=float(by_oracle.max()), oracle_median_vs_packing=float(by_oracle.median()),
+                       oracle_worse=_above(table[oracle] / table[policy], 1.0 + ORACLE_SLACK))
     if exclusive in table:
-        out["worst_vs_exclusive"] = float((table[policy] / table[exclusive]).max())
+        vs_excl = table[policy] / table[exclusive]
+        out["worst_vs_exclusive"] = float(vs_excl.max())
+        out["above_exclusive"] = _above(vs_excl, 1.0)
         if "avg_dedicated_s" in df.columns:
             floor = df[df["policy"] == exclusive].set_index("setting")["avg_dedicated_s"] / table[exclusive]
             out["floor_vs_exclusive"] = float(floor.max())
-            out["unreachable_vs_exclusive"] = ",".join(floor.index[floor > GUARD_GOALS["worst_vs_exclusive"]])
     figures = [(out[k], goal) for k, goal in GUARD_GOALS.items()]
     if all(v is not None for v, _ in figures):
-        out["met"] = "yes" if all(v <= goal for v, goal in figures) else "no"
+        out["met"] = "yes" if all(v <= goal for v, goal in figures[:3]) and figures[3][0] >= figures[3][1] else "no"
     return out
 
 
+def guard_lines(guard: dict, queue: str, policies: Sequence[str]) -> list[str]:
+    """The guard figures of one queue model as the lines ``iadeep experiment sweep`` prints."""
+    if guard["worst_vs_packing"] is None:
+        return [f"guard ({queue} queue): none: it compares iadeep with antman and gandiva, and neither ran"] \
+            if "iadeep" in policies else []
+    packing = [p for p in ("antman", "gandiva") if p in policies]
+    against = "better of " + ", ".join(packing) if len(packing) > 1 else ", ".join(packing)
+    excl = guard["worst_vs_exclusive"]
+    captured = guard.get("median_headroom_captured")
+    met = guard["met"] or "n/a, not every figure was measured"
+    goals = GUARD_GOALS
+    n = guard["settings"]
+    lines = [f"guard ({queue} queue, {n} setting{'' if n == 1 else 's'}): iadeep / {against}: worst {guard['worst_vs_packing']:.2f} "
+             f"({guard['worst_setting']}), median {guard['median_vs_packing']:.2f}; worst vs exclusive "
+             f"{'n/a (exclusive did not run)' if excl is None else f'{excl:.2f}'}; median headroom captured "
+             f"{'n/a (no --ceiling)' if captured is None else f'{captured:.2f}'} (goals <= {goals['worst_vs_packing']}, "
+             f"<= {goals['median_vs_packing']}, <= {goals['worst_vs_exclusive']}, >= {goals['median_headroom_captured']}: "
+             f"met {met})"]
+    if guard.get("oracle_worst_vs_packing") is not None:
+        lines.append(f"  with perfect prediction (iadeep@oracle): worst {guard['oracle_worst_vs_packing']:.2f}, median "
+                     f"{guard['oracle_median_vs_packing']:.2f}; slower than learned by over {ORACLE_SLACK:.0%} on: "
+                     f"{guard['oracle_worse'] or 'none'}")
+    if guard.get("above_packing"):
+        lines.append(f"  above {GUARD_FLAG} x packing: {guard['above_packing']}")
+    if guard.get("above_exclusive"):
+        lines.append(f"  above exclusive: {guard['above_exclusive']}")
+    return lines
+
+
+def _above(ratio: pd.Series, limit: float) -> str:
+    """``"<setting> <ratio>"`` of the settings whose ratio exceeds ``limit``, worst first, comma-separated."""
+    return ", ".join(f"{s} {r:.2f}" for s, r in ratio.sort_values(ascending=False).items() if r > limit)
+
+
 def plot_sweep(df: pd.DataFrame, path: Path, reference: str = "iadeep") -> Path:
-    """Grouped bars: each policy's avg JCT / the reference's, per setting (log scale; > 1 = reference wins)."""
+    """Grouped bars: each policy's avg JCT / the reference's, per setting (log scale; > 1 = reference
+    wins); with ``ceiling_avg_jct_s`` and both packing baselines in ``df``, a second panel below:
+    the share of the headroom to the zero-interference ceiling the reference captures per setting
+    (:func:`headroom_captured`) and its median."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import FormatStrFormatter
 
     col = f"avg_jct_vs_{reference}"
     table = df.pivot(index="setting", columns="policy", values=col).reindex(df["setting"].unique())
     others = [p for p in table.columns if p != reference]
+    jct = df.pivot(index="setting", columns="policy", values="avg_jct_s").reindex(table.index)
+    packing = [p for p in ("antman", "gandiva") if p in jct]
+    captured = None
+    if "ceiling_avg_jct_s" in df.columns and packing and reference in jct:
+        ceiling = df.groupby("setting")["ceiling_avg_jct_s"].first().reindex(table.index)
+        captured = headroom_captured(jct[reference], jct[packing].min(axis=1), ceiling)
     x = np.arange(len(table))
     width = 0.8 / max(len(others), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(table)), 4.0))
+    panels = 2 if captured is not None else 1
+    fig, axes = plt.subplots(panels, 1, figsize=(max(6.0, 0.3 * len(table) + 2.0), 4.0 * panels), sharex=True,
+                             squeeze=False)
+    ax = axes[0, 0]
     for k, name in enumerate(others):
         ax.bar(x + (k - (len(others) - 1) / 2) * width, table[name], width, label=name)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_yscale("log")
-    from matplotlib.ticker import FormatStrFormatter
-
     ax.yaxis.set_major_formatter(FormatStrFormatter("%.2g"))
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%.2g"))
-    ax.set_xticks(x, table.index, rotation=60, ha="right", fontsize=8)
-    ax.set_xlabel("setting: start job - target load - seed")
     ax.set_ylabel(f"avg JCT / {reference}'s (log)")
     ax.set_title(f"Above 1: {reference} is faster")
     if others:  # a sweep of the reference alone has no bars to name
         ax.legend(fontsize=8)
+    if captured is not None:
+        low = axes[1, 0]
+        values = captured.clip(-1.0, 1.0)
+        low.bar(x, values.fillna(0.0), 0.8, color=np.where(values.fillna(0.0) >= 0, "tab:green", "tab:red"))
+        median = float(captured.median()) if captured.notna().any() else float("nan")
+        low.axhline(0.0, color="black", lw=0.8)
+        if median == median:
+            low.axhline(median, color="tab:blue", lw=1.0, ls="--", label=f"median {median:.2f}")
+            low.legend(fontsize=8)
+        low.set_ylim(-1.05, 1.05)
+        low.set_ylabel("headroom captured\n(1 = no interference, 0 = packing)")
+    bottom = axes[-1, 0]
+    bottom.set_xticks(x, table.index, rotation=70, ha="right", fontsize=7)
+    bottom.set_xlabel("setting")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)

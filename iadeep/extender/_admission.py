@@ -7,8 +7,9 @@ extender bound to its node that still wait in bind phase ``allocating``
 holding the device IDs). With two such pods of the same size on one node nothing tells them
 apart: the kubelet admits pods in its own order (by creation time, which has one-second
 resolution, ties in any order), the preferred allocation follows the older pod's GPU, and the
-two pods swapped GPUs. Session 9 saw it once in a full test run on a loaded machine
-(``tests/node/test_node_gpus.py::test_two_gpu_pods_created_at_once_each_get_the_gpu_the_extender_chose``).
+two pods can swap GPUs (seen in a full run of
+``tests/node/test_node_gpus.py::test_two_gpu_pods_created_at_once_each_get_the_gpu_the_extender_chose``
+on a loaded machine).
 
 **Rule.** On a node whose inventory says its device plugin serves ``Allocate``
 (:attr:`iadeep.state.NodeInventory.allocates`), the extender binds a GPU pod only while no other

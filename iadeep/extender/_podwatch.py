@@ -123,6 +123,11 @@ class PendingPods:
         with self._lock:
             return sum(g for u, (k, g) in self._pods.items() if k < key and u != uid and u not in exclude)
 
+    def others(self, uid: str, exclude: Collection[str] = ()) -> int:
+        """Pending pods other than this one and ``exclude`` (the policy's ``jobs_queued``)."""
+        with self._lock:
+            return sum(1 for u in self._pods if u != uid and u not in exclude)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._pods)

@@ -1,6 +1,6 @@
 """Preemption in the extender: the victims' pods are evicted and their GPUs held for the preemptor.
 
-The policy decides (:attr:`iadeep.policy.FilterResult.preempt`, iadeep's head-of-line rule with
+The policy decides (a :class:`iadeep.policy.Preemption` from its post-filter phase, iadeep's head-of-line rule with
 ``preempt_unblocked``); this module keeps what kube-scheduler keeps for its own preemptions, a
 *nomination* (``status.nominatedNodeName``, KEP-1923's "nominated pods"): until the preemptor is
 bound, or the nomination expires, every other pod is placed as if the preemptor already ran on

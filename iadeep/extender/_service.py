@@ -60,7 +60,7 @@ from iadeep.extender._wire import (
     Pod,
 )
 from iadeep.interference import InterferenceModel, InterferenceSample
-from iadeep.policy import POLICIES, ClusterView, FilterResult, JobRequest, Placement, make_policy
+from iadeep.policy import POLICIES, ClusterView, FilterResult, JobRequest, Placement, Preemption, Wait, make_policy
 from iadeep.state import (
     AllocationConflict,
     Assignment,
@@ -289,7 +289,8 @@ class ExtenderService:
 
     def _request(self, demand: PodDemand, type_id: int, base: ViewBase, now: float) -> tuple[ClusterView, JobRequest]:
         """The policy's inputs for the pod: the view with it added, and its request, whose
-        ``gpus_ahead`` counts the pending pods kube-scheduler tries before it (:class:`PendingPods`)."""
+        ``gpus_ahead`` counts the pending pods kube-scheduler tries before it and ``jobs_queued``
+        the other pending pods (:class:`PendingPods`), as the simulator's kube queue counts them."""
         try:
             jobs = self.cache.current()[0].jobs  # the pods' Jobs name the view's job keys
         except StoreUnavailable:
@@ -298,7 +299,8 @@ class ExtenderService:
         nominated = [n.pod_uid for n in self.nominations.others(demand.uid)]
         ahead = self.pending.gpus_ahead(demand.uid, demand.priority, demand.created_s, demand.namespace, demand.name,
                                         exclude=nominated)
-        return view, (replace(request, gpus_ahead=ahead) if ahead else request)
+        queued = self.pending.others(demand.uid, exclude=nominated)
+        return view, (replace(request, gpus_ahead=ahead, jobs_queued=queued) if ahead or queued else request)
 
     _job_of = staticmethod(job_of)
 
@@ -356,17 +358,30 @@ class ExtenderService:
                     f"--max-txn-ops allows at most {limit} GPUs per pod (IADEEP_ETCD_MAX_TXN_OPS)")
         return None
 
-    def _assess(self, demand: PodDemand, type_id: int, base: ViewBase, names: list[str]) -> tuple[FilterResult, dict[str, int]]:
-        """Filter and score ``names`` for the pod on ``base``; remembered for the pod's ``prioritize``."""
+    def _assess(self, demand: PodDemand, type_id: int, base: ViewBase,
+                names: list[str]) -> tuple[FilterResult, dict[str, int], Preemption | None]:
+        """The policy's scheduling cycle for the pod on ``base`` (:mod:`iadeep.policy._base`): filter
+        and score ``names``, then reserve and post-filter on the whole cluster, as the simulator
+        calls them. Every node fails when the cycle waits (with its reason) or preempts (the
+        :class:`Preemption` is returned; the victims must leave first). The scores are remembered
+        for the pod's ``prioritize``."""
         view, request = self._request(demand, type_id, base, self.clock())
         with self._policy_lock:
             result, scores = self.policy.assess(request, view, names)
+            decision = self.policy.place(request, view)
+        preemption = None
+        if isinstance(decision, Wait):
+            result = FilterResult({}, {**result.failed, **{name: decision.reason for name in result.feasible}})
+        elif isinstance(decision, Preemption):
+            preemption = decision
+            result = FilterResult({}, {name: f"waiting for preempted job(s) to leave: {decision.reason}"
+                                       for name in [*result.feasible, *result.failed]})
         with self._memo_lock:
             self._assessed[demand.uid] = (time.monotonic(), frozenset(names), scores)
             self._assessed.move_to_end(demand.uid)
             while len(self._assessed) > _ASSESSED:
                 self._assessed.popitem(last=False)
-        return result, scores
+        return result, scores, preemption
 
     # -- verbs -------------------------------------------------------------------------------
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
@@ -398,9 +413,9 @@ class ExtenderService:
             return ExtenderFilterResult.for_args(args, [], {n: f"iadeep: waiting for {len(nominated.victims)} preempted "
                                                             "pod(s) to leave the GPUs held for this pod" for n in names}, {})
         base = with_nominations(base, snap, self.nominations.others(demand.uid), self.types, now_s=self.clock())
-        result, _ = self._assess(demand, type_id, base, names)
-        if result.preempt is not None:
-            answer = self._preempt(args, demand, type_id, base, snap, result)
+        result, _, preemption = self._assess(demand, type_id, base, names)
+        if preemption is not None:
+            answer = self._preempt(args, demand, type_id, base, snap, preemption)
             nominated = self.nominations.get(demand.uid)
             # the victims usually leave within a second: then the pod passes in this very call (a pod
             # event that should wake it again can race with this scheduling cycle and be missed)
@@ -409,8 +424,8 @@ class ExtenderService:
                 return answer
             base = with_nominations(self.cache.current()[1], snap, self.nominations.others(demand.uid), self.types,
                                     now_s=self.clock())
-            result, _ = self._assess(demand, type_id, base, names)
-            if result.preempt is not None:
+            result, _, preemption = self._assess(demand, type_id, base, names)
+            if preemption is not None:
                 return answer
         if result.feasible and self.settings.cache.bind_wait_s > 0:
             with self._bound:  # a node passed: kube-scheduler binds the pod next
@@ -444,21 +459,19 @@ class ExtenderService:
             time.sleep(0.02)
 
     def _preempt(self, args: ExtenderArgs, demand: PodDemand, type_id: int, base: ViewBase, snap: Any,
-                 result: FilterResult) -> ExtenderFilterResult:
+                 decision: Preemption) -> ExtenderFilterResult:
         """Carry out the policy's preemption for the pod (:mod:`iadeep.extender._preempt`): evict
         the victims' pods, hold the GPUs for the pod; every node fails meanwhile (it passes once
         the victims have left). Without ``preemption``, or when a victim cannot be evicted (a
         nominated pod, no job record, a PodDisruptionBudget), the
         pod waits as the policy would have it wait otherwise."""
         names = args.candidate_names()
-        decision = result.preempt
-        assert decision is not None
-        victims = [base.pods[h] for h in decision.preempt if 0 <= h < len(base.pods)]
+        victims = [base.pods[h] for h in decision.victims if 0 <= h < len(base.pods)]
         records = [snap.jobs.get(v) for v in victims]
         why = ""
         if not self.settings.preemption or self.pod_api is None:
             why = "preemption is off (IADEEP_EXTENDER_PREEMPTION)"
-        elif len(victims) != len(decision.preempt) or any(r is None or self.nominations.is_nominated(r.pod_uid)
+        elif len(victims) != len(decision.victims) or any(r is None or self.nominations.is_nominated(r.pod_uid)
                                                           for r in records):
             why = "a victim is not a running pod with a job record"
         else:
@@ -471,7 +484,7 @@ class ExtenderService:
         if why:
             return ExtenderFilterResult.for_args(args, [], {n: f"iadeep: waits (no preemption: {why})" for n in names}, {})
         now = self.clock()
-        for h, r in zip(decision.preempt, records):
+        for h, r in zip(decision.victims, records):
             assert r is not None
             self._keep_work(base, h, r.namespace, r.name, now)
         gpus = [(base.node_names[int(base.gpu_node[g])], int(base.gpu_local_index[g])) for g in decision.gpus]
@@ -509,7 +522,7 @@ class ExtenderService:
         if memo is not None and time.monotonic() - memo[0] <= _ASSESSED_TTL_S and memo[1].issuperset(names):
             scores = memo[2]
         else:
-            _, scores = self._assess(demand, type_id, base, names)
+            _, scores, _ = self._assess(demand, type_id, base, names)
         get = scores.get
         return HostPriorityList(names, [get(n, 0) for n in names])
 
@@ -534,8 +547,8 @@ class ExtenderService:
     def _placed(self, uid: str) -> None:
         """The filters waiting for ``uid``'s bind may go on: its reservation is in the copy of the
         state (or it failed). Called once the reservation is applied, before the API's Binding
-        (before, every filter waited for the previous pod's whole bind, API call included: the
-        1,000-job live benchmark on the loaded 2-core machine bound 2-4 pods per second)."""
+        (waiting for the previous pod's whole bind, API call included, bound 2-4 pods per second
+        in the 1,000-job live benchmark on the loaded 2-core machine)."""
         if self._binding:
             with self._bound:
                 if self._binding.pop(uid, None) is not None:
@@ -700,10 +713,10 @@ class ExtenderService:
             t_lock = time.perf_counter()
             with self._policy_lock:
                 t_place = time.perf_counter()
-                decision = self.policy.place(request, view)
+                decision = self.policy.reserve(request, view)  # the reserve phase, on the node kube-scheduler chose
             self.metrics.bind_phase.labels("policy_lock").observe(t_place - t_lock)
             self.metrics.bind_phase.labels("place").observe(time.perf_counter() - t_place)
-            if not isinstance(decision, Placement) or decision.preempt:  # the extender never preempts
+            if not isinstance(decision, Placement):
                 return f"wait: {getattr(decision, 'reason', '')}"
             gpus = [int(view.gpu_local_index[g]) for g in decision.gpus]
             inv = snap.inventories.get(node)

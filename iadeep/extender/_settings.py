@@ -158,7 +158,7 @@ class ExtenderSettings(BaseSettings):
             the state; etcd's transactions keep them (like several replicas) from taking the same
             GPU memory. One process is bound by Python's GIL to about one CPU core, so more workers
             help on a host with cores to spare; on the 2-core development machine, shared with
-            etcd and the load generator, two workers were no faster (README, Performance).
+            etcd and the load generator, two workers were no faster (docs/performance.md).
     """
 
     model_config = SettingsConfigDict(

@@ -6,6 +6,7 @@ Public front of the package; see the private modules for formulas and sources.
 from iadeep.interference._gavel import GPU_TYPES, GavelMeasurements
 from iadeep.interference._memory import MEMORY_MODEL_GIB, agreement_with_measurements, memory_gib
 from iadeep.interference._model import InterferenceModel, UnknownJobType
+from iadeep.interference._zero import without_interference
 from iadeep.interference._online import HoldoutReport, InterferenceSample, OnlineInterferenceLearner, evaluate_holdout
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "agreement_with_measurements",
     "evaluate_holdout",
     "memory_gib",
+    "without_interference",
 ]

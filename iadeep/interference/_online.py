@@ -154,7 +154,7 @@ class OnlineInterferenceLearner:
         total = pair[0] + y  # plain floats: the same IEEE operations as on arrays of sums and counts
         n = pair[1] + 1.0
         pair[0], pair[1] = total, n
-        self._own[i, j] = total / n  # the pair's own mean and weight, as matrix() used to divide them
+        self._own[i, j] = total / n  # the pair's own mean and weight (total / n, the same bits as a division in matrix())
         self._weight[i, j] = n / (n + self._shrink)
         self._seen[i, j] = True
         self.n_samples += 1

@@ -307,8 +307,10 @@ class SubmitTraceOperator(BaseOperator):
 
 
 class JobsFinishedTrigger(BaseTrigger):
-    """Fires when ``expected`` Jobs labelled ``iadeep.io/run=<run>`` have a ``Complete`` or ``Failed``
-    condition, or at ``deadline`` (Unix s). Polls the API every ``poll_s`` seconds in a thread."""
+    """Fires when ``expected`` Jobs labelled ``iadeep.io/run=<run>`` have finished (a success or failure
+    condition, :func:`iadeep.experiment.job_outcome`: ``SuccessCriteriaMet``/``Complete``,
+    ``FailureTarget``/``Failed``), or at ``deadline`` (Unix s). Polls the API every ``poll_s``
+    seconds in a thread."""
 
     def __init__(self, cluster: dict[str, Any], run: str, expected: int, deadline: float, poll_s: float = 1.0):
         super().__init__()
@@ -371,5 +373,5 @@ class WaitJobsOperator(BaseOperator):
         if event.get("status") != "finished":
             raise AirflowException(f"{len(running)} Job(s) not finished by the deadline, e.g. {running[:5]}")
         if failed:
-            raise AirflowException(f"{len(failed)} Job(s) failed (condition Failed): {failed[:10]}")
+            raise AirflowException(f"{len(failed)} Job(s) failed (condition FailureTarget or Failed): {failed[:10]}")
         return {"complete": sum(s == "Complete" for s in states.values()), "failed": 0}

@@ -46,6 +46,8 @@ PARAMS: dict[str, Param] = {
     "skip_bad_rows": Param(False, type="boolean", description="Skip and count malformed trace rows instead of stopping."),
     "strict": Param(False, type="boolean", description="Stop at the first known quirk of the trace (censored job, ...) too."),
     "include_censored": Param(False, type="boolean", description="Count censored jobs in the JCT statistics."),
+    "drop_zero_duration": Param(False, type="boolean",
+                                description="Drop the trace's jobs of 0 s (default: kept, they complete at once)."),
     "infeasible": Param("drop", type="string", enum=["drop", "keep"],
                         description="Jobs that can never run on the cluster: drop before the run, or keep as unschedulable."),
     "cluster_file": Param(None, type=["null", "string"], description="YAML cluster file (node groups) instead of nodes x GPUs."),

@@ -6,8 +6,9 @@ GPU-memory and GPU-count requests, the emulator's annotations, the run label) ar
 (:func:`plan_submissions`: one entry per trace job with its due wall time, ``t0 + (submit -
 first submit) / speedup``), created in batches when due (:func:`submit_due`, idempotent: a Job
 that already exists is left alone, so a retried task submits nothing twice), and finished Jobs are
-read from their ``Complete``/``Failed`` conditions only (:func:`job_states`): a Job whose pod does
-not exist yet is simply not finished.
+read from their conditions only (:func:`job_states`, by :func:`iadeep.experiment.job_outcome`:
+``SuccessCriteriaMet``/``Complete`` and ``FailureTarget``/``Failed``): a Job whose pod does not
+exist yet is simply not finished.
 
 Job names are :func:`job_name`: DNS-1123 labels of at most 63 characters for any trace job id.
 """
@@ -114,17 +115,15 @@ def submit_due(api: Any, plan: list[dict[str, Any]], start: int, now: float | No
 
 
 def job_states(api: Any, namespace: str, run: str) -> dict[str, str]:
-    """``{Job name: "Complete" | "Failed" | "Running"}`` of the run's Jobs, from Job conditions only."""
+    """``{Job name: "Complete" | "Failed" | "Running"}`` of the run's Jobs, from Job conditions only
+    (:func:`iadeep.experiment.job_outcome`; "Running" is any Job not finished, pending ones too)."""
     from kubernetes import client
 
-    out = {}
-    for job in client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=f"{RUN_LABEL}={run}").items:
-        state = "Running"
-        for c in (job.status.conditions or []) if job.status else []:
-            if c.type in ("Complete", "Failed") and c.status == "True":
-                state = c.type
-        out[job.metadata.name] = state
-    return out
+    from iadeep.experiment import job_outcome
+    from iadeep.experiment._replay import api_json
+
+    listed = api_json(client.BatchV1Api(api).list_namespaced_job, namespace, label_selector=f"{RUN_LABEL}={run}")
+    return {job["metadata"]["name"]: job_outcome(job.get("status")) or "Running" for job in listed.get("items") or []}
 
 
 def collect_jobs(api: Any, namespace: str, run: str, out: Path) -> dict[str, Any]:

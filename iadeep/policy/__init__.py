@@ -5,11 +5,11 @@
 with :func:`register`, imported below.
 """
 
-from iadeep.policy._base import REASONS, Policy, choose_gpus
+from iadeep.policy._base import REASONS, Policy, choose_gpus, pod_size
 from iadeep.policy._registry import POLICIES, make_policy, policy_names, register
 from iadeep.policy._undo import Undo, undo_rule
-from iadeep.policy._types import (ClusterView, FilterResult, JobRequest, Measure, OccupancyChanges, Placement, TuningDecision,
-                                  Wait)
+from iadeep.policy._types import (ClusterView, FilterResult, JobRequest, Measure, OccupancyChanges, Placement, Preemption,
+                                  TuningDecision, Wait)
 from iadeep.policy import iadeep, exclusive, antman, gandiva  # noqa: F401,I001  (registration, in display order)
 
 __all__ = [
@@ -22,10 +22,12 @@ __all__ = [
     "OccupancyChanges",
     "Placement",
     "Policy",
+    "Preemption",
     "TuningDecision",
     "Undo",
     "Wait",
     "choose_gpus",
+    "pod_size",
     "make_policy",
     "policy_names",
     "register",

@@ -1,20 +1,37 @@
-"""Abstract base of placement-and-tuning policies.
+"""Abstract base of placement-and-tuning policies, in kube-scheduler's phases.
 
-Call order used by every driver:
+A scheduling cycle for one job calls the phases in this order (kube-scheduler's framework names,
+``pkg/scheduler/framework/interface.go``); both drivers, the simulator and the extender, call them
+through :meth:`Policy.place` (the cycle) and the extender's verbs:
 
-1. :meth:`Policy.place` for the job at the head of the queue (and, with backfill, for some jobs
-   behind it). It returns :class:`Placement` or :class:`Wait`.
-   The extender instead calls :meth:`Policy.filter` then :meth:`Policy.score` per pod, which use the
-   same :meth:`Policy.eligible` and :meth:`Policy.utility` as ``place``.
-2. :meth:`Policy.tune` for a GPU whose set of co-located jobs changed (after the placement or a
-   completion was applied). It may run trials through the injected ``measure`` executor. The
-   driver applies the :class:`TuningDecision` when the session ends: the batch sizes, or an undo
-   (:func:`iadeep.policy.undo_rule`): :meth:`Policy.avoid` with ``decision.avoid``, then the jobs
-   of ``decision.evict`` re-queued (the live system: the coordinator records it, the extender
-   calls :meth:`Policy.avoid` and evicts the pod).
+1. **filter** (:meth:`Policy.filter`): feasibility only. Which nodes have enough GPUs that could
+   take one worker of the job (:meth:`Policy.eligible`: co-location limit, memory, pairs measured
+   not to fit, pairs the policy bans, shares, GPU models). It never decides to wait.
+2. **score** (:meth:`Policy.score`): node priorities 0..10 from :meth:`Policy.utility` (the
+   extender's ``prioritize``; the simulator needs none: reserve picks GPUs cluster-wide).
+3. **reserve** (:meth:`Policy.reserve`): place or wait, a :class:`Placement` on GPUs or a
+   :class:`Wait` (the extender's ``bind`` calls it on the chosen node's view).
+4. **post-filter** (:meth:`Policy.post_filter`): only after a :class:`Wait`: preemption as its own
+   typed result, a :class:`Preemption`, or the wait (default: the wait).
 
-A subclass implements :meth:`utility` (and may override ``place``/``tune``); set ``name`` and
-``colocation_limit``, and decorate it with :func:`iadeep.policy.register`.
+Then, for a GPU whose set of co-located jobs changed (after a placement or a completion was
+applied), :meth:`Policy.tune`. It may run trials through the injected ``measure`` executor. The
+driver applies the :class:`TuningDecision` when the session ends: the batch sizes, or an undo
+(:func:`iadeep.policy.undo_rule`): :meth:`Policy.avoid` with ``decision.avoid``, then the jobs of
+``decision.evict`` re-queued (the live system: the coordinator records it, the extender calls
+:meth:`Policy.avoid` and evicts the pod).
+
+**Gangs as pods.** A job of more GPUs than one node has runs as a gang of equal pods, each pod's
+GPUs on one node, the pods on any nodes (:attr:`JobRequest.pod_gpus`; the split rule is
+:func:`pod_size`'s), as the live system runs it (an Indexed Job of ``n_pods`` pods). Reserve then
+chooses GPUs that split into such pods (:func:`choose_gpus` with ``pod_gpus``; the pod contract of
+:attr:`Placement.gpus`), and waits when the GPUs its rule chose do not split so (the eligible GPUs
+it reads are all of them: which of them can form pods is :func:`choose_gpus`'s question); with
+``pod_gpus = 0`` any GPUs of the cluster serve (the simulator's ``gang_placement="any-gpus"``).
+Filter answers for one pod (``pod_gpus`` GPUs on a node).
+
+A subclass implements :meth:`utility` (and may override ``reserve``/``post_filter``/``tune``);
+set ``name`` and ``colocation_limit``, and decorate it with :func:`iadeep.policy.register`.
 
 A policy instance serves one cluster and may keep learned state (e.g. the online interference
 learner); it is not thread-safe: drivers serialise calls.
@@ -23,7 +40,7 @@ learner); it is not thread-safe: drivers serialise calls.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -36,13 +53,14 @@ from iadeep.policy._types import (
     JobRequest,
     Measure,
     Placement,
+    Preemption,
     TuningDecision,
     Wait,
     _frozen,
     capacity_masks,
 )
 
-__all__ = ["Policy", "REASONS"]
+__all__ = ["Policy", "REASONS", "choose_gpus", "pod_size"]
 
 #: Reason codes of :meth:`Policy.eligible`, index -> message.
 REASONS = (
@@ -200,7 +218,8 @@ class Policy(ABC):
 
     # -- extender-style entry points -----------------------------------------------------------
     def filter(self, job: JobRequest, view: ClusterView, nodes: list[str] | None = None) -> FilterResult:
-        """Nodes that can take one pod of ``job`` (``job.num_gpus`` GPUs on that node).
+        """The filter phase: nodes that can take one pod of ``job`` (``job.pod_gpus`` eligible
+        GPUs on that node, or ``job.num_gpus`` without a pod rule); feasibility only, whether the job should wait is :meth:`reserve`'s.
 
         Args:
             nodes: restrict to these node names (unknown names fail with a reason).
@@ -227,19 +246,13 @@ class Policy(ABC):
         result = self._filter(job, view, nodes, mask, reason)
         return result, self._score(job, view, result.feasible, mask)
 
-    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult, mask: np.ndarray,
-             reason: np.ndarray) -> FilterResult:
-        """Hook of :meth:`filter`: a policy may fail nodes the eligibility rules let through
-        (default: none). ``mask``/``reason``: :meth:`eligible`'s answer for this job and view."""
-        return result
-
     def _filter(self, job: JobRequest, view: ClusterView, nodes: list[str] | None, mask: np.ndarray,
                 reason: np.ndarray) -> FilterResult:
         n_nodes = len(view.node_names)
         node = view.gpu_node
         ok = np.bincount(node[mask], minlength=n_nodes).tolist()
         index = view.node_positions()
-        need = job.num_gpus
+        need = job.pod_gpus or job.num_gpus
         feasible: dict[str, int] = {}
         rejected: list[tuple[str, int | None]] = []
         for name in nodes if nodes is not None else view.node_names:
@@ -261,7 +274,7 @@ class Policy(ABC):
                     failed[name] = "node has no GPUs"
                 else:
                     failed[name] = f"needs {need} GPU(s), {ok[k]} eligible; {REASONS[common[k]]}"
-        return self.veto(job, view, FilterResult(feasible, failed), mask, reason)
+        return FilterResult(feasible, failed)
 
     def _score(self, job: JobRequest, view: ClusterView, feasible: Mapping[str, int],
                mask: np.ndarray) -> dict[str, int]:
@@ -280,17 +293,29 @@ class Policy(ABC):
         pts = points.tolist()
         return {name: pts[index[name]] if count and name in index else 0 for name, count in feasible.items()}
 
-    # -- simulator/extender placement --------------------------------------------------------
-    def place(self, job: JobRequest, view: ClusterView) -> Placement | Wait:
-        """Choose GPUs for ``job`` now, or say why it must wait."""
+    # -- reserve and post-filter ---------------------------------------------------------------
+    def place(self, job: JobRequest, view: ClusterView) -> Placement | Preemption | Wait:
+        """The scheduling cycle: :meth:`reserve`, then :meth:`post_filter` when it waits."""
+        decision = self.reserve(job, view)
+        return self.post_filter(job, view, decision) if isinstance(decision, Wait) else decision
+
+    def reserve(self, job: JobRequest, view: ClusterView) -> Placement | Wait:
+        """The reserve phase: choose GPUs for ``job`` now, or say why it must wait."""
         return self._place(job, view, *self.eligible(job, view))
 
+    def post_filter(self, job: JobRequest, view: ClusterView, wait: Wait) -> Preemption | Wait:
+        """The post-filter phase, after :meth:`reserve` answered ``wait``: a :class:`Preemption`
+        that lets the job start, or the wait (default: the wait; no preemption)."""
+        return wait
+
     def _place(self, job: JobRequest, view: ClusterView, mask: np.ndarray, reason: np.ndarray) -> Placement | Wait:
-        """:meth:`place` given :meth:`eligible`'s answer (subclasses override this one)."""
+        """:meth:`reserve` given :meth:`eligible`'s answer (subclasses override this one)."""
         if np.count_nonzero(mask) < job.num_gpus:
             return Wait(job.job_id, _wait_reason(job, mask, reason))
         util = self.utility(job, view, mask)
-        gpus = choose_gpus(job.num_gpus, mask, util, view)
+        gpus = choose_gpus(job.num_gpus, mask, util, view, pod_gpus=job.pod_gpus)
+        if gpus is None:
+            return Wait(job.job_id, pod_wait_reason(job))
         return Placement(job.job_id, gpus, f"{self.name}: best utility {util[list(gpus)].min():.2f}")
 
     def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
@@ -315,19 +340,76 @@ def _wait_reason(job: JobRequest, mask: np.ndarray, reason: np.ndarray) -> str:
     return f"needs {job.num_gpus} GPU(s), {counts[_OK]} eligible: {common}"
 
 
-def choose_gpus(k: int, mask: np.ndarray, util: np.ndarray, view: ClusterView) -> tuple[int, ...]:
-    """Pick ``k`` eligible GPUs, keeping a gang on as few nodes as possible.
+def pod_size(num_gpus: int, node_gpus: Sequence[int]) -> int:
+    """GPUs per pod of a job of ``num_gpus`` GPUs on nodes of ``node_gpus`` GPUs: the rule by
+    which a trace job becomes a gang of equal pods, in both drivers.
 
-    One GPU: the best utility (lowest id on ties). Several: the node whose ``k`` best eligible GPUs
-    have the highest total utility, ties to the node with the fewest eligible GPUs (best fit,
-    limits fragmentation); when no node has ``k``, whole nodes in order of eligible count.
+    The largest ``p`` that divides ``num_gpus``, is at most the largest node's GPU count, and
+    lets the nodes, empty, hold the ``num_gpus // p`` pods of ``p`` GPUs (each node
+    ``node_gpus[i] // p`` of them). A job that fits one node is one pod (``p = num_gpus``).
+    Equal pods because distributed data parallelism launches the same number of processes on
+    every node (torchrun's ``--nproc-per-node``); the largest such size keeps the gang on as
+    few nodes as possible. Examples on 4-GPU nodes: 16 GPUs -> 4 pods of 4; 6 -> 2 pods of 3;
+    8 -> 2 of 4; 5 -> 5 of 1 (5 is prime). Decision record:
+    ``docs/design/2026-12-03-gangs-as-pods.md``.
+
+    Args:
+        num_gpus: GPUs of the job (>= 1).
+        node_gpus: GPUs of each node the job may run on (those of a GPU model it accepts).
+
+    Returns:
+        GPUs per pod, a divisor of ``num_gpus``.
 
     Raises:
-        ValueError: fewer than ``k`` eligible GPUs.
+        ValueError: ``num_gpus < 1``, or the nodes have fewer than ``num_gpus`` GPUs in all.
+    """
+    if num_gpus < 1:
+        raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
+    sizes = [int(n) for n in node_gpus]
+    for p in range(min(num_gpus, max(sizes, default=0)), 0, -1):
+        if num_gpus % p == 0 and sum(n // p for n in sizes) >= num_gpus // p:
+            return p
+    raise ValueError(f"a job of {num_gpus} GPUs does not fit nodes of {sum(sizes)} GPUs in all")
+
+
+def pod_wait_reason(job: JobRequest) -> str:
+    """The reason of a wait when enough GPUs are eligible but not as pods on single nodes."""
+    return (f"needs {job.n_pods} pod(s) of {job.pod_gpus} GPU(s), each on one node: "
+            f"the eligible GPUs do not split so")
+
+
+def choose_gpus(k: int, mask: np.ndarray, util: np.ndarray, view: ClusterView, *,
+                pod_gpus: int = 0) -> tuple[int, ...] | None:
+    """Pick ``k`` eligible GPUs (``mask``, shape ``(G,)``) by utility (``util``, shape ``(G,)``).
+
+    Without a pod rule (``pod_gpus = 0``), keeping a gang on as few nodes as possible. One GPU:
+    the best utility (lowest id on ties). Several: the node whose ``k`` best eligible GPUs have
+    the highest total utility, ties to the node with the fewest eligible GPUs (best fit, limits
+    fragmentation); when no node has ``k``, whole nodes in order of eligible count.
+
+    With pods of ``p = pod_gpus`` GPUs: ``k // p`` pods, each ``p`` GPUs of one node. Each node's
+    eligible GPUs, best utility first (lowest id on ties), make ``count // p`` candidate pods
+    (its best ``p``, its next ``p``, ...); the pods taken are those of the highest total utility,
+    ties to the node with the fewest eligible GPUs (best fit), then the lower node index, then
+    the node's earlier pod. A single pod (``p = k``) is then the same one-node choice as without
+    pods, never the spread over whole nodes.
+    The result follows :attr:`Placement.gpus`' pod contract.
+
+    Returns:
+        GPU ids; ``None`` only with pods, when the eligible GPUs do not make ``k // p`` pods.
+
+    Raises:
+        ValueError: fewer than ``k`` eligible GPUs, or ``pod_gpus`` not 0 nor a divisor of ``k``.
     """
     cand = mask.nonzero()[0]
     if len(cand) < k:
         raise ValueError(f"need {k} GPUs, {len(cand)} eligible")
+    if pod_gpus:
+        if pod_gpus < 0 or k % pod_gpus:
+            raise ValueError(f"pod_gpus must be 0 or divide k = {k}, got {pod_gpus}")
+        if pod_gpus == 1:  # one-GPU pods fit any GPU: the best k (utility descending, then id)
+            return tuple(int(g) for g in cand[np.lexsort((cand, -util[cand]))][:k])
+        return _choose_pods(k, pod_gpus, cand, util, view)
     if k == 1:  # the same pick as the sort below (first maximum = lowest id), without sorting G GPUs
         return (int(np.where(mask, util, -np.inf).argmax()),)
     # stable sort: utility descending, then GPU id ascending
@@ -351,3 +433,22 @@ def choose_gpus(k: int, mask: np.ndarray, util: np.ndarray, view: ClusterView) -
         if len(picked) >= k:
             break
     return tuple(picked[:k])
+
+
+def _choose_pods(k: int, p: int, cand: np.ndarray, util: np.ndarray, view: ClusterView) -> tuple[int, ...] | None:
+    """:func:`choose_gpus` with pods of ``p > 1`` GPUs over the eligible GPU ids ``cand``."""
+    order = cand[np.lexsort((cand, -util[cand]))]  # utility descending, then GPU id ascending
+    nodes = view.gpu_node[order]
+    counts = np.bincount(nodes)
+    pods: list[tuple[float, int, int, int, np.ndarray]] = []
+    for node in (counts >= p).nonzero()[0].tolist():
+        on = order[nodes == node]
+        count = len(on)
+        for c in range(count // p):
+            chunk = on[c * p:(c + 1) * p]
+            pods.append((-float(util[chunk].sum()), count, node, c, chunk))
+    n = k // p
+    if len(pods) < n:
+        return None
+    pods.sort(key=lambda pod: pod[:4])
+    return tuple(int(g) for pod in pods[:n] for g in pod[4].tolist())

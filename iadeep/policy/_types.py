@@ -25,6 +25,7 @@ __all__ = [
     "OccupancyChanges",
     "JobRequest",
     "Placement",
+    "Preemption",
     "Wait",
     "ANY_BEHIND",
     "FilterResult",
@@ -289,6 +290,14 @@ class JobRequest:
         gpu_milli: share of each GPU it needs, in 1/1000 GPU (openb's ``gpu_milli``); NaN
             (default): not a share request (only memory and the co-location limit apply).
         gpu_models: GPU models it accepts (openb's ``gpu_spec``); empty (default): any.
+        jobs_queued: the other jobs waiting in the queue, ahead of it or behind, blocked by it or
+            not (kube-scheduler's pending pods): the jobs whose start a change of the cluster's
+            throughput moves (the queue-pressure term of :class:`iadeep.policy.iadeep.IADeep`).
+        pod_gpus: GPUs of each of its pods (a gang of ``num_gpus // pod_gpus`` pods, each pod's
+            GPUs on one node, the pods on any nodes; :func:`iadeep.policy.pod_size` chooses it
+            from the cluster's nodes); ``0`` (default): no pod rule, any ``num_gpus`` GPUs of the
+            cluster (the simulator's ``gang_placement="any-gpus"``, and one pod asked about on
+            one node's view). ``num_gpus`` is a multiple of it.
     """
 
     handle: int
@@ -301,27 +310,59 @@ class JobRequest:
     jobs_behind: int = 0
     gpu_milli: float = float("nan")
     gpu_models: tuple[str, ...] = ()
+    jobs_queued: int = 0
+    pod_gpus: int = 0
+
+    def __post_init__(self) -> None:
+        if self.pod_gpus < 0 or (self.pod_gpus and self.num_gpus % self.pod_gpus):
+            raise ValueError(f"job {self.job_id}: pod_gpus must be 0 or divide num_gpus = {self.num_gpus}, "
+                             f"got {self.pod_gpus}")
+
+    @property
+    def n_pods(self) -> int:
+        """Pods of the job: ``num_gpus // pod_gpus``, or 1 without a pod rule."""
+        return self.num_gpus // self.pod_gpus if self.pod_gpus else 1
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Decision: run the job on these GPUs now.
+    """Decision of the reserve phase: run the job on these GPUs now.
 
     Attributes:
         job_id: the job.
-        gpus: global GPU ids, ``len(gpus) == num_gpus``.
+        gpus: global GPU ids, ``len(gpus) == num_gpus``. **Pod contract**: for a job with pods
+            (:attr:`JobRequest.pod_gpus` ``= p > 0``) pod ``i``'s GPUs are ``gpus[i*p:(i+1)*p]``,
+            all on one node (pods in the order the policy chose them: best first).
         reason: a short human-readable justification.
-        preempt: handles of running jobs the driver must checkpoint and put back in the queue
-            (ahead of the jobs behind this one) *before* applying the placement: ``gpus`` counts
-            on the GPUs they free. A policy asks for it when the job blocks a FIFO queue
-            (``JobRequest.jobs_behind > 0``) or, if told so, at the head of kube-scheduler's
-            queue; a driver that cannot preempt must treat such a decision as :class:`Wait`.
     """
 
     job_id: str
     gpus: tuple[int, ...]
     reason: str = ""
-    preempt: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Decision of the post-filter phase (:meth:`iadeep.policy.Policy.post_filter`): run the job on
+    ``gpus`` once the ``victims`` have left them.
+
+    The driver checkpoints the victims and puts them back in the queue (ahead of the jobs behind
+    this one) *before* placing the job: ``gpus`` counts on the GPUs they free. A policy returns it
+    when the job blocks a FIFO queue (``JobRequest.jobs_behind > 0``) or, if told so, at the head
+    of kube-scheduler's queue; a driver that cannot preempt treats it as a :class:`Wait`.
+
+    Attributes:
+        job_id: the job.
+        gpus: global GPU ids, ``len(gpus) == num_gpus``, some of them the victims' (pods as
+            :attr:`Placement.gpus` orders them).
+        victims: handles (:class:`ClusterView` job handles) of the running jobs to preempt.
+        reason: a short human-readable justification.
+    """
+
+    job_id: str
+    gpus: tuple[int, ...]
+    victims: tuple[int, ...]
+    reason: str = ""
 
 
 #: :attr:`Wait.holds_up_to_behind` of a wait that no number of jobs queued behind can change.
@@ -344,29 +385,29 @@ class Wait:
             ``-1`` (default): no promise, ask again after any change. A driver may skip the calls
             a promise covers (the simulator does; kube-scheduler's own retries make the extender's
             calls); it never has to.
+        expected_wait_s: the policy's expected wait (s) when it waits for time to pass (its
+            co-location was priced against this wait); ``None`` when it waits for the cluster
+            to change (too few eligible GPUs), which time alone does not.
     """
 
     job_id: str
     reason: str
     holds_up_to_behind: int = -1
+    expected_wait_s: float | None = None
 
 
 @dataclass(frozen=True)
 class FilterResult:
-    """Which nodes can take a job (kube-scheduler extender ``filter`` semantics).
+    """Which nodes can take a job (kube-scheduler extender ``filter`` semantics): feasibility only.
 
     Attributes:
         feasible: node name -> how many of its GPUs can take one worker of the job (at least
             the job's ``num_gpus``; which ones is :meth:`Policy.place`'s choice at bind time).
         failed: node name -> reason it cannot.
-        preempt: a placement that needs running jobs preempted first (:attr:`Placement.preempt`):
-            every node fails until they have left their GPUs; the driver evicts them and holds
-            ``preempt.gpus`` for the job (``None``: no preemption).
     """
 
     feasible: Mapping[str, int]
     failed: Mapping[str, str]
-    preempt: Placement | None = None
 
 
 @dataclass(frozen=True)

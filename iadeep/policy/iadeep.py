@@ -1,136 +1,45 @@
 """``iadeep``: interference-aware placement with a co-location limit and tuning of co-located jobs.
 
-Placement (IADeep's first challenge: mitigating interference vs. making progress):
+Notation: for the job ``n`` asking and a candidate partner ``p`` alone on a GPU, ``a`` and ``b``
+are their predicted normalised throughputs together, ``R_n``, ``R_p`` their remaining work at
+dedicated speed (s), ``k_p`` the partner's GPUs, ``W`` the expected wait for free GPUs
+(:meth:`IADeep.expected_wait_s`: GPUs free up in order of remaining time, after the ``gpus_ahead``
+that pending jobs ahead take), ``B`` the jobs blocked behind ``n`` (``jobs_behind``; 0 under
+kube-scheduler's queue), ``Q`` the other queued jobs (``jobs_queued``), ``G`` the cluster's GPUs.
 
-* a job with a GPU share (openb's ``gpu_milli`` below 1000, one GPU) is packed: onto the eligible
-  GPU already holding shares with the least share left (best fit); it takes a free GPU only when
-  none fits. Shares partition a GPU without interference (the simulator's rule, after the FGD
-  simulator that replays the same openb trace, Weng et al., ATC'23), so a share on an empty GPU
-  gains its job nothing and fragments the cluster: whole-GPU pods then find no whole GPU free.
-  Measured in session 13 (``iadeep experiment run --trace openb --mix gavel``: 400 pods on 5 x 4
-  GPUs): under kube-scheduler's queue iadeep's avg JCT went from 357.1 h to 121.6 h (antman
-  124.5 h, gandiva 381.3 h; before, its whole-GPU pods queued 383 h against antman's 111 h, its
-  share pods 40 h as antman's), with ``--queue backfill`` from 499.9 h to 132.5 h (antman
-  134.3 h), under FIFO from 974.0 h to 904.8 h (antman 963.7 h); the Philly and ITP settings
-  have no shares and are unchanged to the last digit;
-* a free GPU is always taken first otherwise (no interference);
-* otherwise each GPU holding one job is a candidate partner. With the predicted normalised
-  throughputs ``a`` (new job) and ``b`` (partner), remaining dedicated work ``R_n`` and ``R_p``,
-  the two jobs' finish times are computed for *co-locate now* (both progress at ``a``/``b`` until
-  one ends, then the survivor runs alone) and for *wait* (the new job starts alone after the
-  expected wait ``W``, the partner keeps its GPU). The job is co-located with the partner that
-  lowers the summed completion times the most, and only if that sum beats waiting; otherwise
-  it waits. ``W`` is the time until enough GPUs free up for it and the jobs queued ahead
-  (GPUs sorted by their occupants' remaining time). A gang partner's delay counts once per GPU
-  it holds (all of them stay busy longer). For a pair predicted to progress at least as much as
-  taking turns, waiting is also charged ``W`` for each job queued behind (``jobs_behind``): under
-  FIFO none of them starts before the head (the starvation trap of a fixed "good partner"
-  threshold). All of them count, not only those that could start at once on the other shareable
-  GPUs (the rule until session 7): while the head waits ``W``, the GPUs that free up would have
-  taken the next jobs too, and every later start shifts with the queue. All ``B`` is the upper
-  bound of that delay, the old count its lower bound; measured on the FIFO sweep's 22 settings
-  (with the preemption budget below): the median ratio to the better packing baseline 0.97 to
-  0.95, the worst 1.09 (0-1-1) to 1.07 (itp-cluster03-0-1-1); the overloaded windows gain most
-  (0-1-1 1.09 to 1.03, 0-2-1 1.04 to 0.97, itp-cluster03-0-1-0 1.04 to 0.97: a queue of weeks
-  drains faster when good pairs form instead of a gang head waiting), the main job 2.29 h to
-  2.27 h; the only loss: itp-cluster05-0-1-1 0.88 to 0.92. A middle count (the jobs that could
-  start on the shareable GPUs plus the GPUs that free up within ``W``) gained less (median 0.965,
-  worst 1.08). Under kube-scheduler's queue ``jobs_behind = 0``: nothing changes there.
-* a gang's delay and wait count once when nobody is blocked behind it (``jobs_behind = 0``: always
-  under kube-scheduler's queue; under FIFO the last job queued). A job's completion time counts
-  once in the summed JCT however many GPUs it holds, and a gang progresses at its slowest GPU:
-  its delay when it shares is that of its slowest shared GPU, weighed against its wait ``W``,
-  once; the partners' delays are summed as before. It takes the shared GPUs that minimise that
-  price, its slowest delay plus its partners' delays (:func:`_gang_choice`, exact), not the ones
-  with the smallest delays on average: one slow partner among fast ones sets the gang's pace.
-  The rule until session 14 summed the gang's delay and its wait over its ``need`` shared GPUs,
-  so a gang's wait weighed ``need`` times against its partners' delays and gangs shared wherever
-  their own wait was long. Found under kube-scheduler's queue on ITP cluster03 (20 GPUs, 8- and
-  16-GPU gangs): the gangs, pending ahead of the 1-GPU pods, took every GPU's room as it freed
-  (all 20 GPUs held by pairs of gangs), and the 1-GPU pods queued 13-43 h (gandiva 1.2 h) on
-  every one of seeds 0-9. Measured (``iadeep experiment sweep``; iadeep's avg JCT / the better
-  of antman and gandiva), before and after: ITP cluster03 under kube, seeds 0-9, median 1.14 to
-  1.01, settings above 1.05 six to two (worst 1.53 to 1.17); the kube sweep of ``make results``
-  worst 1.20 (itp-cluster03-0-1-0) to 1.03 (20000-2-1), median 0.91 unchanged; the kube
-  settings beyond it (34), worst 1.53 to 1.06, median 0.893 to 0.878; the FIFO sweep (22), worst
-  1.08 unchanged, median 0.942 to 0.945 (0-1-0 0.84 to 0.95); FIFO beyond it (34), median 0.957
-  unchanged, worst 1.40 (30000-1-3) to 1.38 (50000-2-3, unchanged), 30000-1-3 1.26. Choosing
-  the GPUs by their mean delay instead (the rule's first version): cluster03 three seeds above
-  1.05 (1.18 on seed 0), FIFO 30000-1-3 1.67. With jobs blocked behind (FIFO) the per-GPU count
-  stays: applied there too, the FIFO sweep's worst went to 1.12 and 30000-1-3 to 2.1.
-  ``tests/core/test_core_robust.py`` holds the rule on a hand-made trace under both queues and
-  checks the choice against every combination;
-* under kube-scheduler's queue nothing waits behind a pod (``jobs_behind = 0``), but the pending
-  pods created before it take freed GPUs first, so its ``gpus_ahead`` (the GPUs they need) is what
-  makes ``W`` honest there: the extender reads them from the pods it follows, the simulator's
-  ``kube`` queue from its waiting pods. Measured on the sweep's 12 kube settings (20k-60k windows
-  x loads 1, 2 x seeds 0, 1): with ``gpus_ahead = 0`` iadeep co-located 4 times in 400 jobs on
-  60000-1-0 and queued as long as exclusive (avg JCT 2.33 h, gandiva 2.05 h); with it, 416 times
-  and 1.82 h; the median ratio to the better packing baseline went from 1.01 to about 0.9;
-* predictions come from an :class:`~iadeep.interference.OnlineInterferenceLearner` that every
-  tuning session's measurements improve (or the measured table with ``predictor="oracle"``).
+Reserve phase (:meth:`IADeep.reserve`), in order:
 
-A pair whose predicted normalised throughputs sum below 1 (sharing progresses less than taking
-turns) is formed only when the two jobs themselves gain over waiting (``bad_pairs_when_waiting=False``
-never forms it), with one exception: when the job would take free GPUs that otherwise stay idle
-while it waits (a gang head with some of its GPUs free), the queue-pressure term counts for such a
-pair too. Why: under FIFO such a head whose only partners share badly held every job behind it for
-the tens of hours until a gang ended, with GPUs idle (README, "Collapses beyond the sweep", kind
-A); a head with no free GPU, as in an overloaded cluster, keeps the old rule, since forming bad
-pairs there lowers the cluster's throughput. Measured in session 10 (``make results``): the FIFO
-settings beyond the sweep went from worst 2.66 (20000-2-5) and median 0.98 to worst 1.40
-(30000-1-3) and median 0.96 (six settings above 1.05 to three); the sweep's 22 FIFO settings from
-worst 1.06 to 1.08 (0-1-1), median 0.95 unchanged; under kube-scheduler's queue nothing changes
-(``jobs_behind = 0``); ``tests/core/test_core_robust.py`` holds the rule on a hand-made trace. And a tuning session whose best measured configuration still sums below 1
-undoes the co-location (:func:`iadeep.policy.undo_rule`, which the live coordinator applies too):
-when the session ends, the newest job goes back to the queue (FIFO: at its head; kube-scheduler's
-queue: as its Job's replacement pod, created then) and the pair of job types is not formed again
-(as Gandiva's undo, but judged on goodput after tuning). The policy only decides
-(:attr:`~iadeep.policy.TuningDecision.evict` and ``avoid``); the driver bans the pair
-(:meth:`~iadeep.policy.Policy.avoid`) and evicts: the simulator when the session ends, the live
-extender when the coordinator's :class:`iadeep.state.UndoRecord` arrives.
+1. a GPU share (openb ``gpu_milli`` < 1000): best fit beside other shares (shares do not interfere);
+2. free GPUs, when enough are eligible;
+3. otherwise every eligible GPU holding one job is priced by :func:`finish_times` (both progress
+   at ``a``/``b`` until one ends, then the survivor runs alone): the change of completion times is
+   ``d_n = t_n - R_n`` for the job and ``d_p = k_p (t_p - R_p / rate_p)`` for the partner, minus
+   the **queue pressure** ``Q / G * max(a - k_p (1 - b), 0) * min(t_n, t_p)`` when ``queue_pressure``
+   is on (off by default: it did not hold on a draw it was not designed on): the work the pair adds
+   on the partner's GPUs while both run moves every queued job's start earlier, spread over the
+   cluster. Waiting is credited ``W (1 + B / need)`` (every blocked job starts up to ``W`` later).
+   The job co-locates on the GPUs that minimise ``d_n + d_p - credit`` when that is below 0, else it
+   waits. A gang with nobody blocked behind it (``need > 1``, ``B = 0``) pays its slowest shared
+   GPU's delay once (:func:`_gang_choice`, exact); a pair predicted below taking turns
+   (``a + b < 1``) is credited the job's own wait only, the queue's too when the job would leave
+   free GPUs idle (``bad_pairs_when_waiting``).
 
-Head-of-line preemption (Gandiva's suspend-resume, OSDI'18 Sec. 3, used against head-of-line
-blocking): under a FIFO queue the head holds back every job behind it. When the head (nothing
-queued ahead, ``jobs_behind = B > 0``) must wait ``W`` and a running job ``v`` sits alone on enough
-GPUs that freeing them lets the head start now, the policy preempts ``v`` (checkpoint, back to the
-queue ahead of the others) when ``W (1 + B) > (R_h + c) + R_h B``, ``B`` the jobs behind that could
-start once the head is out of the way (at most one per GPU with room for another job: those that
-start as soon as the head does): the head and those ``B`` jobs would wait ``W``; with ``v`` preempted the head runs now, ``v`` waits about the head's
-run time ``R_h`` plus the checkpoint cost ``c`` and, queued ahead of them, holds the others for
-about ``R_h``. Only a job that would hold its GPUs longer than ``R_h + c`` is a victim (shortest
-remaining time first never preempts a shorter job), fewest GPUs first, then the longest hold.
-Measured: in the sweep's 20k window with seed 1 a ResNet-50 at batch 128, which fits beside almost
-no other job, reached the head while one 8-GPU and three 4-GPU gangs held all 20 GPUs, and the
-whole queue waited 22 h for a gang to end (avg JCT 6.99 h against gandiva's 1.67 h at load 2).
+Post-filter phase (:meth:`IADeep.post_filter`, only after a wait): head-of-line preemption. A
+running job ``v`` alone on enough GPUs is preempted (checkpointed, queued again) when
+``W (1 + b) > (R_h + c) + R_h b`` (``R_h`` the waiting job's run time, ``c`` the checkpoint cost,
+``b = min(B, GPUs with room)``; with ``preempt_unblocked`` also at ``B = 0``: ``W > R_h + c``),
+only if ``v`` would hold its GPUs longer than ``R_h + c`` (fewest GPUs, then longest hold first),
+and while the delays charged to ``v`` stay within its remaining work (a thrash guard).
 
-A thrash guard bounds what one job gives up: each preemption charges its victim ``R_h + c`` (the
-delay it causes it), and a job is a victim only while its charges, this one included, stay within
-its remaining work at dedicated speed, so preemptions at most double the time it still needs (no
-worse than sharing its GPUs with one partner at half speed, a pair's break-even), however many
-short jobs arrive; the budget only shrinks as the job runs, so a wait stays a wait as time
-passes. It replaced "each job at most once", which measured out as a starvation trap of its own:
-in the sweep's 20k window at load 1 with seed 1 (FIFO), a 36-s ResNet-50/128 reached the head at
-129.6 h fitting beside no running job (LM gangs: out of memory), every gang long enough to free
-GPUs for it had been preempted once 4-5 h before, and 46 jobs waited 12.4 h behind it for a
-4-GPU gang to end (332 h of queueing against antman's 0; avg JCT 2.82 h, antman 2.45 h). With the
-budget: 2.04 h (0.83 of antman's); over the FIFO sweep's 22 settings the worst ratio to the better
-packing baseline went from 1.15 to 1.09, ITP cluster03 from 1.10 and 1.13 to 1.04 and 1.07, openb
-from 1.03 to 1.01, no setting worse by more than 0.01 %; the kube sweep and the main job (2.29 h)
-unchanged.
+Tuning (:meth:`IADeep.tune`): after a GPU's co-location set changes,
+:class:`~iadeep.policy._tuning.BatchSizeTuner` picks the batch sizes of its jobs; every
+measurement trains the :class:`~iadeep.interference.OnlineInterferenceLearner` (or the measured
+table with ``predictor="oracle"``). A session whose best configuration still sums below
+``undo_below`` undoes the co-location (:func:`iadeep.policy.undo_rule`): the newest job is
+evicted and the pair of job types banned (:meth:`~iadeep.policy.Policy.avoid`).
 
-Without a blocked queue
-(``B = 0``: kube-scheduler's queue never blocks) it preempts only with ``preempt_unblocked``: then the
-same rule reads ``W > R_h + c`` (the head waits ``W``; preempted, ``v`` waits ``R_h + c``), for the
-pod that nothing pending is ahead of (``gpus_ahead = 0``, kube-scheduler's queue order). Measured on
-the sweep's 12 kube settings (before this option, by patching the rule): 20000-2-1 went from 2.77 h
-to 2.07 h (gandiva 1.99 h), the worst ratio to the better packing baseline from 1.39 to 1.04. A
-driver must carry such a preemption out as the simulator does (the extender evicts the victim's pod
-and holds its GPUs for the preemptor: :mod:`iadeep.extender`); the experiment turns it on under
-the ``kube`` queue only with ``kube_preemption``.
-
-Tuning: after a GPU's co-location set changes, :class:`~iadeep.policy._tuning.BatchSizeTuner` picks
-the batch sizes of all jobs on it; a job left alone returns to its submitted batch size.
+The measurements behind each rule and the alternatives tried: ``docs/design/``
+(2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md).
 """
 
 from __future__ import annotations
@@ -143,12 +52,12 @@ from dataclasses import replace
 import numpy as np
 
 from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
-from iadeep.policy._base import Policy, _wait_reason, choose_gpus
+from iadeep.policy._base import Policy, _wait_reason, choose_gpus, pod_wait_reason
 from iadeep.policy._registry import register
 from iadeep.policy._rows import row_prod
 from iadeep.policy._tuning import BatchSizeTuner
 from iadeep.policy._undo import undo_rule
-from iadeep.policy._types import (ANY_BEHIND, ClusterView, FilterResult, JobRequest, Measure, Placement, TuningDecision, Wait,
+from iadeep.policy._types import (ANY_BEHIND, ClusterView, JobRequest, Measure, Placement, Preemption, TuningDecision, Wait,
                                   fits_when_empty)
 from iadeep.tuner._strategy import DEFAULT_TRIALS
 
@@ -240,6 +149,9 @@ class IADeep(Policy):
         preempt_unblocked: also preempt for a job with no job blocked behind it (``B = 0``, all
             that kube-scheduler's queue reports; module docstring). Off by default: only a driver
             that can carry a preemption out may turn it on.
+        queue_pressure: credit a co-location with the queue's gain from the work it adds (module
+            docstring); off by default (docs/design/2026-12-03-queue-pressure.md: it moved a design
+            draw's median and not the acceptance draw's).
     """
 
     name = "iadeep"
@@ -248,7 +160,7 @@ class IADeep(Policy):
     def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None, predictor: str = "learned",
                  learner: OnlineInterferenceLearner | None = None, tuning_trials: int = DEFAULT_TRIALS,
                  bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0, preempt: bool = True,
-                 checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False):
+                 checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = False):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")
@@ -260,29 +172,13 @@ class IADeep(Policy):
         self.preempt = preempt
         self.checkpoint_cost_s = checkpoint_cost_s
         self.preempt_unblocked = preempt_unblocked
+        self.queue_pressure = queue_pressure
         self._preempted: dict[Hashable, float] = {}  # job (ClusterView.job_key) -> delay its preemptions have cost it so far (s)
         self._soonest: list[int] = []  # GPUs that freed up soonest when last computed: a hint (_wait_within)
 
     def predicted(self) -> np.ndarray:
         """Predicted pairwise normalised throughput, shape ``(n_types, n_types)``."""
         return self.model.norm if self.predictor == "oracle" else self.learner.matrix()
-
-    def veto(self, job: JobRequest, view: ClusterView, result: FilterResult, mask: np.ndarray,
-             reason: np.ndarray) -> FilterResult:
-        """When :meth:`place` would make the job wait (co-location predicted worse than waiting),
-        every node fails with that reason, so the extender's filter and bind agree. When it would
-        preempt (possible with nothing feasible too), every node fails as well and the result
-        carries the placement (:attr:`FilterResult.preempt`): the driver evicts the victims and
-        holds their GPUs for the job, which passes once they have left."""
-        if result.feasible or (self.preempt_unblocked and self.preempt and not job.gpus_ahead):
-            decision = self._place(job, view, mask, reason)
-            if isinstance(decision, Wait):
-                return FilterResult({}, {**result.failed, **{name: decision.reason for name in result.feasible}})
-            if decision.preempt:
-                names = [*result.feasible, *result.failed]
-                return FilterResult({}, {name: f"waiting for preempted job(s) to leave: {decision.reason}" for name in names},
-                                    preempt=decision)
-        return result
 
     def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
         """1 for a free GPU; for a shared one half the predicted pair sum (in [0, 1])."""
@@ -360,7 +256,7 @@ class IADeep(Policy):
         njobs = view.njobs
         k = job.num_gpus
         if not np.count_nonzero(mask):  # no eligible GPU (the most common wait): no free or shareable ones to look for
-            return self._preempt_or_wait(job, view, mask, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
+            return Wait(job.job_id, _wait_reason(job, mask, reason))
         share_used = view.gpu_share_used_milli
         if k == 1 and job.gpu_milli < 1000.0 and share_used is not None:  # a share (NaN compares False: no share)
             packed = mask & (share_used > 0.0)
@@ -371,11 +267,14 @@ class IADeep(Policy):
         n_free = int(np.count_nonzero(free))
         if n_free >= k:
             # one GPU: choose_gpus's pick among equal utilities is the lowest id, the first free one
-            gpus = (int(free.argmax()),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view)
+            gpus = (int(free.argmax()),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view,
+                                                                   pod_gpus=job.pod_gpus)
+            if gpus is None:  # free GPUs enough in number, not as pods on single nodes
+                return Wait(job.job_id, pod_wait_reason(job))
             return Placement(job.job_id, gpus, "free GPU")
         shared = (mask & (njobs > 0)).nonzero()[0]  # flatnonzero of a 1-D array, without its Python wrappers
         if n_free + len(shared) < k:
-            return self._preempt_or_wait(job, view, free, Wait(job.job_id, _wait_reason(job, mask, reason)), None, stable=True)
+            return Wait(job.job_id, _wait_reason(job, mask, reason))
         pred = self.predicted()
         # gathers with take and in-place maxima: the values of the indexing and np.maximum they
         # replace, with fewer temporaries (one co-location decision makes some 40 array operations)
@@ -395,6 +294,13 @@ class IADeep(Policy):
         np.maximum(rate, 1e-6, out=rate)
         own = t_new - job.remaining_s
         part = k_p * (t_part - r_p / rate)
+        if self.queue_pressure and job.jobs_queued > 0:
+            # the queue's share (module docstring: queue pressure): while both run, the pair does
+            # a + k_p b GPU-seconds of work a second on the partner's GPUs instead of k_p, and each
+            # queued job starts that much earlier, spread over the cluster's GPUs
+            gained = a - k_p * (1.0 - b)
+            np.maximum(gained, 0.0, out=gained)  # a pair below the partner alone: priced by its delays
+            part = part - (job.jobs_queued / view.n_gpus) * gained * np.minimum(t_new, t_part)
         need = k - n_free
         # A gang with nobody blocked behind it: its own delay (that of its slowest shared GPU) and
         # its wait count once, not once per shared GPU (module docstring: a gang's delay and wait).
@@ -427,8 +333,8 @@ class IADeep(Policy):
                 order = _smallest(delta, need)
                 gain = -float(delta[order[0]] if need == 1 else delta[order].sum())
             if gain <= 0:
-                return self._preempt_or_wait(job, view, free, Wait(
-                    job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU"), wait)
+                return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU",
+                            expected_wait_s=wait)
             reason = f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s"
         best = shared[order]
         if k == 1:  # one GPU, the one chosen (n_free = 0 here): choose_gpus's pick without its utilities
@@ -436,16 +342,17 @@ class IADeep(Policy):
         chosen = np.zeros(view.n_gpus, dtype=bool)
         chosen[best] = True
         chosen |= free
-        gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view)
+        gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view, pod_gpus=job.pod_gpus)
+        if gpus is None:  # the GPUs chosen do not split into pods on single nodes
+            return Wait(job.job_id, pod_wait_reason(job))
         return Placement(job.job_id, gpus, reason)
 
-    def _preempt_or_wait(self, job: JobRequest, view: ClusterView, free: np.ndarray, wait: Wait,
-                         wait_s: float | None, stable: bool = False) -> Placement | Wait:
-        """Head-of-line preemption (module docstring), else ``wait`` (``wait_s``: the expected wait
-        when the caller has it already).
+    def post_filter(self, job: JobRequest, view: ClusterView, wait: Wait) -> Preemption | Wait:
+        """Head-of-line preemption (module docstring), else ``wait`` (its ``expected_wait_s``: the
+        expected wait when :meth:`reserve` computed it).
 
-        ``stable``: ``wait`` does not depend on time (too few eligible GPUs, a question of which
-        jobs sit where); the returned wait then carries the queueing hint
+        A wait without ``expected_wait_s`` does not depend on time (too few eligible GPUs, a
+        question of which jobs sit where); the returned wait then carries the queueing hint
         :attr:`~iadeep.policy.Wait.holds_up_to_behind`. As time passes with the cluster unchanged,
         the expected wait ``W`` shrinks (every GPU's time until free falls with the clock), a
         victim's hold time shrinks and its preemption budget only shrinks (its charges never fall,
@@ -453,6 +360,9 @@ class IADeep(Policy):
         this rule from waiting to preempting; only more jobs behind (a larger ``B``) can (with
         ``preempt_unblocked`` too: ``B = 0`` is the same rule).
         """
+        wait_s = wait.expected_wait_s
+        stable = wait_s is None
+
         def holds(behind: int) -> Wait:
             return Wait(wait.job_id, wait.reason, behind) if stable else wait  # dataclasses.replace's value, cheaper
 
@@ -465,6 +375,7 @@ class IADeep(Policy):
         alone = (njobs == 1).nonzero()[0]
         if len(alone) == 0:
             return holds(ANY_BEHIND)
+        free = self.eligible(job, view)[0] & (njobs == 0)
         n_free = int(np.count_nonzero(free))
         run_s = job.remaining_s  # the head at dedicated speed on free GPUs
         c = self.checkpoint_cost_s
@@ -519,11 +430,13 @@ class IADeep(Policy):
         victim = best[2]
         freed = free.copy()
         freed[gpus_of[victim]] = True
-        gpus = choose_gpus(job.num_gpus, freed, np.ones(view.n_gpus), view)
+        gpus = choose_gpus(job.num_gpus, freed, np.ones(view.n_gpus), view, pod_gpus=job.pod_gpus)
+        if gpus is None:  # the GPUs freed do not split into the head's pods: no preemption
+            return wait
         key = view.job_key(victim)  # the same job in later views (the extender renumbers handles)
         self._preempted[key] = self._preempted.get(key, 0.0) + run_s + c
-        return Placement(job.job_id, gpus, f"preempted a job holding {best[0]} GPU(s) for {-best[1]:.0f}s: the head "
-                         f"would wait {w:.0f}s with {b} job(s) behind it", preempt=(victim,))
+        return Preemption(job.job_id, gpus, (victim,), f"preempted a job holding {best[0]} GPU(s) for {-best[1]:.0f}s: "
+                          f"the head would wait {w:.0f}s with {b} job(s) behind it")
 
     def tune(self, gpu: int, view: ClusterView, measure: Measure) -> TuningDecision | None:
         """Tune batch sizes of co-located jobs; learn from every measurement; undo a co-location

@@ -2,7 +2,8 @@
 
 ``summary.json``::
 
-    {"trace": {"name", "sha256", "jobs", "dropped": {REASON: n}, "flagged": {REASON: n}, ...},
+    {"trace": {"name", "sha256", "jobs", "dropped": {REASON: n}, "flagged": {REASON: n},
+               "zero_duration": "kept" | "dropped", ...},
      "cluster": {"nodes", "gpus_per_node", "gpu_mem_gib", ...},
      "seed", "git_commit",
      "policies": {NAME: {"avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queueing_s",
@@ -10,7 +11,9 @@
                          "jct_jobs", "censored_jobs", "unschedulable_jobs"}},
      "null_reasons": {"policies.NAME.avg_jct_s": "why it is null", ...}}   # only when some are
 
-The reasons in ``dropped`` / ``flagged`` are those of :data:`iadeep.traces.REASONS`. The file is
+The reasons in ``dropped`` / ``flagged`` are those of :data:`iadeep.traces.REASONS`;
+``zero_duration`` says what was done with the trace's jobs of 0 s (kept: they complete at once and
+count in the JCT statistics; dropped: ``drop_zero_duration``). The file is
 strict JSON (:mod:`iadeep.report._json`): an undefined value is ``null`` with its reason.
 """
 
@@ -89,6 +92,10 @@ def markdown_table(policies: Mapping[str, Mapping[str, float]], reference: str =
     return "\n".join(rows)
 
 
+_ZERO_DURATION = {"kept": "kept (they complete at once; counted in the completed jobs and the JCT statistics)",
+                  "dropped": "dropped before the run (`drop_zero_duration`)"}
+
+
 def write_markdown(path: Path, summary: Mapping[str, Any], plots: Mapping[str, str]) -> Path:
     """Write ``report.md``: set-up, the metrics table, and links to the plots."""
     t, c = summary["trace"], summary["cluster"]
@@ -109,6 +116,7 @@ def write_markdown(path: Path, summary: Mapping[str, Any], plots: Mapping[str, s
         f"- jobs kept but flagged: {counts(t.get('flagged'))}"
         + (f" (censored jobs are {'included in' if censored else 'excluded from'} the JCT statistics)"
            if (t.get("flagged") or {}).get("censored") else ""),
+        *([f"- jobs of 0 s: {_ZERO_DURATION.get(t['zero_duration'], t['zero_duration'])}"] if "zero_duration" in t else []),
         f"- offered load: mean {_fmt(t.get('offered_load_mean'))}, peak {_fmt(t.get('offered_load_peak'))}{load_note}",
         f"- cluster: {cluster_line}",
         f"- seed: {summary.get('seed')}, commit: `{summary.get('git_commit')}`",

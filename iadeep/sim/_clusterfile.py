@@ -170,18 +170,28 @@ def _philly_machines(machine_list: str | PathLike[str]) -> pd.DataFrame:
     return out
 
 
-def cluster_from_philly(machine_list: str | PathLike[str]) -> ClusterSpec:
+def cluster_from_philly(machine_list: str | PathLike[str], job_log: str | PathLike[str] | None = None) -> ClusterSpec:
     """The cluster of Philly's ``cluster_machine_list``: one group per (GPUs, GPU memory).
 
     Philly's GPUs are unnamed in the trace (the paper: 12 GB and 24 GB GPUs); the model is ``""``.
+    With ``job_log`` the cluster covers what the jobs used (:func:`philly_consistency`): each
+    machine has ``max(listed, observed)`` GPUs, observed = the distinct GPU names the log's
+    attempts used on it; a machine the log uses but the list lacks is added with its observed
+    GPUs, each of :attr:`PhillyConsistency.unlisted_gpu_mem_gib`.
 
     Raises:
         FileNotFoundError: no such file.
         ClusterFileError: a folder, an empty file or one that is not CSV, a missing column or a
-            non-numeric value (the message names the file, and the row).
+            non-numeric value (the message names the file, and the row); a job log that is a
+            folder or not JSON.
     """
     m = _philly_machines(machine_list)
-    counts: Counter = Counter((("", int(g), float(mem)) for g, mem in zip(m["gpus"], m["mem"]) if g > 0))
+    rows = [(str(k), int(g), float(mem)) for k, g, mem in zip(m["machine"], m["gpus"], m["mem"])]
+    if job_log is not None:
+        report = _consistency(m, job_log)
+        rows = [(k, max(g, report.used_gpus.get(k, 0)), mem) for k, g, mem in rows]
+        rows += [(k, report.used_gpus[k], report.unlisted_gpu_mem_gib) for k in report.used_not_listed]
+    counts: Counter = Counter((("", g, mem) for _, g, mem in rows if g > 0))
     if not counts:
         raise ClusterFileError(f"{machine_list}: no machine with a GPU")
     return _groups_from_counts(counts)
@@ -194,46 +204,63 @@ class PhillyConsistency:
     Attributes:
         machines_listed: machines in the list.
         machines_used: machines named by some attempt in the log.
-        fewer_gpus_than_used: machine -> (GPUs listed, most distinct GPUs one attempt used on it).
-        used_not_listed: machines jobs ran on that the list lacks (sorted).
+        fewer_gpus_than_used: machine -> (GPUs listed, GPUs the log used on it), for the listed
+            machines with fewer GPUs than used: :func:`cluster_from_philly` raises them to the
+            second number.
+        used_not_listed: machines jobs ran on that the list lacks (sorted): :func:`cluster_from_philly`
+            adds them.
+        used_gpus: machine -> GPUs the log used on it (distinct GPU names over all attempts).
+        unlisted_gpu_mem_gib: GPU memory (GiB) given to the added machines: the list's most
+            common ``single GPU mem`` (the smaller on a tie), the log has none; ``None`` for an
+            empty list.
     """
 
     machines_listed: int
     machines_used: int
     fewer_gpus_than_used: dict[str, tuple[int, int]] = field(default_factory=dict)
     used_not_listed: list[str] = field(default_factory=list)
+    used_gpus: dict[str, int] = field(default_factory=dict)
+    unlisted_gpu_mem_gib: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return {"machines_listed": self.machines_listed, "machines_used": self.machines_used,
                 "fewer_gpus_than_used": {k: list(v) for k, v in self.fewer_gpus_than_used.items()},
-                "used_not_listed": list(self.used_not_listed)}
+                "used_not_listed": list(self.used_not_listed), "used_gpus": dict(self.used_gpus),
+                "unlisted_gpu_mem_gib": self.unlisted_gpu_mem_gib}
 
 
 def philly_consistency(machine_list: str | PathLike[str], job_log: str | PathLike[str]) -> PhillyConsistency:
     """Compare ``cluster_machine_list`` with ``cluster_job_log``'s ``attempts[].detail[]``.
 
-    Reports machines listed with fewer GPUs than one attempt used on them, and machines used but
-    not listed. Job-log entries that are not the documented shape are ignored here (the trace
-    loader reports them).
+    Reports machines listed with fewer GPUs than the log used on them (distinct GPU names over
+    all its attempts on the machine), and machines used but not listed. Job-log entries that are
+    not the documented shape are ignored here (the trace loader reports them).
 
     Raises:
         FileNotFoundError: either file missing.
         ClusterFileError: the machine list as :func:`cluster_from_philly`; a job log that is a
             folder or not JSON (the message names the file, and the line and column).
     """
-    m = _philly_machines(machine_list)
+    return _consistency(_philly_machines(machine_list), job_log)
+
+
+def _consistency(m: pd.DataFrame, job_log: str | PathLike[str]) -> PhillyConsistency:
     listed = dict(zip(m["machine"], m["gpus"].astype(int)))
-    used: dict[str, int] = {}
+    names: dict[str, set[str]] = {}
     log = read_json(Path(job_log), "JSON job log", ClusterFileError)
     for job in log if isinstance(log, list) else []:
         for att in (job.get("attempts") or []) if isinstance(job, dict) else []:
             for d in (att.get("detail") or []) if isinstance(att, dict) else []:
                 if isinstance(d, dict) and isinstance(d.get("ip"), str):
-                    n = len(set(d.get("gpus") or [])) if isinstance(d.get("gpus"), list) else 0
-                    used[d["ip"]] = max(used.get(d["ip"], 0), n)
+                    gpus = d.get("gpus") if isinstance(d.get("gpus"), list) else []
+                    names.setdefault(d["ip"], set()).update(str(g) for g in gpus)
+    used = {k: len(v) for k, v in sorted(names.items())}
+    mems = Counter(float(x) for x in m["mem"])
+    common = min(mems, key=lambda x: (-mems[x], x)) if mems else None
     return PhillyConsistency(
         machines_listed=len(listed), machines_used=len(used),
-        fewer_gpus_than_used={k: (int(listed[k]), n) for k, n in sorted(used.items()) if k in listed and n > listed[k]},
+        fewer_gpus_than_used={k: (int(listed[k]), n) for k, n in used.items() if k in listed and n > listed[k]},
         used_not_listed=sorted(k for k in used if k not in listed),
+        used_gpus=used, unlisted_gpu_mem_gib=common,
     )

@@ -8,7 +8,10 @@ from iadeep.sim._queue import QUEUES, KubeQueueSettings, SchedulingQueue, make_q
 
 import numpy as np
 
-__all__ = ["ClusterSpec", "NodeGroup", "SimSettings"]
+__all__ = ["ClusterSpec", "GANG_PLACEMENTS", "NodeGroup", "SimSettings"]
+
+#: How a multi-GPU job is placed (:attr:`SimSettings.gang_placement`).
+GANG_PLACEMENTS = ("pods", "any-gpus")
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,12 @@ class SimSettings:
         tuning: call the policy's tuning after co-location changes (off: jobs keep their
             submitted batch sizes and nothing is undone, as on a live cluster without the node
             coordinator and tuner; used by the simulator-live parity check).
+        gang_placement: ``"pods"`` (default): a job runs as a gang of equal pods, each pod's GPUs
+            on one node, the pods on any nodes, as the live system runs it (an Indexed Job); a job
+            that fits one node is one pod on one node. Pod size: :func:`iadeep.policy.pod_size`
+            over the nodes with GPUs of a model the job accepts. ``"any-gpus"``: any GPUs of the
+            cluster (kept on as few nodes as the policy's GPU choice manages), the model of
+            simulators that place a job's GPUs one by one, for comparing with them.
     """
 
     seed: int = 0
@@ -141,10 +150,13 @@ class SimSettings:
     tuning: bool = True
     queue: str = "fifo"
     kube: KubeQueueSettings = field(default_factory=KubeQueueSettings)
+    gang_placement: str = "pods"
 
     def __post_init__(self) -> None:
         if self.queue not in QUEUES:
             raise ValueError(f"unknown queue {self.queue!r}; known: {', '.join(QUEUES)}")
+        if self.gang_placement not in GANG_PLACEMENTS:
+            raise ValueError(f"unknown gang_placement {self.gang_placement!r}; known: {', '.join(GANG_PLACEMENTS)}")
 
     def make_queue(self) -> SchedulingQueue:
         """A fresh queue as these settings describe (``backfill=True`` turns ``fifo`` into ``backfill``)."""

@@ -16,7 +16,13 @@ configurations, then the chosen configuration applies, or the policy's undo does
 types is banned (:meth:`~iadeep.policy.Policy.avoid`) and the newest job re-queued, both at the
 session's end, as on the live system (the coordinator records the undo when its session ends, the
 extender then bans and evicts); a session interrupted by another change is discarded, its undo
-with it. A placement may also preempt running jobs. A job evicted either way is re-queued
+with it. A placement may also preempt running jobs.
+
+Gangs (``SimSettings.gang_placement``): by default a job runs as the live system runs it, a gang
+of equal pods (:func:`iadeep.policy.pod_size`), each pod's GPUs on one node and the pods on any
+nodes; the policy is asked to place all of them at once (:attr:`iadeep.policy.JobRequest.pod_gpus`),
+as the extender decides a gang when its first member is filtered. ``"any-gpus"`` places a job on
+any GPUs of the cluster. A job evicted either way is re-queued
 (:meth:`~iadeep.sim._queue.SchedulingQueue.requeue`: FIFO at the head, a preempted job ahead of
 the jobs behind the placed one; kube-scheduler's queue as its Job's replacement pod, created at
 the eviction) keeping the work it did plus ``restart_penalty_s``. Measurements the policy sees are noisy; the simulator uses the true values.
@@ -53,7 +59,7 @@ import pandas as pd
 from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
-from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy
+from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy, Preemption, pod_size
 from iadeep.sim._config import ClusterSpec, SimSettings
 from iadeep.sim._errors import InfeasibleJobError
 from iadeep.sim._feasible import feasibility, gpu_model_mask
@@ -140,6 +146,7 @@ class Simulator:
                       f"needs {model.mem_gib[base[h]]:.1f} GiB, its GPUs have at most {gpu_mem[ok].max():g} GiB")
             raise InfeasibleJobError(str(self.job_ids[h]), str(why[h]), detail, len(bad))
         self.infeasible_reason = why
+        self.pod_gpus = self._pod_sizes(gpu_node, gpu_models, why)
         S = policy.limit
         self.slots = np.full((G, S), -1, dtype=np.int64)
         self.gpu_rate = np.zeros((G, S))  # progress rate each occupant makes on this GPU
@@ -327,13 +334,39 @@ class Simulator:
         share = self._has_share
         return [1.0 if share[h] else x for h, x in zip(handles, norm)]
 
+    def _pod_sizes(self, gpu_node: np.ndarray, gpu_models: np.ndarray, why: np.ndarray) -> np.ndarray:
+        """GPUs per pod of each job, shape ``(n_jobs,)``: :func:`iadeep.policy.pod_size` over the
+        nodes' GPUs of a model the job accepts (``gang_placement="pods"``), 0 for ``"any-gpus"``
+        and for jobs that can never run."""
+        out = np.zeros(len(self.num_gpus), dtype=np.int64)
+        if self.settings.gang_placement != "pods":
+            return out
+        n_nodes = int(gpu_node.max()) + 1 if len(gpu_node) else 0
+        sizes: dict[tuple[int, tuple[str, ...]], int] = {}
+        for h, (k, accepts) in enumerate(zip(self.num_gpus.tolist(), self.accepts)):
+            if why[h]:
+                continue
+            key = (k, accepts)
+            p = sizes.get(key)
+            if p is None:
+                ok = np.isin(gpu_models, list(accepts)) if accepts else np.ones(len(gpu_node), dtype=bool)
+                p = sizes[key] = pod_size(k, np.bincount(gpu_node[ok], minlength=n_nodes).tolist())
+            out[h] = p
+        return out
+
     def _true_rate(self, g: int, h: int, t: int, x: float) -> float:
         """Progress rate of job ``h`` as type ``t`` at normalised throughput ``x`` on GPU ``g``."""
         return progress(x, self._gain_of(t, self._base_of[h])) * self._speed_of(g, t)
 
     # -- applying decisions --------------------------------------------------------------------
-    def _apply_placement(self, h: int, p: Placement) -> set[int]:
+    def _apply_placement(self, h: int, p: Placement | Preemption) -> set[int]:
         affected: set[int] = {h}
+        pod = self.pod_gpus.item(h)
+        if pod > 1:  # the pod contract of Placement.gpus: each pod's GPUs on one node
+            nodes = self.gpu_node[list(p.gpus)].reshape(-1, pod)
+            if len(p.gpus) != self.num_gpus.item(h) or (nodes != nodes[:, :1]).any():
+                raise RuntimeError(f"policy {self.policy.name} placed {self.job_ids[h]}'s pods of {pod} GPUs "
+                                   f"across nodes: GPUs {p.gpus}")
         self._epoch += 1
         for g in p.gpus:
             row = self._slot_list[g]
@@ -501,22 +534,23 @@ class Simulator:
         self.queue.cluster_event("pod_ended", self.now)
 
     # -- scheduling ----------------------------------------------------------------------------
-    def _request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
+    def _request(self, h: int, gpus_ahead: int, jobs_behind: int, jobs_queued: int = 0) -> JobRequest:
         # a queued job's request changes only with its type, remaining work and queue position:
         # the last one is handed again while those are the same (a request is immutable)
-        key = (self.type.item(h), self.work_left.item(h), gpus_ahead, jobs_behind)
+        key = (self.type.item(h), self.work_left.item(h), gpus_ahead, jobs_behind, jobs_queued)
         kept = self._requests.get(h)
         if kept is not None and kept[0] == key:
             return kept[1]
-        request = self._new_request(h, gpus_ahead, jobs_behind)
+        request = self._new_request(h, gpus_ahead, jobs_behind, jobs_queued)
         self._requests[h] = (key, request)
         return request
 
-    def _new_request(self, h: int, gpus_ahead: int, jobs_behind: int) -> JobRequest:
+    def _new_request(self, h: int, gpus_ahead: int, jobs_behind: int, jobs_queued: int = 0) -> JobRequest:
         t = self.type.item(h)
         return JobRequest(h, str(self.job_ids[h]), t, self.num_gpus.item(h), self._mem_list[t],
                           self.work_left.item(h), gpus_ahead, jobs_behind,
-                          float(self.share[h]) if self.has_share[h] else float("nan"), self.accepts[h])
+                          float(self.share[h]) if self.has_share[h] else float("nan"), self.accepts[h], jobs_queued,
+                          self.pod_gpus.item(h))
 
     def _schedule(self) -> set[int]:
         """Place what the policy allows; returns the GPUs whose co-location set changed."""
@@ -535,15 +569,16 @@ class Simulator:
             if view is None:
                 view = self.view()
             self.calls["place"] += 1
-            decision = self.policy.place(self._request(h, ahead, behind), view)
-            if isinstance(decision, Placement):
+            decision = self.policy.place(self._request(h, ahead, behind, len(queue) - 1), view)
+            if isinstance(decision, (Placement, Preemption)):
                 hints.pop(h, None)
                 self._requests.pop(h, None)
                 view = None
                 queue.placed(h, self.now)
-                for v in decision.preempt:  # checkpointed and queued ahead of the jobs behind
-                    self._evict(int(v), affected, here=True)
-                    changed.update(g for g in decision.gpus)
+                if isinstance(decision, Preemption):
+                    for v in decision.victims:  # checkpointed and queued ahead of the jobs behind
+                        self._evict(int(v), affected, here=True)
+                        changed.update(g for g in decision.gpus)
                 placed = self._apply_placement(h, decision)
                 affected |= placed
                 changed.update(decision.gpus)

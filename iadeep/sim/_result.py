@@ -47,6 +47,8 @@ class SimResult:
         types = sim.model.types
         names = sim.cluster.node_names()
         jct = sim.end - sim.submit
+        # JCT over the dedicated run time; undefined (NaN) for a job of 0 s, which completes at once
+        slowdown = np.divide(jct, sim.duration, out=np.full(len(jct), np.nan), where=sim.duration > 0)
         jobs = pd.DataFrame({
             "job_id": sim.job_ids,
             "submit_s": sim.submit,
@@ -55,7 +57,7 @@ class SimResult:
             "jct_s": jct,
             "queueing_s": sim.start - sim.submit,
             "duration_s": sim.duration,
-            "slowdown": jct / sim.duration,
+            "slowdown": slowdown,
             "num_gpus": sim.num_gpus,
             "model": [types[t].model for t in sim.base_type],
             "batch_size": [types[t].batch_size for t in sim.base_type],
@@ -88,7 +90,9 @@ def summarise(jobs: pd.DataFrame, total_gpus: int, busy_gpu_seconds: float,
         ``avg_jct_s``, ``p50_jct_s``, ``p95_jct_s``, ``p99_jct_s`` (JCT = end - submit, s),
         ``avg_queueing_s`` (first start - submit), ``makespan_s`` (last end - first submit),
         ``gpu_utilisation`` (busy GPU-seconds / (GPUs x makespan), a GPU is busy while it holds a
-        job), ``mean_slowdown`` (mean of JCT / dedicated duration): NaN when no job counts;
+        job), ``mean_slowdown`` (mean of JCT / dedicated duration over the counted jobs whose
+        duration is > 0: a job of 0 s has no slowdown, but counts in ``jct_jobs`` and the JCT
+        statistics): NaN when no job counts;
         ``jct_jobs`` (jobs in the JCT statistics), ``censored_jobs``, ``unschedulable_jobs``.
     """
     n = len(jobs)

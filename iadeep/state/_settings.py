@@ -69,6 +69,10 @@ class AuthSettings(BaseModel):
 
     The store trades the password for a token at ``/v3/auth/authenticate`` and renews it when
     etcd reports it expired.
+
+    Attributes:
+        username: etcd user; ``None``: no authentication.
+        password: that user's password (never logged or printed).
     """
 
     username: str | None = None

@@ -106,8 +106,8 @@ def delete_test_namespace(api_client: ApiClient, name: str) -> None:
 
     An unbound pod has no kubelet to wait for, so it is gone when the call returns. The namespace
     controller deletes everything else in the background; a pending pod it has not reached yet
-    would be placed by the next test's scheduler extender, into that test's state store (a
-    suspect of session 11's extra reservation in the extender's restart test).
+    would be placed by the next test's scheduler extender, into that test's state store (an
+    extra reservation in the extender's restart test).
     """
     from kubernetes import client
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ._options import TraceOptions
-from ._source import RawTrace, SourceFile, read_csv_text, read_file
+from ._source import RawTrace, SourceFile, read_csv_text, read_file, zero_duration_rule
 
 __all__ = ["read_msitp"]
 
@@ -78,7 +78,8 @@ def read_msitp(path: str | PathLike[str], options: TraceOptions) -> RawTrace:
     the file stem), whichever clusters are selected. Clusters not selected by
     ``options.virtual_cluster`` are not read at all. Time origin: the start of collection
     (``submission_time == 0``), shared by all clusters. ``num_gpu == 0`` rows are dropped as
-    ``zero_gpu``, ``duration == 0`` as ``zero_duration``.
+    ``zero_gpu``; ``duration == 0`` rows are kept and flagged ``zero_duration`` (dropped with
+    ``options.drop_zero_duration``).
 
     Raises:
         FileNotFoundError: if ``path`` is missing or a folder without ``clusterNN.csv``.
@@ -118,5 +119,5 @@ def read_msitp(path: str | PathLike[str], options: TraceOptions) -> RawTrace:
     jobs = pd.concat(frames, ignore_index=True)
     raw = RawTrace(jobs, rows_read, skipped, files, origin="the start of collection (submission_time 0)")
     raw.drop(raw.jobs["num_gpus"].to_numpy() == 0, "zero_gpu")
-    raw.drop(raw.jobs["duration"].to_numpy() == 0, "zero_duration")
+    zero_duration_rule(raw, options.drop_zero_duration)
     return raw

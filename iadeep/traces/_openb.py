@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ._options import TraceOptions
-from ._source import RawTrace, read_csv_text, read_file
+from ._source import RawTrace, read_csv_text, read_file, zero_duration_rule
 
 __all__ = ["read_openb"]
 
@@ -32,7 +32,8 @@ def read_openb(path: str | PathLike[str], options: TraceOptions) -> RawTrace:
     (``deletion_time < scheduled_time``), ``censored`` (``pod_phase`` Running with
     ``deletion_time`` at the snapshot, or an empty ``deletion_time``: kept, run time to the
     snapshot), ``inconsistent_gpu_milli`` (``num_gpu > 1`` with ``gpu_milli < 1000``: kept as
-    whole GPUs), then ``zero_gpu`` and ``zero_duration``. Time origin: 0 of the trace's clock.
+    whole GPUs), then ``zero_gpu`` and ``zero_duration`` (0 s and not censored: kept and flagged,
+    dropped with ``options.drop_zero_duration``). Time origin: 0 of the trace's clock.
     Bad values: non-numeric or negative times, ``num_gpu`` not a whole number, ``gpu_milli``
     above 1000 or 0 for a pod that requests GPUs.
 
@@ -107,6 +108,6 @@ def read_openb(path: str | PathLike[str], options: TraceOptions) -> RawTrace:
         "zero_gpu": raw.jobs["num_gpus"].to_numpy() == 0,
         "never_scheduled": chk.quirk_mask("never_scheduled")[ok],
         "invalid_attempt_times": chk.quirk_mask("invalid_attempt_times")[ok],
-        "zero_duration": ~(raw.jobs["duration"].to_numpy() > 0),
     })
+    zero_duration_rule(raw, options.drop_zero_duration)
     return raw

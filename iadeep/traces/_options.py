@@ -49,6 +49,11 @@ class TraceOptions:
             :class:`~iadeep.traces.TraceFormatError`. Default false.
         keep_wider: keep jobs wider than ``cluster_gpus`` (the simulator then reports them as
             unschedulable). Default false.
+        drop_zero_duration: drop the jobs that ran for 0 s (counted as ``zero_duration`` in
+            ``df.attrs["dropped"]``). Default false: such a job is a real job that completes at
+            once; it is kept and counted in ``df.attrs["flagged"]`` under ``zero_duration``.
+            Censored jobs are never dropped for it (0 s is their observed run time, a lower
+            bound: a job that started at the snapshot).
         strict: treat every known quirk of the trace (see :mod:`iadeep.traces._taxonomy`:
             ``censored``, ``invalid_attempt_times``, ``inconsistent_gpu_milli``, ...) as a malformed
             row: :class:`~iadeep.traces.TraceFormatError` naming file, line and field (or, with
@@ -80,6 +85,7 @@ class TraceOptions:
     skip_bad_rows: bool = False
     strict: bool = False
     keep_wider: bool = False
+    drop_zero_duration: bool = False
     mix: str = "iadeep"
     seed: int = 0
     exclude: Callable[[Any], Any] | None = field(default=None, compare=False, repr=False)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ._options import TraceOptions
-from ._source import RawTrace, read_csv_text, read_file, select_virtual_clusters
+from ._source import RawTrace, read_csv_text, read_file, select_virtual_clusters, zero_duration_rule
 
 __all__ = ["read_philly_csv", "PHILLY_TIME_FORMAT"]
 
@@ -26,7 +26,9 @@ def read_philly_csv(path: str | PathLike[str], options: TraceOptions) -> RawTrac
     """Read ``philly.csv``; ``job_id`` is ``"philly-<line number in the file>"``.
 
     Time origin: the earliest submission among the file's good rows (all virtual clusters).
-    ``num_gpus == 0`` rows are dropped as ``zero_gpu``, ``duration == 0`` as ``zero_duration``.
+    ``num_gpus == 0`` rows are dropped as ``zero_gpu``; ``duration == 0`` rows are kept and
+    flagged ``zero_duration`` (dropped with ``options.drop_zero_duration``). The file has no end
+    times: no job is censored.
 
     Raises:
         TraceFormatError: on a bad row (unless ``options.skip_bad_rows``).
@@ -63,6 +65,6 @@ def read_philly_csv(path: str | PathLike[str], options: TraceOptions) -> RawTrac
         ),
     )
     raw.drop(raw.jobs["num_gpus"].to_numpy() == 0, "zero_gpu")
-    raw.drop(raw.jobs["duration"].to_numpy() == 0, "zero_duration")
+    zero_duration_rule(raw, options.drop_zero_duration)
     select_virtual_clusters(raw, options.virtual_cluster, "philly")
     return raw

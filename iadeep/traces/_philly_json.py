@@ -26,7 +26,7 @@ from ._errors import TraceFormatError
 from ._options import TraceOptions
 from ._philly import PHILLY_TIME_FORMAT
 from ._rows import EPOCH, RowChecker
-from ._source import RawTrace, read_file, select_virtual_clusters
+from ._source import RawTrace, read_file, select_virtual_clusters, zero_duration_rule
 
 __all__ = ["read_philly_json"]
 
@@ -104,11 +104,13 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
     attempt's ``detail`` entries (machines). Every status (Pass, Killed, Failed) is kept: all
     used their GPUs. Rules of :mod:`iadeep.traces._taxonomy`, in this order: ``no_attempts``,
     ``never_scheduled`` (no attempt has a ``start_time``), ``invalid_attempt_times`` (an attempt
-    ends before it starts: the whole job is dropped), ``censored`` (the *last* attempt has a
-    ``start_time`` and no ``end_time``: still running at the snapshot, taken as the latest
-    timestamp anywhere in the file; kept, duration = completed attempts + snapshot - that
-    start), ``missing_attempt_times`` (attempts started, none complete, not censored),
-    ``zero_gpu``, ``zero_duration``. An earlier attempt missing one of its times is a logging gap
+    ends before it starts: the whole job is dropped), ``censored`` (still running at the
+    snapshot, taken as the latest timestamp anywhere in the file: the *last* attempt has a
+    ``start_time`` and no ``end_time``, or its ``end_time`` is the snapshot; kept, duration =
+    completed attempts + snapshot - the running attempt's start, 0 s for an attempt started at
+    the snapshot), ``missing_attempt_times`` (attempts started, none complete, not censored),
+    ``zero_gpu``, ``zero_duration`` (0 s and not censored: kept and flagged, dropped with
+    ``options.drop_zero_duration``). An earlier attempt missing one of its times is a logging gap
     and is ignored. Time origin: the earliest ``submitted_time`` among the file's good jobs.
     Line numbers in errors are those where the job's ``{`` is; the column is the key path
     (e.g. ``attempts[1].end_time``).
@@ -199,6 +201,10 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
     started = np.isfinite(start)
     is_last = ak == n_att[aj] - 1 if len(aj) else np.zeros(0, dtype=bool)
     running = is_last & started & ~np.isfinite(end)
+    stamps = np.concatenate([submit, start, end])
+    snapshot = float(np.nanmax(stamps)) if np.isfinite(stamps).any() else 0.0
+    # the log's last timestamp as an end: the snapshot was written while the attempt ran
+    at_snapshot = is_last & complete & (end == snapshot)
 
     # Per job (n): which rule applies, and where (column) for strict mode's message.
     def per_job(att_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +216,7 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
         return mask, col
 
     inv_mask, inv_at = per_job(np.isfinite(run) & (run < 0))
-    cen_mask, cen_at = per_job(running)
+    cen_mask, cen_at = per_job(running | at_snapshot)
     n_started = np.bincount(aj[started], minlength=n)
     n_complete = np.bincount(aj[complete], minlength=n)
     no_att = n_att == 0
@@ -218,8 +224,6 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
     cen_mask &= ~inv_mask
     missing = (n_started > 0) & (n_complete == 0) & ~inv_mask & ~cen_mask
 
-    stamps = np.concatenate([submit, start, end])
-    snapshot = float(np.nanmax(stamps)) if np.isfinite(stamps).any() else 0.0
     duration = np.zeros(n)
     np.add.at(duration, aj[complete], run[complete])
     np.add.at(duration, aj[running], snapshot - start[running])
@@ -237,7 +241,8 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
     chk.quirk(inv_mask, "invalid_attempt_times", at(inv_at, "end_time"),
               lambda v: f"{v!r} is before the attempt's start_time", att_text(inv_at, a_end))
     chk.quirk(cen_mask, "censored", at(cen_at, "end_time"),
-              "missing: the last attempt was still running when the trace was taken (censored)")
+              "missing or the log's last timestamp: the last attempt was still running when the trace "
+              "was taken (censored)")
     chk.quirk(missing, "missing_attempt_times", "attempts",
               "no attempt has both a start_time and an end_time")
     ok = chk.finish()
@@ -270,9 +275,7 @@ def read_philly_json(path: str | PathLike[str], options: TraceOptions) -> RawTra
         "invalid_attempt_times": chk.quirk_mask("invalid_attempt_times")[ok],
         "missing_attempt_times": chk.quirk_mask("missing_attempt_times")[ok],
     })
-    raw.drop_each({
-        "zero_gpu": raw.jobs["num_gpus"].to_numpy() == 0,
-        "zero_duration": raw.jobs["duration"].to_numpy() == 0,
-    })
+    raw.drop(raw.jobs["num_gpus"].to_numpy() == 0, "zero_gpu")
+    zero_duration_rule(raw, options.drop_zero_duration)
     select_virtual_clusters(raw, options.virtual_cluster, "philly-json")
     return raw

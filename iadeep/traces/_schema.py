@@ -11,7 +11,8 @@ job_id         str         unique, non-empty id; stable across windows and optio
                            ``"cluster04-<uuid>"`` for ITP, the pod name for openb).
 submit_time    float64     seconds from the first kept job's submission (so ``min == 0``),
                            after any arrival rescaling.
-duration       float64     seconds of run time on dedicated GPUs (``> 0``, finite).
+duration       float64     seconds of run time on dedicated GPUs (``>= 0``, finite; 0: the job
+                           completes at once, or a censored job started at the snapshot).
 num_gpus       int64       GPUs the job needs at once (``>= 1``).
 gpu_milli      float64     per-GPU share in 1/1000 GPU (1000 = a whole GPU), in ``(0, 1000]``;
                            ``NaN`` when the trace does not say (Philly, ITP).
@@ -41,11 +42,12 @@ except ``gpu_milli`` (``gpu_spec`` may be the empty string; no other string may)
 * ``skipped_rows``: bad rows skipped (only non-zero with ``skip_bad_rows=True``).
 * ``dropped``: ``{reason: count}`` of well-formed jobs left out, in the order applied: the
   format's rules (``zero_gpu``, ``no_attempts``, ``never_scheduled``,
-  ``invalid_attempt_times``, ``missing_attempt_times``, ``zero_duration``), then
+  ``invalid_attempt_times``, ``missing_attempt_times``, ``zero_duration`` with
+  ``drop_zero_duration``), then
   ``other_virtual_cluster``, ``outside_window``, ``too_many_gpus``, ``wider_than_cluster``,
   ``before_start_job``, ``after_n_jobs`` (the taxonomy: :data:`iadeep.traces.REASONS`).
 * ``flagged``: ``{reason: count}`` of the table's jobs kept but marked (``censored``,
-  ``inconsistent_gpu_milli``); reasons with no job are left out.
+  ``inconsistent_gpu_milli``, ``zero_duration``); reasons with no job are left out.
 * ``n_jobs``: rows in the table.
 * ``trace_origin``: what time 0 of the window options means for this trace (a description).
 * ``arrival_factor``: the factor every inter-arrival gap was multiplied by (1.0 = unchanged).
@@ -119,7 +121,7 @@ def validate_job_table(df: pd.DataFrame) -> pd.DataFrame:
             and the first such row's position and ``job_id``: a missing column, a wrong dtype, a
             missing value, a duplicate or empty ``job_id``, a negative / non-finite submit time,
             ``min(submit_time) != 0``, rows not sorted by (``submit_time``, ``job_id``), a
-            non-positive duration, ``num_gpus < 1``, ``gpu_milli`` outside ``(0, 1000]``, an
+            negative duration, ``num_gpus < 1``, ``gpu_milli`` outside ``(0, 1000]``, an
             unknown model family or a batch size Gavel did not measure for that family.
     """
     if not isinstance(df, pd.DataFrame):
@@ -156,7 +158,7 @@ def validate_job_table(df: pd.DataFrame) -> pd.DataFrame:
     unsorted = ~later & ~(tie & (ids[1:] > ids[:-1]))
     _fail(df, np.r_[False, unsorted], "rows not sorted by (submit_time, job_id)")
     dur = df["duration"].to_numpy()
-    _fail(df, ~np.isfinite(dur) | (dur <= 0), "duration must be finite and > 0 seconds")
+    _fail(df, ~np.isfinite(dur) | (dur < 0), "duration must be finite and >= 0 seconds")
     _fail(df, df["num_gpus"].to_numpy() < 1, "num_gpus must be >= 1")
     milli = df["gpu_milli"].to_numpy()
     with np.errstate(invalid="ignore"):

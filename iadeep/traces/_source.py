@@ -17,7 +17,8 @@ import pandas as pd
 from ._errors import TraceFormatError
 from ._rows import RowChecker
 
-__all__ = ["SourceFile", "read_file", "files_digest", "read_csv_text", "RawTrace", "select_virtual_clusters"]
+__all__ = ["SourceFile", "read_file", "files_digest", "read_csv_text", "RawTrace", "select_virtual_clusters",
+           "zero_duration_rule"]
 
 
 @dataclass(frozen=True)
@@ -192,3 +193,20 @@ def select_virtual_clusters(raw: RawTrace, wanted: tuple[str, ...] | None, trace
     if unknown:
         raise ValueError(f"{trace}: unknown virtual cluster(s) {unknown}; the trace has {known}")
     raw.drop(~np.isin(vc, list(wanted)), "other_virtual_cluster")
+
+
+def zero_duration_rule(raw: RawTrace, drop: bool) -> None:
+    """Apply the ``zero_duration`` rule to the jobs that ran for 0 s and are not censored.
+
+    Such a job is a real job that completes at once: it is kept and flagged ``zero_duration``,
+    or, with ``drop`` (:attr:`~iadeep.traces.TraceOptions.drop_zero_duration`), dropped and
+    counted. A censored job of 0 s (started at the snapshot) is neither: it stays, censored.
+    """
+    dur = raw.jobs["duration"].to_numpy(dtype=np.float64)
+    cens = (raw.jobs["censored"].to_numpy(dtype=bool) if "censored" in raw.jobs.columns
+            else np.zeros(len(dur), dtype=bool))
+    zero = (dur == 0) & ~cens
+    if drop:
+        raw.drop(zero, "zero_duration")
+    else:
+        raw.flag(zero, "zero_duration")

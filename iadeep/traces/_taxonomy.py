@@ -61,12 +61,15 @@ REASONS: dict[str, Reason] = {
         Reason("missing_attempt_times", "drop", True, ("philly-json",),
                "attempts started but none has both a start_time and an end_time, and the last one is not "
                "running at the snapshot (logging gaps): run time unknown"),
-        Reason("zero_duration", "drop", False, _ALL, "the job ran for 0 s (it cannot affect a schedule)"),
+        Reason("zero_duration", "flag", False, _ALL,
+               "the job ran for 0 s and is not censored: a real job that completes at once, kept (it counts "
+               "in the completed jobs and the JCT statistics); option drop_zero_duration "
+               "(--drop-zero-duration) drops it instead"),
         Reason("censored", "flag", True, ("philly-json", "openb"),
                "still running when the trace was taken (Philly: the last attempt has a start_time and no "
-               "end_time; openb: pod_phase Running and deletion_time at the snapshot, the file's latest "
+               "end_time, or ends at the log's last timestamp; openb: pod_phase Running and deletion_time at the snapshot, the file's latest "
                "deletion_time): kept with censored=True and the observed run time (to the snapshot) as a "
-               "lower bound of its duration"),
+               "lower bound of its duration, 0 s for one started at the snapshot"),
         Reason("inconsistent_gpu_milli", "flag", True, ("openb",),
                "a multi-GPU pod (num_gpu > 1) with gpu_milli < 1000; the trace README documents gpu_milli "
                "for GPU-sharing pods (num_gpu == 1) only, multi-GPU pods take whole GPUs: kept with "

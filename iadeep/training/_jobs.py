@@ -48,7 +48,13 @@ _DNS1123 = re.compile(r"[^a-z0-9-]+")
 
 
 class VolumeSettings(BaseModel):
-    """A volume: ``kind`` ``"nfs"`` (``server`` and ``path``), ``"hostPath"`` (``path``) or ``"emptyDir"``."""
+    """A volume: ``kind`` ``"nfs"`` (``server`` and ``path``), ``"hostPath"`` (``path``) or ``"emptyDir"``.
+
+    Attributes:
+        kind: ``nfs``, ``hostPath`` or ``emptyDir``.
+        server: the NFS server (``nfs`` only).
+        path: the exported folder (``nfs``) or the node's folder (``hostPath``).
+    """
 
     kind: Literal["nfs", "hostPath", "emptyDir"] = "hostPath"
     server: str | None = None

@@ -19,8 +19,8 @@ well-formed answer, never a bare value (``best_objective`` is null before any me
 Errors: a malformed body gets 400 ``{"error": "<field>: <what>"}`` (e.g.
 ``jobs.0.model: Field required``; a field the API does not have, a session name with ``/``, a
 warm-start batch size never measured for the job's model, a tell naming a job the session does
-not have: each a 400 naming it); an unknown model or batch size 400 naming the job; an unknown
-session 404; a session name reused with other jobs, or a tell for a trial not in flight, 409.
+not have: each a 400 naming it); an unknown model or batch size 400 naming the job; a session
+not known, 404; a session name reused with other jobs, or a tell for a trial not in flight, 409.
 """
 
 from __future__ import annotations

@@ -37,8 +37,7 @@ DEFAULT_TRIALS = 3
 handed to a session as its warm start (the node coordinator's ``ROUND__WARM_START``, the
 simulator policy's ``tuning_trials``) and the stop rule's budget (the tuner service's
 ``STOP__BUDGET``). One default, so that the simulator's sessions and the live system's have the
-same length (a session of the live tuner measured up to 10 trials before, the simulator 3, which
-made the two backends differ). 3: the warm start measured, the running configuration among it
+same length. 3: the warm start measured, the running configuration among it
 (:func:`warm_queue`); ``make bench``'s tuner benchmark gives the median trials to within 5 % of
 the best as 1; a longer budget continues with optuna's sampler."""
 

@@ -270,7 +270,7 @@ def test_a_job_the_measurements_do_not_cover_is_not_retried_forever(etcd_store, 
 def test_a_session_on_a_node_without_a_published_gpu_is_deferred_untouched(etcd_store, interference_model) -> None:
     """The node's device plugin is gone (its inventory's lease expired): no reservation can move, so
     the session neither opens a tuner study nor writes a size; it ends as ``no_inventory`` (not
-    ``superseded``, which it was labelled before, re-run at every re-list) and the request stays
+    ``superseded``, which would be re-run at every re-list) and the request stays
     for when the GPU is published again."""
     from iadeep.coordinator import run_session
 

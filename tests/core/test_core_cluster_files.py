@@ -117,11 +117,47 @@ def test_cluster_command_writes_a_file_and_prints_the_report(tmp_path):
     out = tmp_path / "philly.yaml"
     res = CliRunner().invoke(app, ["experiment", "cluster", "--from-philly", str(ml), "--job-log", str(log), "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert "fewer GPUs than a job used: 1: m3 (2 listed, 3 used)" in res.output and "used but not listed: 1: m7" in res.output
-    assert load_cluster(out).total_gpus == 18
-    assert "m3 (2 listed, 3 used)" in out.read_text()  # the report is kept in the file's comment
+    assert "GPUs raised to what the jobs used: 1: m3 (2 listed -> 3)" in res.output
+    assert "added, used but not listed: 1, 12 GiB per GPU (the list's most common): m7 (1 GPU)" in res.output  # a tie: the smaller
+    assert load_cluster(out).total_gpus == 18 + 1 + 1  # m3 has 3, m7 is added with 1
+    assert "m3 (2 listed -> 3)" in out.read_text()  # the report is kept in the file's comment
     res = CliRunner().invoke(app, ["experiment", "cluster", "--out", str(out)])
     assert res.exit_code == 2 and "exactly one of" in res.output
+
+
+def test_philly_cluster_covers_what_the_job_log_used(tmp_path):
+    """Capacity per machine = max(listed, observed); machines used but not listed are added; the
+    report names every corrected machine."""
+    ml = tmp_path / "cluster_machine_list"
+    ml.write_text("machineId,number of GPUs,single GPU mem\n"
+                  "m1,8,24G\nm2,8,24G\nm3,2,12G\nm4,0,24G\nm5,4,12G\n")
+    att = lambda *used: {"start_time": None, "end_time": None,  # noqa: E731
+                         "detail": [{"ip": ip, "gpus": [f"gpu{i}" for i in gpus]} for ip, gpus in used]}
+    log = tmp_path / "cluster_job_log"
+    log.write_text(json.dumps([
+        {"jobid": "a", "attempts": [att(("m1", range(8)), ("m3", range(2)))]},
+        {"jobid": "b", "attempts": [att(("m3", [2, 3]))]},  # m3: 4 distinct GPUs over the log, 2 at a time
+        {"jobid": "c", "attempts": [att(("m4", [0]))]},  # listed with none
+        {"jobid": "d", "attempts": [att(("m9", range(2))), att(("m8", [0]))]},  # not listed
+        {"jobid": "e", "attempts": [att(("m5", [0, 1]))]},  # within the list: unchanged
+    ]))
+    plain = cluster_from_philly(ml)
+    assert plain.total_gpus == 22 and plain.nodes == 4
+    c = cluster_from_philly(ml, log)
+    assert c.total_gpus == 8 + 8 + 4 + 1 + 4 + 2 + 1 and c.nodes == 7
+    shapes = sorted((g.count, g.gpus_per_node, g.gpu_mem_gib) for g in c.node_groups())
+    # m1 m2: 8 x 24; m3: 4 x 12 (raised), m5: 4 x 12; m4: 1 x 24 (raised); m8: 1, m9: 2 (added, 24 GiB)
+    assert shapes == [(1, 2, 24.0), (2, 1, 24.0), (2, 4, 12.0), (2, 8, 24.0)]
+    r = philly_consistency(ml, log)
+    assert r.fewer_gpus_than_used == {"m3": (2, 4), "m4": (0, 1)}
+    assert r.used_not_listed == ["m8", "m9"] and r.used_gpus["m9"] == 2 and r.unlisted_gpu_mem_gib == 24.0
+    out = tmp_path / "philly.yaml"
+    res = CliRunner().invoke(app, ["experiment", "cluster", "--from-philly", str(ml), "--job-log", str(log), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "GPUs raised to what the jobs used: 2: m3 (2 listed -> 4), m4 (0 listed -> 1)" in res.output
+    assert "added, used but not listed: 2, 24 GiB per GPU (the list's most common): m8 (1 GPU), m9 (2 GPUs)" in res.output
+    assert "7 nodes, 28 GPUs" in res.output
+    assert load_cluster(out).total_gpus == 28
 
 
 def _cluster_cli(argv: list[str], capsys) -> tuple[int, str, str]:

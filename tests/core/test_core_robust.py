@@ -206,8 +206,8 @@ def test_a_head_whose_partners_all_share_badly_does_not_hold_the_queue_for_a_gan
     it wait 20 h each (200 job-hours; the mechanism of 20000-2-5 to 20000-2-8 beyond the sweep,
     2.2-2.7 x the better packing baseline). antman forms the bad pair and the short jobs pass
     through the other GPUs within 1.5 h: waiting is the costlier choice here, and a policy that
-    never collapses must see it. Under the measured table (no learner error) and no noise. Checked
-    against the rules tried in session 9: the one that gives such pairs the queue-pressure term
+    never collapses must see it. Under the measured table (no learner error) and no noise. Of the
+    rules tried against it (docs/design/2026-12-01-pairs-below-taking-turns.md), the one that gives such pairs the queue-pressure term
     and keeps a pair formed knowingly below 1 passes (the short jobs queue 1.5 h at most)."""
     kw = {"predictor": "oracle"} if policy == "iadeep" else {}
     out = simulate(_stuck_head_trace(), make_policy(policy, model, **kw), model, ClusterSpec(1, 4, 24.0),
@@ -241,7 +241,7 @@ def test_a_share_packs_beside_other_shares_and_leaves_a_whole_gpu_for_a_whole_gp
     simulator, Weng et al., ATC'23), so a share placed on an empty GPU only fragments the cluster.
     One node, 2 GPUs: a 10-h half-GPU pod runs on GPU 0; a second half-GPU pod arrives: packed
     beside the first, it leaves GPU 1 whole, and the whole-GPU pod arriving next starts at once.
-    Spread onto GPU 1 ("a free GPU first", the rule before session 13), the two half-GPU pods
+    Spread onto GPU 1 ("a free GPU first" for shares too), the two half-GPU pods
     would hold both GPUs for 10 h and the whole-GPU pod would wait 10 h (openb under kube-scheduler's
     queue: iadeep's avg JCT 357 h against antman's 124 h, its whole-GPU pods queueing 383 h against
     111 h)."""
@@ -268,8 +268,8 @@ def test_a_gang_counts_its_own_delay_and_wait_once_not_once_per_shared_gpu(model
 
     - R = 3.5 h: sharing costs 5,022 + 2 x 6,413 = 17,849 job-seconds against 14,340 for the wait,
       so the gang waits; summed JCTs 55,740 s against 59,250 s shared. Counted once per shared GPU
-      (the rule before session 14) its delay and wait weighed twice: 2 x 5,022 + 2 x 6,413 =
-      22,872 < 2 x 14,340, and it shared.
+      (docs/design/2026-12-02-gang-pricing-under-the-kube-queue.md) its delay and wait would weigh twice: 2 x 5,022 + 2 x 6,413 =
+      22,872 < 2 x 14,340, and it would share.
     - R = 2 h: 10,198 against 14,340: it shares at once, summed JCTs 46,200 s against 50,340 s
       waiting: the rule does not stop a gang from sharing where sharing pays.
 
@@ -312,3 +312,92 @@ def test_a_gangs_choice_of_shared_gpus_is_the_exact_minimum(case):
         return
     assert value == pytest.approx(best, rel=1e-9, abs=1e-6)
     assert float(own[order].max() + rest[order].sum()) == pytest.approx(value, rel=1e-9, abs=1e-6)
+
+
+def _two_gpu_view(model, queued_type, second=None):
+    """One node, two GPUs: a 10-h ResNet-18/256 alone on GPU 0, a 30-min job alone on GPU 1 (an
+    LM/10, or the type id ``second``) (handles 0 and 1), and the waiting job's row (handle 2,
+    ``queued_type``)."""
+    from iadeep.policy import ClusterView
+    from iadeep.jobtypes import JobType
+
+    rn18 = model.type_id(JobType("ResNet-18", 256))
+    lm = model.type_id(JobType("LM", 10)) if second is None else second
+    types = np.array([rn18, lm, queued_type])
+    return ClusterView(0.0, ("n0",), np.array([0, 0]), np.array([0, 1]), np.array([24.0, 24.0]),
+                       np.array([model.mem_gib[rn18], model.mem_gib[lm]]), np.array([[0, -1], [1, -1]]), types, types.copy(),
+                       np.array([1, 1, 1]), np.array([10 * HOUR, 0.5 * HOUR, HOUR]), np.zeros(3), np.array([1.0, 1.0, 0.0]))
+
+
+def test_queue_pressure_turns_a_wait_into_packing_at_the_predicted_queue_length(model):
+    """A 1-h ResNet-50/128 can share GPU 0 with the ResNet-18 (measured sum 1.18) or wait 30 min for
+    the LM's GPU (it does not fit beside the LM). For the two jobs alone waiting is cheaper (the pair
+    costs them 1.22 h, waiting 0.5 h), so under kube-scheduler's queue (nobody blocked behind) it
+    waits. But while the pair runs, the GPU does ``a + b - 1`` more work a second, which every queued
+    job gains spread over the cluster's GPUs: with ``Q`` jobs queued, packing is credited
+    ``Q / G (a + b - 1) min(t_n, t_p)``. The job co-locates from the queue length where that credit
+    covers the difference (here 7), not before, and never without the term."""
+    from iadeep.policy import JobRequest, Placement, Wait
+    from iadeep.policy.iadeep import finish_times
+    from iadeep.jobtypes import JobType
+
+    t = model.type_id(JobType("ResNet-50", 128))
+    view = _two_gpu_view(model, t)
+    rn18 = int(view.job_type[0])
+    a, b = float(model.norm[t, rn18]), float(model.norm[rn18, t])
+    t_n, t_p = (float(x) for x in finish_times(np.array(HOUR), np.array(10 * HOUR), np.array(a), np.array(b)))
+    cost = (t_n - HOUR) + (t_p - 10 * HOUR) - 0.5 * HOUR  # the pair's delays minus the wait they save
+    threshold = math.floor(cost * 2 / ((a + b - 1.0) * min(t_n, t_p))) + 1
+    assert 1 < threshold < 40
+    policy = make_policy("iadeep", model, predictor="oracle", queue_pressure=True)
+    without = make_policy("iadeep", model, predictor="oracle")  # the default: off
+    for q in (0, threshold - 1, threshold, 10 * threshold):
+        job = JobRequest(2, "j", t, 1, float(model.mem_gib[t]), HOUR, jobs_queued=q)
+        decision = policy.place(job, view)
+        assert isinstance(decision, Placement if q >= threshold else Wait), (q, threshold, decision)
+        if q >= threshold:
+            assert decision.gpus == (0,)
+        assert isinstance(without.place(job, view), Wait)
+
+
+def test_queue_pressure_never_pushes_a_pair_below_the_partner_alone(model):
+    """A pair whose work rate is below the partner's alone (``a < 1 - b``) gains the queue nothing:
+    however long the queue, the term does not make it co-locate (its delays decide, as without it).
+    The job is one that shares below taking turns with both running jobs (or does not fit)."""
+    from iadeep.policy import JobRequest
+    from iadeep.jobtypes import JobType
+
+    rn18 = model.type_id(JobType("ResNet-18", 256))
+    n = len(model.types)
+    # a job sharing below taking turns with the ResNet-18, and a second occupant it does not fit beside
+    t, second = next((i, p) for i in range(n) for p in range(n)
+                     if model.fits[i, rn18] and model.norm[i, rn18] + model.norm[rn18, i] < 1.0 and not model.fits[i, p])
+    view = _two_gpu_view(model, t, second)
+    with_q = make_policy("iadeep", model, predictor="oracle", queue_pressure=True)
+    without = make_policy("iadeep", model, predictor="oracle")
+    for q in (0, 5, 500):
+        job = JobRequest(2, "j", t, 1, float(model.mem_gib[t]), HOUR, jobs_queued=q)
+        assert type(with_q.place(job, view)) is type(without.place(job, view))
+
+
+_TYPES = [("ResNet-18", 64), ("ResNet-18", 256), ("ResNet-50", 64), ("ResNet-50", 128), ("Transformer", 32),
+          ("LM", 10), ("Recommendation", 1024), ("CycleGAN", 1), ("A3C", 1)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4 * 3600), st.integers(60, 12 * 3600), st.sampled_from([1, 1, 1, 2]),
+                          st.integers(0, len(_TYPES) - 1)), min_size=4, max_size=14),
+       st.sampled_from(["kube", "fifo"]), st.sampled_from([2, 4]))
+def test_iadeep_is_never_much_worse_than_every_baseline_on_small_traces(model, jobs, queue, gpus):
+    """On random small traces (up to 14 jobs of 1-12 h arriving over 4 h, 2 or 4 GPUs, either queue),
+    iadeep's avg JCT never exceeds the worst of antman, gandiva and exclusive by more than 2 %: a
+    policy that prices its waits may lose to the best baseline on some trace, never to all of them."""
+    rows = [(f"j{i}", t, d, k, *_TYPES[m]) for i, (t, d, k, m) in enumerate(jobs)]
+    workload = _jobs(rows)
+    cluster = ClusterSpec(1, gpus, 24.0)
+    sim = SimSettings(queue=queue, measurement_noise=0.0, record_timeline=False)
+    jct = {}
+    for name in ("iadeep", "antman", "gandiva", "exclusive"):
+        kw = {"preempt_unblocked": True} if name == "iadeep" and queue == "kube" else {}
+        jct[name] = simulate(workload, make_policy(name, model, **kw), model, cluster, sim).summary()["avg_jct_s"]
+    assert jct["iadeep"] <= 1.02 * max(jct["antman"], jct["gandiva"], jct["exclusive"]), jct

@@ -201,7 +201,7 @@ def test_jobs_too_big_for_the_gpus_are_dropped_before_the_window_is_cut(tmp_path
 
 
 def test_a_window_past_the_traces_end_says_it_has_fewer_jobs(tmp_path, dataset_cache, monkeypatch):
-    """A window near the trace's end had fewer jobs than ``--jobs`` without a word (session 16's trial)."""
+    """A window near the trace's end with fewer jobs than ``--jobs`` says so."""
     _env(monkeypatch, dataset_cache)
     res = CliRunner().invoke(app, ["experiment", "run", "--start-job", "82150", "--jobs", "50", "--policies", "exclusive",
                                    "--out", str(tmp_path / "end")], env={"COLUMNS": "400"})

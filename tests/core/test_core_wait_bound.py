@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from iadeep.policy import Placement, make_policy
+from iadeep.policy import Placement, Preemption, make_policy
 from iadeep.policy.iadeep import IADeep
 from iadeep.sim import ClusterSpec, SimSettings, Simulator
 
@@ -28,7 +28,7 @@ def busy(philly_path):
     return load_trace("philly", philly_path, opts)
 
 
-def _run(model, workload, *, check: bool = True, shortcut: bool = True, queue: str = "fifo"):
+def _run(model, workload, *, check: bool = True, shortcut: bool = True, queue: str = "fifo", gang_placement: str = "pods"):
     """Run the slice under iadeep; return (every place decision, counts of the bound's answers)."""
     policy = make_policy("iadeep", model)
     seen = {"true": 0, "false": 0, "need>1": 0}
@@ -47,13 +47,13 @@ def _run(model, workload, *, check: bool = True, shortcut: bool = True, queue: s
         return ok
 
     policy._wait_within = checked
-    sim = Simulator(workload, policy, model, ClusterSpec(5, 4, 24.0), SimSettings(queue=queue))
+    sim = Simulator(workload, policy, model, ClusterSpec(5, 4, 24.0), SimSettings(queue=queue, gang_placement=gang_placement))
     decisions = []
     place = policy.place
 
     def recorded(job, view):
         d = place(job, view)
-        decisions.append((job.job_id, view.now_s, d.gpus, d.preempt) if isinstance(d, Placement)
+        decisions.append((job.job_id, view.now_s, d.gpus, getattr(d, "victims", ())) if isinstance(d, (Placement, Preemption))
                          else (job.job_id, view.now_s, d.reason, d.holds_up_to_behind))
         return d
 
@@ -83,7 +83,7 @@ def _idle_counted(self, job, view, n_free, factor, ceiling):
 
 
 def _need_ignored(self, job, view, n_free, factor, ceiling):
-    one = job.__class__(**{**job.__dict__, "num_gpus": 1, "gpus_ahead": 0})
+    one = job.__class__(**{**job.__dict__, "num_gpus": 1, "gpus_ahead": 0, "pod_gpus": 0})
     return _ORIGINAL(self, one, view, 1, factor, ceiling)
 
 
@@ -106,8 +106,10 @@ _ORIGINAL = IADeep._wait_within
 
 @pytest.mark.parametrize("plant", [_idle_counted, _need_ignored, _first_occupant])
 def test_a_wrong_bound_is_caught(model, busy, monkeypatch, plant):
+    """On any GPUs: with gangs placed as pods this slice reaches no wait where a bound ignoring
+    ``need`` passes wrongly (the plant goes unnoticed there)."""
     monkeypatch.setattr(IADeep, "_wait_within", plant)
     with pytest.raises(AssertionError):
-        decisions, _, summary = _run(model, busy)
-        base, _, base_summary = _run(model, busy, shortcut=False)
+        decisions, _, summary = _run(model, busy, gang_placement="any-gpus")
+        base, _, base_summary = _run(model, busy, shortcut=False, gang_placement="any-gpus")
         assert decisions == base and summary == base_summary

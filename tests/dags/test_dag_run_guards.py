@@ -105,7 +105,7 @@ def test_a_second_run_into_a_held_out_folder_fails_and_leaves_it_alone(dagbag, a
     ({"reference": "gandiva", "policies": ["iadeep", "antman"]},
      "parameter 'reference': 'gandiva' is not among the policies run (iadeep, antman)"),
     ({"mix": "imaginary"}, "'mix'"),
-    # a new user's trial (session 16): these failed in the mapped tasks, after a retry 5 minutes later
+    # refused in prepare, not in the mapped tasks after a retry
     ({"start_jobs": [99999999]}, "parameter 'start_jobs': the window starting at job 99999999 cannot be built"),
     ({"throughputs_file": "/nonexistent/table.json"}, "parameter 'throughputs_file': /nonexistent/table.json: no such file"),
 ])

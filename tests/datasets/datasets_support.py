@@ -38,6 +38,9 @@ class Route:
             length one byte larger than the body).
         etags: The ``ETag`` of the first, second, ... answer (the last one repeats); a request
             whose ``If-Range`` differs from the current one gets 200 with everything.
+        partial_bytes: A 206 covers at most this many bytes (a correct ``Content-Range`` and
+            ``Content-Length`` for less than the rest of the file, as a proxy that caps ranges).
+        partial_truncate_at: Every 206 announces its length but closes after this many bytes.
     """
 
     body: bytes = b""
@@ -50,6 +53,8 @@ class Route:
     partial_headers: dict[str, str] | None = None
     partial: str = "ok"
     etags: list[str] = field(default_factory=list)
+    partial_bytes: int | None = None
+    partial_truncate_at: int | None = None
     answered: int = 0
 
 
@@ -97,6 +102,7 @@ class Handler(BaseHTTPRequestHandler):
             if route.status != 200:
                 return self._plain(route.status)
             truncate = route.truncate_at is not None and route.truncate_times > 0
+            route_cut = route.truncate_at or 0
             if truncate:
                 route.truncate_times -= 1
             etag = route.etags[min(route.answered, len(route.etags) - 1)] if route.etags else None
@@ -105,14 +111,19 @@ class Handler(BaseHTTPRequestHandler):
         match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
         if_range = self.headers.get("If-Range")
         headers = route.headers
+        end = len(body)
         if match and route.ranges and (if_range is None or if_range == etag):
             start = int(match.group(1))
             if start >= len(body):
                 return self._plain(416, {"Content-Range": f"bytes */{len(body)}"})
             self.send_response(206)
+            if route.partial_bytes is not None:
+                end = min(end, start + route.partial_bytes)
+            if route.partial_truncate_at is not None:
+                truncate, route_cut = True, route.partial_truncate_at
             first = start + 1 if route.partial == "wrong-start" else start
             total = len(body) + 1 if route.partial == "wrong-total" else len(body)
-            self.send_header("Content-Range", f"bytes {first}-{len(body) - 1}/{total}")
+            self.send_header("Content-Range", f"bytes {first}-{end - 1}/{total}")
             if route.partial == "multipart":
                 self.send_header("Content-Type", "multipart/byteranges; boundary=XX")
             if route.partial_headers is not None:
@@ -123,12 +134,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         if etag is not None:
             self.send_header("ETag", etag)
-        payload = body[start:]
+        payload = body[start:end]
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         if truncate:
-            assert route.truncate_at is not None
-            payload = payload[: route.truncate_at]
+            payload = payload[: route_cut]
             self.close_connection = True
         self.wfile.write(payload)
         self.wfile.flush()

@@ -79,7 +79,8 @@ def test_truncated_every_time(server: FakeServer, manifest: Path) -> None:
     with pytest.raises(DatasetError) as info:
         fetch("toy", progress=False, policy=FAST)
     assert f"truncated (expected {len(DATA)} bytes, got 50000)" in str(info.value)
-    assert len(server.hits(PATH)) == FAST.attempts
+    # the first answer adds 50000 bytes; each restart from 0 adds none past them
+    assert len(server.hits(PATH)) == 1 + FAST.attempts
     assert not (dataset_dir("toy") / "data.bin").exists()
 
 
@@ -291,19 +292,90 @@ def test_a_206_that_does_not_continue_the_part_restarts_the_download(
     ranges = [h.get("range") for h in server.hits(path)]
     assert ranges == [None, "bytes=40000-", None]  # the bad 206 is discarded, the restart is whole
 
-    # With one try the refusal is the error, and says why.
+    # With one failure allowed the refusal is the error, and says why.
     server.add(path, GZ, headers={"Content-Encoding": "gzip"}, truncate_at=40_000, truncate_times=1, **route)
     dataset_dir("toy").joinpath("raw.tar.gz").unlink()
     with pytest.raises(DatasetError, match="server does not honour byte ranges") as info:
-        fetch("toy", progress=False, policy=DownloadPolicy(attempts=2, initial_wait_s=0, max_wait_s=0, timeout_s=5))
+        fetch("toy", progress=False, policy=DownloadPolicy(attempts=1, initial_wait_s=0, max_wait_s=0, timeout_s=5))
     assert why in str(info.value)
     assert not (dataset_dir("toy") / "raw.tar.gz.part").exists()
 
 
 def test_a_fetch_that_got_nothing_leaves_no_folder_for_verify(server: FakeServer, manifest: Path) -> None:
-    """A failed first fetch left an empty dataset folder, which ``verify`` (every cached dataset)
-    then reported as missing files forever, exit 1 (a new user's trial, session 15)."""
+    """A failed first fetch leaves no empty dataset folder, which ``verify`` (every cached
+    dataset) would report as missing files forever, exit 1."""
     with pytest.raises(DatasetError):
         fetch("toy", progress=False, policy=FAST)  # nothing served: HTTP 404
     assert not dataset_dir("toy").exists()
     assert verify() == []
+
+
+# --- a mirror that sends the file in parts: resumed while each answer adds bytes ---
+
+
+def test_short_206_answers_are_resumed_until_the_file_is_whole(server: FakeServer, manifest: Path) -> None:
+    # the first answer closes after 50000 bytes; every range is answered with a correct 206 for
+    # at most 30000 bytes, less than the rest: five more requests, far more than FAST's 3 attempts
+    server.add(PATH, DATA, truncate_at=50_000, truncate_times=1, partial_bytes=30_000)
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+    ranges = [h.get("range") for h in server.hits(PATH)]
+    assert ranges == [None] + [f"bytes={n}-" for n in range(50_000, 200_000, 30_000)]
+    assert verify("toy")[0].ok
+
+
+def test_answers_that_each_close_early_are_resumed_until_the_file_is_whole(
+    server: FakeServer, manifest: Path
+) -> None:
+    # every answer, 200 and 206 alike, announces the rest of the file and closes after 30000 bytes
+    server.add(PATH, DATA, truncate_at=30_000)
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+    assert len(server.hits(PATH)) == 7  # ceil(200000 / 30000)
+
+
+def test_a_mirror_that_stops_adding_bytes_is_one_line_naming_url_and_bytes(
+    server: FakeServer, manifest: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("tenacity.nap.time.sleep", slept.append)
+    server.add(PATH, DATA, truncate_at=70_000, truncate_times=1, partial_bytes=20_000, partial_truncate_at=0)
+    policy = DownloadPolicy(attempts=3, initial_wait_s=0.5, max_wait_s=0.75, timeout_s=5)
+    with pytest.raises(DatasetError) as info:
+        fetch("toy", progress=False, policy=policy)
+    message = str(info.value)
+    assert "\n" not in message and server.base_url + PATH in message
+    assert f"truncated (expected {len(DATA)} bytes, got 70000) after 3 attempt(s) in a row" in message
+    assert len(server.hits(PATH)) == 1 + 3 and slept == [0.0, 0.5, 0.75]  # no wait after progress
+    # nothing under the file's name, verify says missing; the part stays for the next fetch
+    assert verify("toy")[0].status is VerifyStatus.MISSING
+    part = dataset_dir("toy") / "data.bin.part"
+    assert part.read_bytes() == DATA[:70_000]
+
+    server.add(PATH, DATA, partial_bytes=100_000)  # the mirror recovers
+    assert (fetch("toy", progress=False, policy=FAST) / "data.bin").read_bytes() == DATA
+    assert [h.get("range") for h in server.hits(PATH)][-2:] == ["bytes=70000-", "bytes=170000-"]
+    assert not part.exists()
+
+
+def test_parts_from_a_mirror_that_sends_other_bytes_fail_the_checksum(server: FakeServer, manifest: Path) -> None:
+    other = payload(len(DATA), seed=9)
+    server.add(PATH, other, truncate_at=50_000, truncate_times=1, partial_bytes=60_000)
+    with pytest.raises(DatasetError, match="checksum mismatch"):
+        fetch("toy", progress=False, policy=FAST)
+    assert _leftovers(dataset_dir("toy")) == []
+
+
+def test_cli_reports_a_stalled_mirror_in_one_line(
+    server: FakeServer, manifest: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from iadeep.datasets._cli import app
+
+    monkeypatch.setattr("tenacity.nap.time.sleep", lambda _s: None)  # the default policy's waits
+    monkeypatch.setenv("COLUMNS", "80")
+    server.add(PATH, DATA, truncate_at=70_000, truncate_times=1, partial_truncate_at=0)
+    result = CliRunner().invoke(app, ["fetch", "toy", "--no-progress"])
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert line.startswith("error: ") and server.base_url + PATH in line and "got 70000" in line
+    assert len(server.hits(PATH)) == 1 + DownloadPolicy().attempts

@@ -172,8 +172,8 @@ class _ApiDown:
 
 
 def test_an_unreachable_api_server_is_a_reason_for_both_calls(kubelet, make_plugin) -> None:
-    """Allocate and GetPreferredAllocation both answer UNAVAILABLE naming the cause (the preference
-    used to escape as grpc's generic UNKNOWN 'Exception calling application', with a traceback)."""
+    """Allocate and GetPreferredAllocation both answer UNAVAILABLE naming the cause (not grpc's
+    generic UNKNOWN 'Exception calling application', with a traceback)."""
     make_plugin(pods=_ApiDown())
     stub = kubelet.plugin(registered(kubelet)["iadeep.io/gpu-mem"])
     ids = [d.ID for d in next(iter(stub.ListAndWatch(pb2.Empty(), timeout=10))).devices]

@@ -1,7 +1,7 @@
 """Binds to a node whose device plugin serves ``Allocate`` take turns (iadeep.extender._admission).
 
 The kubelet's ``Allocate`` names device IDs, never the pod, so two pods of the same size waiting
-for it on one node cannot be told apart (session 9 saw two pods swap GPUs on the real node). The
+for it on one node cannot be told apart (two pods can swap GPUs on the real node). The
 first tests drive the gate alone; the last ones run the extender's bind against the real
 kube-apiserver and the real device plugin (emulated GPUs), with the test playing the kubelet over
 the plugin's gRPC socket, as ``test_extender_deviceplugin_e2e.py`` does."""

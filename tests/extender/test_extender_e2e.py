@@ -230,7 +230,7 @@ def test_a_pod_refused_before_the_release_of_an_ended_pod_is_retried_at_once(k8s
                             what="the node's annotation shows the second pod's reservation")
             assert gpus
             # the extender writes its own annotation only: the GPU emulator reads the node's GPUs
-            # from iadeep.io/gpus (session 12 first used that name and broke the live replays)
+            # from iadeep.io/gpus, which the extender must never overwrite
             assert core.read_node(name).metadata.annotations["iadeep.io/gpus"] == node_gpus
     finally:
         api.close()

@@ -96,8 +96,8 @@ def test_release_pods_releases_only_reserved_pods_and_counts_them(make_service, 
 def test_pending_pods_give_the_policy_the_gpus_queued_ahead(k8s_client, k8s_namespace, store, service):
     """The extender's view of kube-scheduler's queue (``PendingPods``, fed by the same pod watch):
     a pod's ``gpus_ahead`` is the GPUs of the unbound pods created before it that ask for GPU
-    memory; a pod that is bound or deleted leaves the queue. The simulator's kube queue counts the
-    same (``tests/core/test_core_queue.py``)."""
+    memory, its ``jobs_queued`` the other such pods; a pod that is bound or deleted leaves the queue.
+    The simulator's kube queue counts the same (``tests/core/test_core_queue.py``)."""
     from iadeep.extender._wire import ExtenderArgs, ExtenderBindingArgs
 
     svc, node = service
@@ -120,6 +120,8 @@ def test_pending_pods_give_the_policy_the_gpus_queued_ahead(k8s_client, k8s_name
         return svc.pending.gpus_ahead(d.uid, d.priority, d.created_s, d.namespace, d.name)
 
     assert (ahead("qa"), ahead("qb"), ahead("qc")) == (0, 2, 3)
+    uid = made["qb"].metadata.uid
+    assert svc.pending.others(uid) == 2 and svc.pending.others(uid, exclude=[made["qa"].metadata.uid]) == 1
     core.patch_namespaced_pod("q0", k8s_namespace, [{"op": "remove", "path": "/spec/schedulingGates"}])
     wait_for(lambda: len(svc.pending), lambda n: n == 4, timeout=15, what="the ungated pod joined the queue")
     assert (ahead("qa"), ahead("qc")) == (2, 5)  # created first: ahead of all once in the queue
@@ -128,9 +130,10 @@ def test_pending_pods_give_the_policy_the_gpus_queued_ahead(k8s_client, k8s_name
     # the policy is asked with that figure, by filter and by bind
     seen = []
     assess = svc.policy.assess
-    svc.policy.assess = lambda request, view, names: (seen.append(request.gpus_ahead), assess(request, view, names))[1]
+    svc.policy.assess = lambda request, view, names: (seen.append((request.gpus_ahead, request.jobs_queued)),
+                                                      assess(request, view, names))[1]
     svc.filter(ExtenderArgs.model_validate({"Pod": wire(core.read_namespaced_pod("qc", k8s_namespace)), "NodeNames": [node]}))
-    assert seen == [3]
+    assert seen == [(3, 2)]  # qa's 2 GPUs and qb's 1 ahead; qa and qb the other pending pods
     body = {"PodName": "qa", "PodNamespace": k8s_namespace, "PodUID": made["qa"].metadata.uid, "Node": node}
     assert svc.bind(ExtenderBindingArgs.model_validate(body)).error == ""
     wait_for(lambda: ahead("qc"), lambda n: n == 1, timeout=15, what="the bound pod left the queue")
@@ -142,7 +145,7 @@ def test_filter_waits_for_the_bind_of_the_pod_it_passed_before(control_plane, k8
                                                               make_service, api):
     """kube-scheduler binds a pod in the background and filters the next pod at once; the
     extender's filter waits for the bind of the pod it passed before, so the next pod is judged
-    with that pod's GPU taken (without the wait it was judged on the state before, and sent to a
+    with that pod's GPU taken (without the wait it would be judged on the state before it, and sent to a
     node whose free GPU was gone by its bind). Through the served app: the wait must not hold the
     event loop that answers the bind."""
     import threading

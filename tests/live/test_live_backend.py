@@ -79,3 +79,23 @@ def test_parity_report_is_written_with_its_figures(compared):
     live = pd.read_csv(out / "live" / "jobs-iadeep.csv", dtype={"job_id": str}).set_index("job_id")
     assert la["submit_s"].to_dict() == pytest.approx(live["submit_s"].to_dict())  # the arrivals the live run achieved
     print(json.dumps(figures, indent=2))  # the measured figures, for the README
+
+
+def test_the_live_report_plots_the_services_series_prometheus_recorded(compared):
+    from iadeep.experiment._prometheus import PANELS, prometheus_binary
+
+    if prometheus_binary() is None:
+        pytest.skip("no prometheus binary (Debian: apt-get install prometheus): live runs record no series")
+    out, _ = compared
+    doc = json.loads((out / "live" / "prometheus-iadeep.json").read_text())
+    panels = doc["panels"]
+    assert set(panels) == set(PANELS)
+    # 30 jobs on 8 GPUs at load 2: jobs were bound, held reservations and shared GPUs; the
+    # coordinator measured rounds of the co-located pairs
+    assert max(v for _, v in panels["reservations"]["series"]["reservations"]) >= 2
+    assert max(v for _, v in panels["co-located jobs per GPU"]["series"]["max"]) == 2
+    assert panels["bind latency"]["series"]["p95"]
+    rounds = [v for _, v in panels["tuning rounds"]["series"]["rounds"]]
+    assert rounds == sorted(rounds) and rounds[-1] > 0  # a counter, and it counted
+    assert "![services' metrics](services.png)" in (out / "live" / "report.md").read_text()
+    assert (out / "live" / "services.png").stat().st_size > 10_000

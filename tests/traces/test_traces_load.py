@@ -183,7 +183,7 @@ def test_validate_accepts_a_good_table() -> None:
         (lambda d: d.assign(submit_time=[1.0, 5.0, 5.0]), "must start at 0"),
         (lambda d: d.assign(submit_time=[0.0, 5.0, 4.0]), "not sorted"),
         (lambda d: d.assign(job_id=["a", "c", "b"]), "not sorted"),
-        (lambda d: d.assign(duration=[10.0, 0.0, 1.0]), "duration must be finite and > 0"),
+        (lambda d: d.assign(duration=[10.0, -1.0, 1.0]), "duration must be finite and >= 0"),
         (lambda d: d.assign(num_gpus=np.array([1, 0, 1], dtype=np.int64)), "num_gpus must be >= 1"),
         (lambda d: d.assign(gpu_milli=[np.nan, 1500.0, np.nan]), "gpu_milli outside"),
         (lambda d: d.assign(model=["ResNet-50", "VGG", "A3C"]), "unknown model family"),

@@ -116,11 +116,16 @@ def test_empty_folder(tmp_path: Path) -> None:
 
 def test_every_rule_of_the_format(tmp_path: Path) -> None:
     """ITP's rules of the taxonomy: zero_gpu and zero_duration (one row per finished job: no censoring,
-    no attempts); wider jobs than the cluster are dropped as wider_than_cluster; --strict changes nothing."""
+    no attempts; a job of 0 s is kept and flagged, dropped on request); wider jobs than the cluster are
+    dropped as wider_than_cluster; --strict changes nothing."""
     p = tmp_path / "cluster02.csv"
     p.write_text("job_id,submission_time,duration,num_gpu\nok,0,100,1\ncpu,5,100,0\nzero,6,0,2\nwide,7,50,16\n")
     for strict in (False, True):
         df = load_trace("ms-itp", p, strict=strict, cluster_gpus=8)
+        assert df["job_id"].tolist() == ["cluster02-ok", "cluster02-zero"]
+        assert df.attrs["dropped"] == {"zero_gpu": 1, "wider_than_cluster": 1}
+        assert df.attrs["flagged"] == {"zero_duration": 1} and not df["censored"].any() and (df["gpu_spec"] == "").all()
+        df = load_trace("ms-itp", p, strict=strict, cluster_gpus=8, drop_zero_duration=True)
         assert df["job_id"].tolist() == ["cluster02-ok"]
         assert df.attrs["dropped"] == {"zero_gpu": 1, "zero_duration": 1, "wider_than_cluster": 1}
-        assert df.attrs["flagged"] == {} and not df["censored"].any() and (df["gpu_spec"] == "").all()
+        assert df.attrs["flagged"] == {}

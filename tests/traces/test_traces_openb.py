@@ -53,7 +53,7 @@ ROWS = [
     "p1,1000,1024,0,0,,LS,Running,5,100,10",  # CPU-only: zero_gpu
     "p2,1000,1024,2,1000,,LS,Running,20,200,30",
     "p3,1000,1024,1,1000,,BE,Pending,25,200,",  # never scheduled: incomplete
-    "p4,1000,1024,1,250,,BE,Failed,30,40,40",  # zero run time: incomplete
+    "p4,1000,1024,1,250,,BE,Failed,30,40,40",  # zero run time: a job that completes at once
     "p5,1000,1024,8,1000,,LS,Succeeded,40,1000,41",
 ]
 
@@ -62,13 +62,16 @@ def test_small_file(tmp_path: Path) -> None:
     p = tmp_path / "pods.csv"
     p.write_text(HEADER + "\n".join(ROWS) + "\n")
     df = load_trace("openb", p)
+    assert df["job_id"].tolist() == ["p0", "p2", "p4", "p5"]
+    np.testing.assert_array_equal(df["submit_time"], [0, 20, 30, 40])
+    np.testing.assert_array_equal(df["duration"], [90, 170, 0, 959])
+    np.testing.assert_array_equal(df["num_gpus"], [1, 2, 1, 8])
+    np.testing.assert_array_equal(df["gpu_milli"], [500, 1000, 250, 1000])
+    assert df.attrs["dropped"] == {"zero_gpu": 1, "never_scheduled": 1}
+    assert not df["censored"].any() and df.attrs["flagged"] == {"zero_duration": 1}
+    df = load_trace("openb", p, drop_zero_duration=True)
     assert df["job_id"].tolist() == ["p0", "p2", "p5"]
-    np.testing.assert_array_equal(df["submit_time"], [0, 20, 40])
-    np.testing.assert_array_equal(df["duration"], [90, 170, 959])
-    np.testing.assert_array_equal(df["num_gpus"], [1, 2, 8])
-    np.testing.assert_array_equal(df["gpu_milli"], [500, 1000, 1000])
     assert df.attrs["dropped"] == {"zero_gpu": 1, "never_scheduled": 1, "zero_duration": 1}
-    assert not df["censored"].any() and df.attrs["flagged"] == {}
 
 
 @pytest.mark.parametrize(
@@ -90,7 +93,7 @@ def test_bad_row(tmp_path: Path, row: str, column: str, problem: str) -> None:
     assert (ei.value.path, ei.value.line, ei.value.column) == (str(p), 5, column)
     assert f"pods.csv:5: column '{column}': {problem}" in str(ei.value)
     df = load_trace("openb", p, skip_bad_rows=True)
-    assert df.attrs["skipped_rows"] == 1 and len(df) == 3
+    assert df.attrs["skipped_rows"] == 1 and len(df) == 4
 
 
 QUIRKS = [
@@ -99,7 +102,7 @@ QUIRKS = [
     "q2,1000,1024,1,1000,,BE,Pending,25,200,",  # never_scheduled
     "q3,1000,1024,1,250,,BE,Failed,30,40,50",  # invalid_attempt_times: deleted before scheduled
     "q4,1000,1024,2,500,V100M16|V100M32,LS,Running,40,900,100",  # censored + inconsistent_gpu_milli
-    "q5,1000,1024,1,300,,LS,Failed,50,60,60",  # zero_duration
+    "q5,1000,1024,1,300,,LS,Failed,50,60,60",  # zero_duration: kept, flagged
     "q6,1000,1024,1,300,T4,LS,Running,60,800,70",  # Running, but deleted before the snapshot: finished
 ]
 
@@ -108,9 +111,9 @@ def test_every_quirk_of_the_format(tmp_path: Path) -> None:
     p = tmp_path / "pods.csv"
     p.write_text(HEADER + "\n".join(QUIRKS) + "\n")
     df = load_trace("openb", p).set_index("job_id")
-    assert sorted(df.index) == ["q0", "q4", "q6"]
-    assert df.attrs["dropped"] == {"zero_gpu": 1, "never_scheduled": 1, "invalid_attempt_times": 1, "zero_duration": 1}
-    assert df.attrs["flagged"] == {"censored": 1, "inconsistent_gpu_milli": 1}
+    assert sorted(df.index) == ["q0", "q4", "q5", "q6"]
+    assert df.attrs["dropped"] == {"zero_gpu": 1, "never_scheduled": 1, "invalid_attempt_times": 1}
+    assert df.attrs["flagged"] == {"censored": 1, "inconsistent_gpu_milli": 1, "zero_duration": 1}
     assert bool(df.loc["q4", "censored"]) and df.loc["q4", "duration"] == 900 - 100
     assert df.loc["q4", "gpu_milli"] == 1000 and df.loc["q4", "gpu_spec"] == "V100M16|V100M32"
     assert not df.loc["q6", "censored"] and df.loc["q6", "gpu_spec"] == "T4"

@@ -229,10 +229,13 @@ def test_missing_column_and_empty_file(tmp_path: Path) -> None:
         load_trace("philly", p)
 
 
-def test_zero_duration_is_dropped_and_counted(tmp_path: Path) -> None:
+def test_zero_duration_is_kept_and_flagged_unless_dropped_on_request(tmp_path: Path) -> None:
     p = write_csv(tmp_path, GOOD_ROWS + ["2017-10-09 06:30:00,0,1,0,6214e9"])
     df = load_trace("philly", p)
-    assert len(df) == 4 and df.attrs["dropped"] == {"zero_duration": 1}
+    assert len(df) == 5 and df.attrs["dropped"] == {} and df.attrs["flagged"] == {"zero_duration": 1}
+    assert (df["duration"] == 0).sum() == 1 and not df["censored"].any()
+    df = load_trace("philly", p, drop_zero_duration=True)
+    assert len(df) == 4 and df.attrs["dropped"] == {"zero_duration": 1} and df.attrs["flagged"] == {}
 
 
 def test_huge_gpu_count_is_a_bad_value_not_an_overflow(tmp_path: Path) -> None:

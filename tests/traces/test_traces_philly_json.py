@@ -13,7 +13,7 @@ from iadeep.traces import TraceFormatError, TraceOptions, load_philly_json, load
 PREFIX = "application_1506638472019_000"
 
 # The snapshot: the latest timestamp in the file, job 00009's last end_time (08:00:00), in s after
-# the earliest submission (00:30:00).
+# the earliest submission (00:30:00); job 00009 is therefore censored (it ends at the snapshot).
 SNAPSHOT = 27000.0
 # jobid suffix -> (submit s after the earliest submission 00:30:00, duration s, num_gpus)
 EXPECTED = {
@@ -24,7 +24,7 @@ EXPECTED = {
     "04": (9000.0, 600.0, 2),  # Killed, but it ran
     "05": (12600.0, 1800.0 + SNAPSHOT - 14460.0, 4),  # last attempt still running at the snapshot: censored
     "07": (19800.0, SNAPSHOT - 19830.0, 1),  # only attempt still running: censored
-    "09": (23400.0, 1800.0 + 1200.0, 4),  # max over attempts of 2 and 4 GPUs
+    "09": (23400.0, 1800.0 + 1200.0, 4),  # max over attempts of 2 and 4 GPUs; ends at the snapshot: censored
 }
 
 
@@ -38,8 +38,8 @@ def test_fixture_loads_as_expected(philly_json: Path) -> None:
     assert list(df["job_id"].str[len(PREFIX):]) == list(EXPECTED)  # sorted by submission
     assert df.attrs["rows_read"] == 9
     assert df.attrs["dropped"] == {"no_attempts": 1}
-    assert df.attrs["flagged"] == {"censored": 2}
-    assert sorted(df.loc[df["censored"], "job_id"].str[-2:]) == ["05", "07"]
+    assert df.attrs["flagged"] == {"censored": 3}
+    assert sorted(df.loc[df["censored"], "job_id"].str[-2:]) == ["05", "07", "09"]
     assert df.attrs["skipped_rows"] == 0
     assert len(df.attrs["sha256"]) == 64
     assert "2017-10-07 00:30:00" in df.attrs["trace_origin"]
@@ -132,7 +132,8 @@ def test_invalid_attempt_times_is_a_counted_quirk(tmp_path: Path, jobs: list[dic
     good = copy.deepcopy(jobs[0])
     bad = copy.deepcopy(jobs[0])
     bad.update(jobid=PREFIX + "99")
-    bad["attempts"] = [{"start_time": "2017-10-05 10:30:00", "end_time": "2017-10-05 10:10:00",
+    # on a later day than the good job's end, which would otherwise be the log's last timestamp (censored)
+    bad["attempts"] = [{"start_time": "2017-10-08 10:30:00", "end_time": "2017-10-08 10:10:00",
                         "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}]
     p = one_job_per_line(tmp_path, [good, bad])
     df = load_trace("philly-json", p)
@@ -142,7 +143,7 @@ def test_invalid_attempt_times_is_a_counted_quirk(tmp_path: Path, jobs: list[dic
     with pytest.raises(TraceFormatError) as ei:
         load_trace("philly-json", p, strict=True)
     assert (ei.value.path, ei.value.line, ei.value.column) == (str(p), 3, "attempts[0].end_time")
-    assert "'2017-10-05 10:10:00' is before the attempt's start_time" in str(ei.value)
+    assert "'2017-10-08 10:10:00' is before the attempt's start_time" in str(ei.value)
     assert "invalid_attempt_times" in str(ei.value)
     # strict + skip_bad_rows: the quirk is a skipped bad row instead.
     df = load_trace("philly-json", p, strict=True, skip_bad_rows=True)
@@ -170,14 +171,14 @@ def test_every_quirk_of_the_format(tmp_path: Path, jobs: list[dict]) -> None:
         job("94", [att(day + "01:00:00", None), att(day + "02:00:00", "")]),  # last one: censored
         job("95", [att(day + "01:00:00", None), att(None, day + "02:00:00")]),  # missing_attempt_times
         job("96", [att(day + "01:00:00", day + "02:00:00", gpus=0)]),  # zero_gpu
-        job("97", [att(day + "01:00:00", day + "01:00:00")]),  # zero_duration
+        job("97", [att(day + "01:00:00", day + "01:00:00")]),  # zero_duration: kept, flagged
     ]
     p = one_job_per_line(tmp_path, table)
     df = load_trace("philly-json", p)
-    assert sorted(df["job_id"].str[-2:]) == ["90", "94"]
+    assert sorted(df["job_id"].str[-2:]) == ["90", "94", "97"]
     assert df.attrs["dropped"] == {"no_attempts": 1, "never_scheduled": 1, "invalid_attempt_times": 1,
-                                   "missing_attempt_times": 1, "zero_gpu": 1, "zero_duration": 1}
-    assert df.attrs["flagged"] == {"censored": 1}
+                                   "missing_attempt_times": 1, "zero_gpu": 1}
+    assert df.attrs["flagged"] == {"censored": 1, "zero_duration": 1}
     row = df.set_index(df["job_id"].str[-2:]).loc["94"]
     assert bool(row["censored"]) and row["duration"] == 3 * 3600.0  # 02:00 to the snapshot 05:00
     # strict: the first quirk in file order (job 91, line 3) is the error.
@@ -185,3 +186,41 @@ def test_every_quirk_of_the_format(tmp_path: Path, jobs: list[dict]) -> None:
         load_trace("philly-json", p, strict=True)
     assert (ei.value.line, ei.value.column) == (3, "attempts")
     assert "no_attempts" in str(ei.value)
+
+
+def test_jobs_at_the_edge_of_the_log(tmp_path: Path, jobs: list[dict]) -> None:
+    """Still running when the log was taken (no end, or the log's last timestamp as end): kept as
+    censored whatever their observed run time, 0 s included; a finished job of 0 s: kept and
+    flagged, or dropped on request."""
+    base = copy.deepcopy(jobs[0])
+    day = "2017-10-07 "
+
+    def job(suffix: str, *attempts: tuple[str | None, str | None]) -> dict:
+        j = copy.deepcopy(base)
+        j.update(jobid=PREFIX + suffix, submitted_time=day + "00:30:00",
+                 attempts=[{"start_time": s, "end_time": e, "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}
+                           for s, e in attempts])
+        return j
+
+    table = [
+        job("81", (day + "01:00:00", day + "02:00:00")),  # finished: 1 h
+        job("82", (day + "01:00:00", None)),  # running: to the snapshot 05:00
+        job("83", (day + "01:00:00", day + "01:30:00"), (day + "05:00:00", None)),  # restarted at the snapshot
+        job("84", (day + "05:00:00", "None")),  # started at the snapshot: 0 s observed
+        job("85", (day + "03:00:00", day + "05:00:00")),  # ends at the log's last timestamp
+        job("86", (day + "02:00:00", day + "02:00:00")),  # finished in 0 s
+    ]
+    p = one_job_per_line(tmp_path, table)
+    for drop in (False, True):
+        df = load_trace("philly-json", p, drop_zero_duration=drop).set_index("job_id")
+        df.index = df.index.str[-2:]
+        kept = ["81", "82", "83", "84", "85"] + ([] if drop else ["86"])
+        assert sorted(df.index) == kept
+        assert sorted(df.index[df["censored"]]) == ["82", "83", "84", "85"]
+        assert df["duration"].to_dict() == {"81": 3600.0, "82": 4 * 3600.0, "83": 1800.0, "84": 0.0, "85": 2 * 3600.0,
+                                            **({} if drop else {"86": 0.0})}
+        assert df.attrs["dropped"] == ({"zero_duration": 1} if drop else {})
+        assert df.attrs["flagged"] == ({"censored": 4} if drop else {"censored": 4, "zero_duration": 1})
+    with pytest.raises(TraceFormatError) as ei:  # strict: the first job at the edge (line 3) is the error
+        load_trace("philly-json", p, strict=True)
+    assert (ei.value.line, ei.value.column) == (3, "attempts[0].end_time") and "censored" in str(ei.value)

@@ -1,4 +1,4 @@
-"""The skip/flag taxonomy is one list: loaders report only its names, the README documents them all."""
+"""The skip/flag taxonomy is one list: loaders report only its names, the docs page on traces documents them all."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from pathlib import Path
 
 from iadeep.traces import QUIRKS, REASONS, load_trace, reason_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TRACES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "traces.md"
 
 
-def test_every_reason_is_documented_in_the_readme() -> None:
-    text = README.read_text()
+def test_every_reason_is_documented_in_the_traces_page() -> None:
+    text = TRACES_PAGE.read_text()
     missing = [name for name in REASONS if f"`{name}`" not in text]
-    assert not missing, f"README lacks {missing}"
+    assert not missing, f"docs/traces.md lacks {missing}"
     table = reason_table()
     assert all(f"`{name}`" in table for name in REASONS)
     assert QUIRKS == {n for n, r in REASONS.items() if r.quirk} and "zero_gpu" not in QUIRKS and "censored" in QUIRKS

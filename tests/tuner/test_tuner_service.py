@@ -122,7 +122,7 @@ def test_serve_without_throughputs_is_a_one_line_error(tmp_path) -> None:
 
 def test_sigterm_ends_the_service_cleanly(throughputs_path, tmp_path) -> None:
     """SIGTERM (what the kubelet sends a pod) stops the server gracefully and exits 0: uvicorn
-    raises the captured signal again after its shutdown, which used to kill the process with exit
+    raises the captured signal again after its shutdown, which must not kill the process with exit
     code 143 (iadeep._serving.serve_http)."""
     tuner = TunerProcess(throughputs_path, tmp_path / "t.db").start()
     code = tuner.kill(signal.SIGTERM)

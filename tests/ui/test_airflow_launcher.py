@@ -1,7 +1,6 @@
 """``make airflow`` (``python -m iadeep.orchestration``) stops the whole Airflow stack on SIGTERM,
 as it does on Ctrl-C. Airflow runs in its own session, so that the launcher's stop reaches all of
-it; SIGTERM used to end the launcher alone and leave a dozen Airflow processes listening (a new
-user's trial, session 15)."""
+it: no Airflow process is left listening."""
 
 from __future__ import annotations
 
