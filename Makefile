@@ -7,20 +7,33 @@ BIN    := $(VENV)/bin
 IADEEP_DATASET_MIRROR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
 export IADEEP_DATASET_MIRROR
 
-STAMP := $(VENV)/.installed
+# Two installs into the same venv, each with its stamp: the light one (the simulator, the
+# experiments, the CLI and the report: [project].dependencies) for `make experiment`, and the full
+# one (the services, Airflow, the training workloads and the test tools on top) for everything else;
+# `make test` after `make experiment` adds what the light one left out.
+LIGHT_STAMP := $(VENV)/.installed-light
+STAMP       := $(VENV)/.installed
+FULL_EXTRAS := airflow,services,test,workloads,docs
 
 .PHONY: venv experiment test docs bench results mutation lock lint clean controlplane node images stack-images airflow helm
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt iadeep/deviceplugin/v1beta1/api.proto
+$(LIGHT_STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[airflow,test,workloads,docs]' -c constraints.txt
+	$(BIN)/python -m pip install -q -e . -c constraints.txt
+	touch $(LIGHT_STAMP)
+
+$(STAMP): $(LIGHT_STAMP) pyproject.toml constraints.txt iadeep/deviceplugin/v1beta1/api.proto
+	$(BIN)/python -m pip install -q -e '.[$(FULL_EXTRAS)]' -c constraints.txt
 	$(BIN)/python -c "from iadeep.deviceplugin._proto import PACKAGE_ROOT, generate; generate(PACKAGE_ROOT)"  # kubelet API stubs (grpcio-tools; not committed)
 	touch $(STAMP)
 
-experiment: $(STAMP)
+# The main job on the light install (docs/performance-install.md: its size and time). EXTRAS adds
+# optional groups of pyproject.toml for the run, e.g. `make experiment EXTRAS=services ARGS="--backend kubernetes"`.
+experiment: $(LIGHT_STAMP)
+	$(if $(EXTRAS),$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' -c constraints.txt)
 	$(BIN)/iadeep experiment run $(ARGS)
 
 # Airflow 3 (`airflow standalone`: UI + API, scheduler, dag-processor, triggerer; SQLite) with the
@@ -42,6 +55,8 @@ test: $(STAMP) controlplane node images stack-images helm
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# benchmarks/startup.py: start-up and output as ratios, the full trace as CPU seconds and callgrind
+# instructions per job beside the previous commit's (STARTUP_ARGS, e.g. --baseline REF, --skip-callgrind).
 bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/run.py $(ARGS)
 	$(BIN)/python benchmarks/openb.py
@@ -49,6 +64,7 @@ bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/tuner.py
 	$(BIN)/python benchmarks/live.py
 	$(BIN)/python benchmarks/timings.py
+	$(BIN)/python benchmarks/startup.py $(STARTUP_ARGS)
 
 # The README's result tables (main job, sweep, guard figures) from fresh runs (about 5 min).
 results: $(STAMP)
@@ -66,7 +82,7 @@ mutation: $(STAMP)
 lock:
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
 	.lockvenv/bin/pip install -q --upgrade pip
-	.lockvenv/bin/pip install -q -e '.[airflow,test,workloads,docs]' -c ../shared/reference/known-good-constraints.txt
+	.lockvenv/bin/pip install -q -e '.[$(FULL_EXTRAS)]' -c ../shared/reference/known-good-constraints.txt
 	.lockvenv/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
 	rm -rf .lockvenv
 

@@ -17,6 +17,13 @@ from iadeep._params import ConfigError
 __all__ = ["one_line", "run_cli", "usage_error"]
 
 
+def _is_validation_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is pydantic's ``ValidationError``, without importing pydantic (about 30 ms)
+    for commands that never use it: an error of that class exists only once pydantic is loaded."""
+    core = sys.modules.get("pydantic_core")
+    return core is not None and isinstance(exc, core.ValidationError)
+
+
 def one_line(exc: BaseException) -> str:
     """A configuration error as one line: pydantic's per-field errors joined, newlines folded.
 
@@ -27,9 +34,7 @@ def one_line(exc: BaseException) -> str:
     Returns:
         The message without newlines (a pydantic error reads ``field.sub: message (got 'x')``).
     """
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
+    if _is_validation_error(exc):
         parts = []
         for err in exc.errors(include_url=False):
             where = ".".join(str(p) for p in err["loc"]) or exc.title
@@ -67,8 +72,6 @@ def run_cli(command: Callable[..., Any], argv: Sequence[str] | None = None, prog
         0 on success; 2 for a configuration error (one line on stderr: ``<command>: error:
         <what, naming the option, setting or parameter>``); the command's own code otherwise.
     """
-    from pydantic import ValidationError
-
     try:
         code = command(args=list(sys.argv[1:] if argv is None else argv), prog_name=prog_name, standalone_mode=False)
     except typer.Abort:
@@ -79,7 +82,9 @@ def run_cli(command: Callable[..., Any], argv: Sequence[str] | None = None, prog
         if text := one_line(exc):  # empty after a group's help was shown (no command given)
             typer.echo(f"{where}: error: {text}", err=True)
         return int(getattr(exc, "exit_code", 2))
-    except (ConfigError, ValidationError) as exc:
+    except Exception as exc:
+        if not (isinstance(exc, ConfigError) or _is_validation_error(exc)):
+            raise
         typer.echo(f"{prog_name}: error: {one_line(exc)}", err=True)
         return 2
     return code if isinstance(code, int) else 0

@@ -64,10 +64,11 @@ def run_cmd(
     timeout_s: Annotated[Optional[float], typer.Option(help="kubernetes backend: wall-clock bound per policy (s) (default: from the trace).")] = None,
     kubeconfig: Annotated[Optional[str], typer.Option(help="kubernetes backend on your cluster (extender deployed with the one --policies policy; GPU emulator for nodes without GPUs) instead of the local control plane; etcd from IADEEP_ETCD_* for the reservation count.")] = None,
     out: Annotated[str, typer.Option(help="Output folder.")] = _D.out,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="simulator backend: processes for the policies (default: one per CPU core, at most one per policy); 1 = one after the other in this process. The results are the same for any number.")] = None,
 ) -> None:
     """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
     from iadeep.datasets import DatasetError
-    from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_live, run_policy, write_report
+    from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_live, run_policies, start_workers, write_report
     from iadeep.traces import TraceFormatError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
@@ -82,6 +83,7 @@ def run_cmd(
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill,
             queue=queue, kube_preemption=kube_preemption, scheduler_config=scheduler_config, predictor=predictor, backend=backend, speedup=speedup,
             timeout_s=timeout_s, kubeconfig=kubeconfig, gang_placement=gang_placement, out=out)
+        start_workers(cfg, workers)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
         cluster = cluster_of(cfg)
@@ -131,10 +133,12 @@ def run_cmd(
                     console.print(f"[yellow]{name}: the control loop's latency is {overhead / median_work:.0%} of a median "
                                   "job at this speedup; lower --speedup for results closer to the trace[/yellow]")
         else:
+            def on_sim_policy(name: str, n: int):
+                task = bar.add_task(name, total=n)
+                return lambda done, t=task: bar.update(t, completed=done)
+
             try:
-                for name in cfg.policies:
-                    task = bar.add_task(name, total=len(workload))
-                    run_policy(cfg, name, workload, paths["throughputs"], lambda done, t=task: bar.update(t, completed=done))
+                run_policies(cfg, workload, paths["throughputs"], on_sim_policy, workers)
             except OSError as exc:  # a full disk, a folder where a result file belongs
                 bar.stop()
                 raise _input_error("run", OSError(f"cannot write the results in {cfg.out_dir}: {exc}")) from None

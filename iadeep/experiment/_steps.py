@@ -14,8 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import multiprocessing
+import os
+import queue as queue_mod
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +33,8 @@ from iadeep.policy import make_policy
 from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, plot_service_series, write_json, write_markdown, write_summary_json
 from iadeep.sim import ClusterSpec, KubeQueueSettings, SimResult, SimSettings, feasibility, load_cluster, simulate, type_speeds
 
-__all__ = ["run_live", "sim_settings", "fetch_inputs", "build_workload", "check_measured", "run_policy", "write_report",
-           "run_experiment", "cluster_of", "load_workload"]
+__all__ = ["run_live", "sim_settings", "fetch_inputs", "build_workload", "check_measured", "run_policy", "run_policies",
+           "start_workers", "write_report", "run_experiment", "cluster_of", "load_workload"]
 
 THROUGHPUTS = ("gavel-throughputs", "simulation_throughputs.json")
 
@@ -328,6 +332,116 @@ def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, through
     return result
 
 
+def run_policies(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path,
+                 on_policy: Callable[[str, int], Callable[[int], None]] | None = None,
+                 workers: int | None = None) -> None:
+    """Simulate every policy of ``cfg`` (:func:`run_policy` each), one process per policy.
+
+    Each policy's simulation depends only on ``cfg``, the workload and the measurements (its
+    random streams are seeded from ``cfg.seed``), so the files written are the same, byte for byte,
+    whatever the number of processes; only ``wall_s`` in ``metrics-<policy>.json`` differs.
+
+    Args:
+        on_policy: called as ``on_policy(name, n_jobs)`` for every policy before any starts; returns
+            that policy's progress callback ``progress(done_jobs)``. With several processes the
+            workers report at most every 1 % of the jobs, and once at their end.
+        workers: processes at most (default ``os.cpu_count()``; never more than the policies);
+            1 runs the policies one after the other in this process. The workers are forked from a
+            ``forkserver`` process that has imported this module once (``spawn`` where there is no
+            forkserver), so no worker inherits this process's threads.
+
+    Raises:
+        ValueError: ``workers`` is below 1.
+        OSError: a result file cannot be written (from the worker that failed; the others finish).
+    """
+    names = list(cfg.policies)
+    n = len(workload)
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    workers = min(workers or os.cpu_count() or 1, len(names))
+    callbacks = {name: on_policy(name, n) for name in names} if on_policy else {}
+    if workers <= 1:
+        for name in names:
+            run_policy(cfg, name, workload, throughputs, callbacks.get(name))
+        return
+    ctx = _worker_context()
+    reports = ctx.Queue() if callbacks else None
+    shown = dict.fromkeys(names, 0)
+
+    def show(name: str, done: int) -> None:  # messages may arrive after the worker's result: never go back
+        if done > shown[name]:
+            shown[name] = done
+            callbacks[name](done)
+
+    def drain() -> None:
+        while reports is not None:
+            try:
+                show(*reports.get_nowait())
+            except queue_mod.Empty:
+                return
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(reports,)) as pool:
+        pending = {pool.submit(_policy_worker, cfg, name, workload, throughputs) for name in names}
+        try:
+            while pending:
+                finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                drain()
+                for future in finished:
+                    name, done = future.result()
+                    if callbacks:
+                        show(name, done)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    drain()
+
+
+def _worker_context() -> Any:
+    """The multiprocessing context of :func:`run_policies`' workers: ``forkserver`` with this
+    module preloaded in the server (each worker then starts without importing pandas, numpy and
+    the simulator again), else ``spawn``."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
+def start_workers(cfg: ExperimentConfig, workers: int | None = None) -> None:
+    """Start the process the workers of :func:`run_policies` fork from, when it will have any, so
+    that its imports overlap with reading the trace; no effect otherwise (one policy, ``workers`` 1,
+    the kubernetes backend, or no forkserver on this platform)."""
+    if cfg.backend != "simulator" or len(cfg.policies) < 2 or (workers or os.cpu_count() or 1) < 2:
+        return
+    if _worker_context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+_reports: Any = None  # a worker's progress queue (:func:`run_policies`)
+
+
+def _init_worker(reports: Any) -> None:
+    global _reports
+    _reports = reports
+
+
+def _policy_worker(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, throughputs: str | Path) -> tuple[str, int]:
+    """One policy of :func:`run_policies` in a worker; returns ``(name, jobs done at the end)``."""
+    step = max(1, len(workload) // 100)
+    last = [0, 0]  # done last reported, done last seen
+
+    def report(done: int) -> None:
+        last[1] = done
+        if _reports is not None and (done - last[0] >= step or done == len(workload)):
+            last[0] = done
+            _reports.put((name, done))
+
+    run_policy(cfg, name, workload, throughputs, report)
+    return name, last[1]
+
+
 def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | Path,
              on_policy: Callable[[str, int], Callable[[int], None]] | None = None) -> dict[str, dict[str, Any]]:
     """The kubernetes backend: every policy on the local control plane (kwok GPU nodes, the real
@@ -438,20 +552,19 @@ def write_report(cfg: ExperimentConfig, names: list[str] | None = None) -> dict[
 
 
 def run_experiment(cfg: ExperimentConfig, on_policy: Callable[[str, int], Callable[[int], None]] | None = None,
-                   progress: bool = True) -> dict[str, Any]:
+                   progress: bool = True, workers: int = 1) -> dict[str, Any]:
     """All steps in sequence; returns the ``summary.json`` content.
 
     Args:
         on_policy: called as ``on_policy(name, n_jobs)`` before each simulation; returns the
             per-job progress callback (the CLI uses it for a progress bar).
         progress: show download progress bars.
+        workers: processes for the simulator's policies (:func:`run_policies`); 1: in this process.
     """
     paths = fetch_inputs(cfg, progress=progress)
     workload, _ = build_workload(cfg, paths["trace"], paths["throughputs"])
     if cfg.backend == "kubernetes":
         run_live(cfg, workload, paths["throughputs"], on_policy)
         return write_report(cfg)
-    for name in cfg.policies:
-        cb = on_policy(name, len(workload)) if on_policy else None
-        run_policy(cfg, name, workload, paths["throughputs"], cb)
+    run_policies(cfg, workload, paths["throughputs"], on_policy, workers)
     return write_report(cfg)

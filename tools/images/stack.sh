@@ -76,7 +76,7 @@ build() { # name dockerfile base context [build-arg...]
 # The Airflow image starts from the base image's Dockerfile with the `airflow` extra in its
 # dependencies' layer (cached while pyproject.toml and constraints.txt are unchanged: a code change
 # rebuilds only the package's layer), tagged with this hash: checkouts share the storage.
-build base-airflow images/base/Dockerfile "$os_image" . EXTRAS=airflow
+build base-airflow images/base/Dockerfile "$os_image" . EXTRAS=services,airflow
 build postgres images/postgres/Dockerfile "$os_image" images/postgres
 build etcd images/etcd/Dockerfile "$os_image" images/etcd
 build airflow images/airflow/Dockerfile "$PREFIX/base-airflow:$HASH" images/airflow
