@@ -42,9 +42,14 @@ def helm_binary():
     try:
         return find_helm()
     except FileNotFoundError as exc:
-        if _required():
-            pytest.fail(f"{exc} (required under CI)", pytrace=False)
-        pytest.skip(str(exc))
+        _missing(exc)
+
+
+def _missing(exc: Exception):
+    """Skip the test for a missing build product, or fail it where one is required (CI)."""
+    if _required():
+        pytest.fail(f"{exc} (required here because CI/IADEEP_REQUIRE_CONTROLPLANE is set)", pytrace=False)
+    pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="session")
@@ -54,9 +59,7 @@ def controlplane_binaries() -> Binaries:
     try:
         return find_binaries()
     except ControlPlaneError as exc:
-        if _required():
-            pytest.fail(f"{exc} (required here because CI/IADEEP_REQUIRE_CONTROLPLANE is set)", pytrace=False)
-        pytest.skip(str(exc))
+        _missing(exc)
 
 
 @pytest.fixture(scope="session")

@@ -106,6 +106,16 @@ def test_the_local_values_render_the_local_overlay_with_the_clusters_values(helm
     extender = next(d for d in charted if d["kind"] == "Deployment" and d["metadata"]["name"] == "iadeep-extender")
     annotations = extender["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(c.ports["extender"])
+    # all traffic of the local cluster stays on loopback: every pod on the host network, every
+    # address it is given (env, args, configuration) in 127.0.0.0/8, the API server included
+    import ipaddress
+    import re
+
+    pods = [d["spec"]["template"]["spec"] for d in charted if d["kind"] in ("Deployment", "DaemonSet")]
+    assert pods and all(p.get("hostNetwork") for p in pods)
+    text = yaml.safe_dump_all(charted)
+    addresses = {ipaddress.ip_address(a) for a in re.findall(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])", text)}
+    assert addresses and all(a.is_loopback for a in addresses), sorted(map(str, addresses))
 
 
 def test_a_release_in_another_namespace_points_every_address_there(helm: Path) -> None:
