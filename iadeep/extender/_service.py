@@ -358,17 +358,18 @@ class ExtenderService:
                     f"--max-txn-ops allows at most {limit} GPUs per pod (IADEEP_ETCD_MAX_TXN_OPS)")
         return None
 
-    def _assess(self, demand: PodDemand, type_id: int, base: ViewBase,
-                names: list[str]) -> tuple[FilterResult, dict[str, int], Preemption | None]:
+    def _assess(self, demand: PodDemand, type_id: int, base: ViewBase, names: list[str],
+                decide: bool = True) -> tuple[FilterResult, dict[str, int], Preemption | None]:
         """The policy's scheduling cycle for the pod on ``base`` (:mod:`iadeep.policy._base`): filter
         and score ``names``, then reserve and post-filter on the whole cluster, as the simulator
         calls them. Every node fails when the cycle waits (with its reason) or preempts (the
         :class:`Preemption` is returned; the victims must leave first). The scores are remembered
-        for the pod's ``prioritize``."""
+        for the pod's ``prioritize``; ``decide=False`` (``prioritize`` without remembered scores) runs
+        filter and score only."""
         view, request = self._request(demand, type_id, base, self.clock())
         with self._policy_lock:
             result, scores = self.policy.assess(request, view, names)
-            decision = self.policy.place(request, view)
+            decision = self.policy.place(request, view) if decide else None
         preemption = None
         if isinstance(decision, Wait):
             result = FilterResult({}, {**result.failed, **{name: decision.reason for name in result.feasible}})
@@ -522,7 +523,7 @@ class ExtenderService:
         if memo is not None and time.monotonic() - memo[0] <= _ASSESSED_TTL_S and memo[1].issuperset(names):
             scores = memo[2]
         else:
-            _, scores, _ = self._assess(demand, type_id, base, names)
+            _, scores, _ = self._assess(demand, type_id, base, names, decide=False)
         get = scores.get
         return HostPriorityList(names, [get(n, 0) for n in names])
 
