@@ -30,7 +30,7 @@ from iadeep.experiment._cluster_cli import REGISTRY_CLUSTERS, registry_cluster
 from iadeep.experiment._config import TRACE_DATASETS, ExperimentConfig
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
-from iadeep.report import write_json, write_markdown, write_summary_json
+from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, plot_service_series, write_json, write_markdown, write_summary_json
 from iadeep.sim import ClusterSpec, KubeQueueSettings, SimResult, SimSettings, feasibility, load_cluster, simulate, type_speeds
 
 __all__ = ["run_live", "sim_settings", "fetch_inputs", "build_workload", "check_measured", "run_policy", "run_policies",
@@ -403,21 +403,15 @@ def _worker_context() -> Any:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__, "iadeep.report._plots"])
+    ctx.set_forkserver_preload([__name__])
     return ctx
 
 
-def _may_fork() -> bool:
-    """Whether this process may start helper processes: more than one core, and not itself a
-    daemonic worker (multiprocessing forbids those children; e.g. a task of a prefork executor)."""
-    return (os.cpu_count() or 1) > 1 and not multiprocessing.current_process().daemon
-
-
 def start_workers(cfg: ExperimentConfig, workers: int | None = None) -> None:
-    """Start the process that :func:`run_policies`' workers and :func:`write_report`'s plotting
-    process fork from, so that its imports (pandas, the simulator, matplotlib) overlap with reading
-    the trace; no effect on one core, in a daemonic process, or without a forkserver."""
-    if not _may_fork():
+    """Start the process the workers of :func:`run_policies` fork from, when it will have any, so
+    that its imports overlap with reading the trace; no effect otherwise (one policy, ``workers`` 1,
+    the kubernetes backend, or no forkserver on this platform)."""
+    if cfg.backend != "simulator" or len(cfg.policies) < 2 or (workers or os.cpu_count() or 1) < 2:
         return
     if _worker_context().get_start_method() == "forkserver":
         from multiprocessing import forkserver
@@ -532,12 +526,19 @@ def _load_result(out: Path, name: str) -> SimResult:
                      int(metrics["total_gpus"]), float(metrics["busy_gpu_seconds"]))
 
 
-def _write_plots(out: Path, names: list[str], include_censored: bool) -> dict[str, str]:
-    """The report's plots from the per-policy files in ``out``: caption -> PNG file name."""
-    from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, plot_service_series
+def write_report(cfg: ExperimentConfig, names: list[str] | None = None) -> dict[str, Any]:
+    """Write ``summary.json``, ``report.md`` and the plots from the per-policy files.
 
+    Raises:
+        FileNotFoundError: a policy's results are missing from the output folder.
+    """
+    out = cfg.out_dir
+    names = list(names or cfg.policies)
     results = {n: _load_result(out, n) for n in names}
-    summaries = {n: r.summary(include_censored) for n, r in results.items()}
+    _, meta = load_workload(out)
+    summaries = {n: r.summary(cfg.include_censored) for n, r in results.items()}
+    cluster = _cluster_doc(cfg, cluster_of(cfg))
+    summary = write_summary_json(out / "summary.json", meta, cluster, cfg.seed, summaries, extra={"config": cfg.to_dict()})
     plots = {
         "JCT CDF": plot_jct_cdf(results, out / "jct_cdf.png").name,
         "normalised to iadeep": plot_normalised_bars(summaries, out / "normalised.png").name,
@@ -546,33 +547,6 @@ def _write_plots(out: Path, names: list[str], include_censored: bool) -> dict[st
     series = {n: json.loads((out / f"prometheus-{n}.json").read_text()) for n in names if (out / f"prometheus-{n}.json").is_file()}
     if series:  # a live run with Prometheus (iadeep.experiment._prometheus)
         plots["services' metrics"] = plot_service_series(series, out / "services.png").name
-    return plots
-
-
-def write_report(cfg: ExperimentConfig, names: list[str] | None = None) -> dict[str, Any]:
-    """Write ``summary.json``, ``report.md`` and the plots from the per-policy files.
-
-    The plots are drawn in a process forked from :func:`start_workers`' server (matplotlib is
-    imported there once, while this process reads the trace) at the same time as this process
-    writes ``summary.json``; on one core or in a daemonic process, here. The files are the same.
-
-    Raises:
-        FileNotFoundError: a policy's results are missing from the output folder.
-    """
-    out = cfg.out_dir
-    names = list(names or cfg.policies)
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=_worker_context()) if _may_fork() else None
-    try:
-        drawing = pool.submit(_write_plots, out, names, cfg.include_censored) if pool is not None else None
-        results = {n: _load_result(out, n) for n in names}
-        _, meta = load_workload(out)
-        summaries = {n: r.summary(cfg.include_censored) for n, r in results.items()}
-        cluster = _cluster_doc(cfg, cluster_of(cfg))
-        summary = write_summary_json(out / "summary.json", meta, cluster, cfg.seed, summaries, extra={"config": cfg.to_dict()})
-        plots = drawing.result() if drawing is not None else _write_plots(out, names, cfg.include_censored)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
     write_markdown(out / "report.md", summary, plots)
     return summary
 

@@ -33,19 +33,6 @@ def test_run_experiment_writes_summary_and_plots(tmp_path, dataset_cache, monkey
     assert (tmp_path / "run" / "jct_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_report_is_the_same_drawn_in_the_plotting_process_or_here(tmp_path, dataset_cache, monkeypatch):
-    import iadeep.experiment._steps as steps
-
-    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
-    cfg = ExperimentConfig(jobs=40, policies=("iadeep", "exclusive"), out=str(tmp_path / "run"))
-    run_experiment(cfg, progress=False)
-    files = ("jct_cdf.png", "normalised.png", "queue_length.png", "report.md", "summary.json")
-    forked = {f: (tmp_path / "run" / f).read_bytes() for f in files}
-    monkeypatch.setattr(steps, "_may_fork", lambda: False)
-    steps.write_report(cfg)
-    assert {f: (tmp_path / "run" / f).read_bytes() for f in files} == forked
-
-
 def test_cli_prints_summary_and_rejects_bad_input(tmp_path, dataset_cache, monkeypatch):
     monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     runner = CliRunner()
