@@ -149,21 +149,26 @@ def iadeep_experiment() -> None:
 
     @task(trigger_rule="none_failed_min_one_success")
     def report(inputs: dict[str, Any], results: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """summary.json, report.md and plots for the policies run; returns the per-policy metrics."""
+        """summary.json, report.md and plots for the policies run; returns the per-policy metrics and
+        ``results_url``, the run's results page in the Airflow UI (the iadeep plugin's tab)."""
+        import logging
         from pathlib import Path
 
         from airflow.sdk import get_current_context
 
         from iadeep.experiment import ExperimentConfig, write_report
-        from iadeep.orchestration._airflow import check_claim
+        from iadeep.orchestration._airflow import check_claim, results_url
 
+        context = get_current_context()
         cfg = ExperimentConfig.from_dict(inputs["config"])
-        check_claim(cfg.out, get_current_context())
+        check_claim(cfg.out, context)
         names = [r["policy"] for r in results or []] or list(cfg.policies)
         summary = write_report(cfg, names)
         out = Path(cfg.out)
+        url = results_url(context)
+        logging.getLogger(__name__).info("results: %s (files in %s)", url, out)
         return {"out": str(out), "summary": str(out / "summary.json"), "report": str(out / "report.md"),
-                "policies": summary["policies"]}
+                "results_url": url, "policies": summary["policies"]}
 
     inputs = fetch_datasets()  # {"config": ExperimentConfig.to_dict(), "trace": path, "throughputs": path}
     policies = build_workload(inputs)

@@ -99,10 +99,12 @@ def iadeep_sweep() -> None:
         from airflow.sdk import get_current_context
 
         from iadeep.experiment._sweep import write_sweep_files
-        from iadeep.orchestration._airflow import check_claim
+        from iadeep.orchestration._airflow import check_claim, results_url
 
-        out = check_claim(prepared["config"]["out"], get_current_context())
-        return write_sweep_files([r for rows in results for r in rows], out, prepared["reference"])
+        context = get_current_context()
+        out = check_claim(prepared["config"]["out"], context)
+        return {**write_sweep_files([r for rows in results for r in rows], out, prepared["reference"]),
+                "results_url": results_url(context)}
 
     prepared = prepare()
     combine(prepared, run_setting.partial(prepared=prepared).expand(setting=settings_of(prepared)))

@@ -41,7 +41,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-__all__ = ["CLUSTER_CONN_ID", "CLAIM_FILE", "ETCD_CONN_ID", "ClusterRef", "check_claim", "claim_out", "cluster_ref",
+__all__ = ["CLUSTER_CONN_ID", "CLAIM_FILE", "ETCD_CONN_ID", "ClusterRef", "check_claim", "claim_out", "cluster_ref", "results_url",
            "dataset_dir", "etcd_ref", "get_connection", "refuse_unused", "runs_dir", "variable_path", "SubmitTraceOperator",
            "WaitJobsOperator", "JobsFinishedTrigger"]
 
@@ -200,6 +200,20 @@ def check_claim(out: str | Path, context: Any) -> Path:
         raise AirflowFailException(f"out {path} is now claimed by {who}, not by this run: its files are not this "
                                    "run's; give concurrent runs different `out` folders")
     return path
+
+
+def results_url(context: Any) -> str:
+    """The address of the current DAG run's results page in the Airflow UI (the tab the plugin
+    :mod:`iadeep.orchestration.plugin` adds): ``<[api] base_url>/dags/<dag>/runs/<run>/plugin/iadeep-results``."""
+    from urllib.parse import quote
+
+    from airflow.sdk import conf
+
+    from iadeep.orchestration._results_page import RUN_VIEW_ROUTE
+
+    run = _run_of(context)
+    base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+    return f"{base}/dags/{quote(run['dag_id'], safe='')}/runs/{quote(run['run_id'], safe='')}/plugin/{RUN_VIEW_ROUTE}"
 
 
 def _run_of(context: Any) -> dict[str, str]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from iadeep.report._json import write_json
 
-__all__ = ["git_commit", "write_summary_json", "markdown_table", "write_markdown", "COUNT_KEYS"]
+__all__ = ["git_commit", "write_summary_json", "markdown_table", "markdown_report", "write_markdown", "COUNT_KEYS"]
 
 SUMMARY_KEYS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queueing_s", "makespan_s", "gpu_utilisation", "mean_slowdown")
 #: Job counts per policy in ``summary.json`` (integers).
@@ -97,7 +97,18 @@ _ZERO_DURATION = {"kept": "kept (they complete at once; counted in the completed
 
 
 def write_markdown(path: Path, summary: Mapping[str, Any], plots: Mapping[str, str]) -> Path:
-    """Write ``report.md``: set-up, the metrics table, and links to the plots."""
+    """Write ``report.md`` (:func:`markdown_report`) to ``path``; returns ``path``."""
+    Path(path).write_text(markdown_report(summary, plots))
+    return Path(path)
+
+
+def markdown_report(summary: Mapping[str, Any], plots: Mapping[str, str]) -> str:
+    """The text of ``report.md``: set-up, the metrics table, and links to the plots.
+
+    Args:
+        summary: the ``summary.json`` content (:func:`write_summary_json`).
+        plots: title -> file name of each plot, beside the report.
+    """
     t, c = summary["trace"], summary["cluster"]
     nulls = summary.get("null_reasons") or {}
 
@@ -125,5 +136,4 @@ def write_markdown(path: Path, summary: Mapping[str, Any], plots: Mapping[str, s
         "",
     ]
     lines += [f"![{name}]({file})" for name, file in plots.items()]
-    Path(path).write_text("\n".join(lines) + "\n")
-    return Path(path)
+    return "\n".join(lines) + "\n"

@@ -1,7 +1,9 @@
 """The Airflow UI as a user uses it: ``airflow standalone`` with the project's DAGs (as ``make
 airflow`` starts it), headless Chromium (Debian's ``chromium``) driven through Debian's
 ``chromedriver`` by Selenium: log in, trigger ``iadeep_experiment`` from the trigger form with
-params, wait for the run to succeed, open the report. Screenshots are kept under pytest's
+params, wait for the run to succeed, open the report, then the run's *iadeep results* tab (the
+plugin of :mod:`iadeep.orchestration.plugin`): its table holds the summary's figures and its plots
+load; the plugin's routes refuse a caller without a login. Screenshots are kept under pytest's
 temporary folder (``.../artifacts0/``; the path is printed) as the test's artifacts.
 """
 
@@ -13,7 +15,9 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import pytest
 
 # a loaded 2-core machine needs minutes to start Airflow and run the DAG (idle: about 1 min in all)
@@ -144,4 +148,24 @@ def test_trigger_iadeep_experiment_from_the_form_and_open_the_report(airflow_ser
     shot("06-report-md")
     browser.get((out / "jct_cdf.png").as_uri())
     shot("07-jct-cdf")
+
+    # the report task links to the run's results tab (the iadeep plugin), which shows the table and the plots
+    quoted = quote(run["dag_run_id"], safe="")
+    value = airflow_server.api("GET", f"/dags/iadeep_experiment/dagRuns/{quoted}/taskInstances/report/xcomEntries/return_value")["value"]
+    assert value["results_url"] == f"{airflow_server.url}/dags/iadeep_experiment/runs/{quoted}/plugin/iadeep-results"
+    browser.get(value["results_url"])
+    browser.switch_to.frame(wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='iadeep results']"))))
+    wait.until(lambda d: len(d.find_elements(By.TAG_NAME, "img")) == 3)
+    loaded = browser.execute_script("return [...document.images].map(i => i.complete && i.naturalWidth > 0)")
+    rows = {cells[0]: cells[1:] for cells in ([td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                                              for tr in browser.find_elements(By.CSS_SELECTOR, "tbody tr"))}
+    browser.switch_to.default_content()
+    shot("08-results-tab")
+    assert loaded == [True, True, True], loaded
+    assert {p: r[0] for p, r in rows.items()} == {p: f"{m['avg_jct_s'] / 3600:.2f}" for p, m in summary["policies"].items()}
+    page = f"{airflow_server.url}/iadeep/runs/iadeep_experiment/{quoted}"
+    assert httpx.get(page, timeout=60).status_code == 401  # no login, no results
+    token = {"Authorization": f"Bearer {airflow_server.token()}"}
+    assert httpx.get(f"{page}/files/summary.json", headers=token, timeout=60).json() == summary
+    assert httpx.get(f"{page}/files/workload.csv", headers=token, timeout=60).status_code == 404  # not a result file
     assert all((artifacts / f).stat().st_size > 0 for f in os.listdir(artifacts))
