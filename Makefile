@@ -49,7 +49,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP) controlplane node images stack-images helm
 	$(BIN)/lint-imports --no-cache
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --hypothesis-profile=ci $(PYTEST_ARGS)
 
 # The documentation site into site/ (strict: a dead link or anchor, or a renamed option or setting, fails).
 docs: $(STAMP)

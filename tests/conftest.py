@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from iadeep.testing import fetch_dataset
+
+# `make test` (and so CI) runs hypothesis with the profile "ci": the same examples every run, so a
+# red run is reproducible and never a draw of chance; plain `pytest` explores new examples each run
+# (failures found there are kept in .hypothesis/ and retried first).
+settings.register_profile("ci", derandomize=True, print_blob=True)
 
 
 @pytest.fixture(scope="session")

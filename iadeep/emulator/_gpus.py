@@ -11,7 +11,7 @@ where ``n`` is the interference model's normalised throughput of the job's type 
 of ``S`` (:meth:`InterferenceModel.normalised`: Gavel's measured pairs, slowdowns compounding
 beyond two) and ``gain`` the goodput gain of a changed batch size (:func:`iadeep.goodput.progress`;
 1 while the job runs at its submitted batch size). A gang (multi-GPU job) advances at the rate of
-its slowest GPU. This is exactly the simulator's rate rule (:mod:`iadeep.sim._engine`); like the
+its slowest GPU. This is exactly the simulator's rate rule (:mod:`iadeep.sim._rates`); like the
 simulator, true rates carry no noise and only *measurements* (:meth:`EmulatedGpus.measure`) do:
 multiplicative log-normal noise of relative standard deviation ``measurement_noise``.
 

@@ -454,7 +454,8 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
         TimeoutError: a policy's Jobs did not all finish within ``cfg.timeout_s``.
         iadeep.dev.ControlPlaneError: the control plane is not built (``make controlplane``) or did not start.
     """
-    from iadeep.experiment._live import TUNED_POLICIES, LiveSettings, LocalCluster, iter_runs, run_live_policy
+    from iadeep.experiment._live import TUNED_POLICIES, LiveSettings, iter_runs, run_live_policy
+    from iadeep.experiment._livecluster import LocalCluster
     from iadeep.state import EtcdStateStore, StateSettings
 
     model = InterferenceModel.from_file(throughputs, cfg.gpu_type)
@@ -496,7 +497,7 @@ def _write_live(out: Path, name: str, result: SimResult, live_metrics: dict[str,
 
 def _run_user_cluster(cfg: ExperimentConfig, workload: pd.DataFrame, model: InterferenceModel, cluster: Any,
                       live: Any, on_policy: Callable[[str, int], Callable[[int], None]] | None) -> dict[str, Any]:
-    """One policy's replay on the cluster of ``cfg.kubeconfig`` (:class:`~iadeep.experiment._live.UserCluster`).
+    """One policy's replay on the cluster of ``cfg.kubeconfig`` (:class:`~iadeep.experiment._livecluster.UserCluster`).
 
     Raises:
         FileNotFoundError: the kubeconfig does not exist.
@@ -504,7 +505,8 @@ def _run_user_cluster(cfg: ExperimentConfig, workload: pd.DataFrame, model: Inte
     """
     import os
 
-    from iadeep.experiment._live import UserCluster, iter_runs, run_live_policy
+    from iadeep.experiment._live import iter_runs, run_live_policy
+    from iadeep.experiment._livecluster import UserCluster
     from iadeep.state import EtcdStateStore, StateSettings
 
     name, run = next(iter_runs(list(cfg.policies)))

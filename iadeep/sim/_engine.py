@@ -6,6 +6,11 @@ size (the trace's duration). A running job's progress rate (work per second) is,
 :mod:`iadeep.goodput`; the cap: nothing runs faster than its dedicated run as submitted); a
 gang (multi-GPU job) advances at the rate of its slowest GPU (synchronous data parallelism).
 
+The engine is this module's event loop and state; the rate model is
+:class:`iadeep.sim._rates.RateModel`, the tuning sessions :class:`iadeep.sim._sessions.TuningSessions`
+(both base classes of :class:`Simulator`), and a finished run hands its record
+(:class:`iadeep.sim._result.RunRecord`) to :meth:`iadeep.sim.SimResult.build`.
+
 Events: arrival, completion, end of a tuning session, queue wake-up. After each batch of
 simultaneous events the scheduler tries the jobs its queue offers (:mod:`iadeep.sim._queue`: the
 FIFO head, with backfill the next ``backfill_depth`` jobs, or kube-scheduler's active queue with
@@ -51,37 +56,31 @@ lower bound.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from iadeep.goodput import gain_matrix, progress
+from iadeep.goodput import gain_matrix
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
 from iadeep.policy import ClusterView, JobRequest, OccupancyChanges, Placement, Policy, Preemption, pod_size
 from iadeep.sim._config import ClusterSpec, SimSettings
 from iadeep.sim._errors import InfeasibleJobError
 from iadeep.sim._feasible import feasibility, gpu_model_mask
-from iadeep.sim._queue import SchedulingQueue, make_queue
-from iadeep.sim._result import SimResult
+from iadeep.sim._queue import SchedulingQueue
+from iadeep.sim._rates import RateModel
+from iadeep.sim._result import RunRecord, SimResult
+from iadeep.sim._sessions import TUNED as _TUNED
+from iadeep.sim._sessions import Session, TuningSessions
 from iadeep.sim._speeds import gavel_type_of
 
 __all__ = ["Simulator", "simulate"]
 
-_ARRIVE, _FINISH, _TUNED, _WAKE = 0, 1, 2, 3
+_ARRIVE, _FINISH, _WAKE = 0, 1, 3  # and _TUNED (2): a tuning session's end
 _PENDING, _QUEUED, _RUNNING, _DONE, _UNSCHEDULABLE = 0, 1, 2, 3, 4
 
 
-@dataclass
-class _Session:
-    version: int
-    config: dict[int, int]
-    evict: tuple[int, ...] = ()
-    avoid: tuple[int, ...] = ()  # job types the policy bans from sharing once the session ends
-
-
-class Simulator:
+class Simulator(RateModel, TuningSessions):
     """One simulation of a job table on a cluster under one policy.
 
     Args:
@@ -178,7 +177,7 @@ class Simulator:
         self.gpus: list[tuple[int, ...]] = [()] * n
         self.first_gpus: list[tuple[int, ...]] = [()] * n  # where each job first started
         self.partners: list[set[int]] = [set() for _ in range(n)]  # jobs it ever shared a GPU with
-        self.sessions: dict[int, _Session] = {}
+        self.sessions: dict[int, Session] = {}
         self.gpu_version = np.zeros(G, dtype=np.int64)
         # Bumped by every change of what a ClusterView shows beyond the clock (occupancy, types,
         # memory, shares, rates); a Wait's queueing hint holds within one epoch.
@@ -292,47 +291,11 @@ class Simulator:
         if h == 0:
             self.slot_types[~self.occupied] = self.type[0]
 
-    def _gang_rate(self, h: int):
-        """Job ``h``'s progress rate: the lowest of its GPUs' rates (a gang advances at its slowest)."""
-        gs = self.gpus[h]
-        if len(gs) == 1:
-            g = gs[0]
-            return self.gpu_rate.item(g, self._slot(g, h))
-        rate, slots = self.gpu_rate.item, self._slot_list
-        return min([rate(g, slots[g].index(h)) for g in gs])  # the same value as the array minimum (_slot inlined: gangs of up to 64 GPUs)
-
     def _slot(self, g: int, h: int) -> int:
         return self._slot_list[g].index(h)
 
     def _occupants(self, g: int) -> list[int]:
         return [h for h in self._slot_list[g] if h >= 0]
-
-    def _refresh_gpu(self, g: int, affected: set[int]) -> None:
-        """Recompute true rates on ``g`` from its occupants' current types."""
-        occ = self._occupants(g)
-        if not occ:
-            return
-        types = [self.type.item(h) for h in occ]
-        row = self.gpu_rate[g]
-        # occupant i sits in slot i (ClusterView's slot contract: occupied slots first)
-        for i, (h, t, x) in enumerate(zip(occ, types, self._normalised(occ, types))):
-            row[i] = self._true_rate(g, h, t, x)
-            affected.add(h)
-
-    def _normalised(self, handles: list[int], types: list[int]) -> list[float]:
-        """Normalised throughputs of ``handles`` running ``types`` together; 1 for share holders (see the module doc).
-
-        Plain floats (the values of :meth:`InterferenceModel.normalised`): a pair, the common case,
-        is read from the table without building arrays."""
-        if len(types) == 2:
-            a, b = types
-            norm = [self._norm_of(a, b), self._norm_of(b, a)]
-        elif len(types) == 1:  # alone: InterferenceModel.normalised's 1.0
-            norm = [1.0]
-        else:
-            norm = np.asarray(self.model.normalised(types), dtype=float).tolist()
-        share = self._has_share
-        return [1.0 if share[h] else x for h, x in zip(handles, norm)]
 
     def _pod_sizes(self, gpu_node: np.ndarray, gpu_models: np.ndarray, why: np.ndarray) -> np.ndarray:
         """GPUs per pod of each job, shape ``(n_jobs,)``: :func:`iadeep.policy.pod_size` over the
@@ -353,10 +316,6 @@ class Simulator:
                 p = sizes[key] = pod_size(k, np.bincount(gpu_node[ok], minlength=n_nodes).tolist())
             out[h] = p
         return out
-
-    def _true_rate(self, g: int, h: int, t: int, x: float) -> float:
-        """Progress rate of job ``h`` as type ``t`` at normalised throughput ``x`` on GPU ``g``."""
-        return progress(x, self._gain_of(t, self._base_of[h])) * self._speed_of(g, t)
 
     # -- applying decisions --------------------------------------------------------------------
     def _apply_placement(self, h: int, p: Placement | Preemption) -> set[int]:
@@ -428,93 +387,11 @@ class Simulator:
         self.gpus[h] = ()
         return left
 
-    def _measure_on(self, g: int, trial_rates: list[dict[int, float]]):
-        def measure(config):
-            handles = list(config)
-            types = [int(config[x]) for x in handles]
-            norm = self._normalised(handles, types)
-            gain, base, speed = self._gain_of, self._base_of, self._speed_of  # _true_rate, inlined (a few per trial)
-            trial_rates.append({x: progress(n, gain(t, base[x])) * speed(g, t) for x, t, n in zip(handles, types, norm)})
-            # one draw per job in handle order (a sized draw is the same stream as single draws, so
-            # the draws are taken from a batch drawn ahead: the same values in the same order)
-            noisy = self._lognormal(len(handles))
-            return {x: n * e for x, n, e in zip(handles, norm, noisy)}
-
-        return measure
-
-    def _lognormal(self, k: int) -> list[float]:
-        """The next ``k`` values of ``self.rng.lognormal(0.0, settings.measurement_noise)``, drawn
-        1,024 at a time (the only draws from ``rng``)."""
-        if self._noise_at + k > len(self._noise):
-            self._noise = self._noise[self._noise_at:] + self.rng.lognormal(0.0, self._noise_sigma, size=1024).tolist()
-            self._noise_at = 0
-        out = self._noise[self._noise_at:self._noise_at + k]
-        self._noise_at += k
-        return out
-
-    def _tune(self, g: int, affected: set[int]) -> None:
-        if not self.settings.tuning:  # a driver without a tuner (the live system before the coordinator)
-            return
-        trial_rates: list[dict[int, float]] = []
-        self.calls["tune"] += 1
-        decision = self.policy.tune(g, self.view(), self._measure_on(g, trial_rates))
-        if decision is None:
-            return
-        evict = tuple(int(h) for h in decision.evict)
-        if decision.trials and trial_rates:
-            # the session's trials run on the GPU: the jobs progress at the mean true rate of the
-            # measured configurations until it ends; then its decision (new sizes or an undo) applies
-            for h in self._occupants(g):
-                self.trials[h] += decision.trials
-            mean = {}
-            for x in trial_rates[0]:  # the mean of each job's rates over the trials (sum, then divide: as np.mean)
-                rates = [tr[x] for tr in trial_rates if x in tr]
-                mean[x] = sum(rates) / len(rates)
-            for x, r in mean.items():
-                if x in self._occupants(g):
-                    self.gpu_rate[g, self._slot(g, x)] = r
-                    affected.add(x)
-            if decision.type_ids or evict or decision.avoid:
-                self.sessions[g] = _Session(int(self.gpu_version[g]), {} if evict else dict(decision.type_ids), evict,
-                                            tuple(decision.avoid))
-                self._push(self.now + decision.trials * self.settings.trial_s, _TUNED, g, int(self.gpu_version[g]))
-        elif evict or decision.avoid:
-            self._undo(evict, decision.avoid, affected)
-        elif decision.type_ids:
-            self._apply_config(g, dict(decision.type_ids), affected)
-
-    def _apply_config(self, g: int, config: dict[int, int], affected: set[int]) -> None:
-        self._epoch += 1
-        occ = self._occupants(g)
-        # the reservations follow the configuration (module docstring)
-        new_mem = sum(self._reserved(h, config.get(h)) for h in occ)
-        if new_mem > self.mem_total[g] + 1e-9:
-            raise RuntimeError(f"policy {self.policy.name} chose a configuration over GPU {g}'s memory")
-        for h in occ:
-            if h in config:
-                self._sync(h)
-                changed = self.type[h] != config[h]
-                self.type[h] = config[h]
-                if changed:
-                    self._type_changed(h)
-        self.mem_used[g] = new_mem
-        self._change_log.append(g)
-        self._refresh_gpu(g, affected)
-
     def _reserved(self, h: int, t: int | None = None) -> float:
         """GPU memory ``h`` reserves on each of its GPUs (GiB; module docstring) at type ``t``
         (default: the one it runs at)."""
         mem = self._mem_list  # plain floats: the same values as the model's array
         return max(mem[self.type.item(h) if t is None else t], mem[self._base_of[h]])
-
-    def _undo(self, evict: tuple[int, ...], avoid: tuple[int, ...], affected: set[int]) -> None:
-        """Apply a session's undo when the session ends (the live system's order: the coordinator
-        records it at the end of the session, then the extender bans the pair and evicts the pod):
-        the policy bans the types (:meth:`~iadeep.policy.Policy.avoid`), the jobs are re-queued."""
-        if avoid:
-            self.policy.avoid(list(avoid))
-        for h in evict:
-            self._evict(h, affected)
 
     def _evict(self, h: int, affected: set[int], here: bool = False) -> None:
         """Take ``h`` off its GPUs and queue it again (:meth:`SchedulingQueue.requeue`: at the head,
@@ -672,7 +549,15 @@ class Simulator:
                 self.timeline.append((t, len(self.queue), int((self.slots >= 0).any(axis=1).sum()), self.n_running))
         if done != n:
             raise RuntimeError(f"simulation ended with {n - done} unfinished jobs (policy {self.policy.name} deadlocked)")
-        return SimResult.build(self)
+        return SimResult.build(self.record())
+
+    def record(self) -> RunRecord:
+        """What this run recorded, for :meth:`SimResult.build` (the engine's arrays, not copies)."""
+        return RunRecord(
+            self.policy.name, self.job_ids, self.submit, self.start, self.end, self.duration, self.num_gpus,
+            self.base_type, self.type, self.model.types, self.coloc, self.trials, self.evictions, self.censored,
+            self.infeasible_reason != "", self.first_gpus, self.partners, self.gpu_node, self.gpu_local,
+            self._node_names, self.timeline, self.cluster.total_gpus, self.busy_gpu_seconds)
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:

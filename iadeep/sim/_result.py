@@ -2,21 +2,68 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:
-    from iadeep.sim._engine import Simulator
-
-__all__ = ["SimResult", "summarise"]
+__all__ = ["RunRecord", "SimResult", "summarise"]
 
 #: Columns of :attr:`SimResult.jobs`.
 JOB_COLUMNS = ("job_id", "submit_s", "start_s", "end_s", "jct_s", "queueing_s", "duration_s", "slowdown", "num_gpus",
                "model", "batch_size", "final_batch_size", "colocations", "tuning_trials", "evictions", "censored",
                "unschedulable", "placement", "partners")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the engine hands over when a run ends (per job: arrays of shape ``(n_jobs,)`` in table
+    order); :meth:`SimResult.build` turns it into the result's tables.
+
+    Attributes:
+        policy: policy name.
+        job_ids: the jobs' IDs (str).
+        submit, start, end, duration: submission, first start and completion times, and the
+            dedicated run time (s; start and end NaN for a job that never ran).
+        num_gpus: GPUs each job asked for.
+        base_type, type: job-type ids (of ``types``) as submitted and at the end (tuning may
+            change the batch size).
+        types: the interference model's job types, indexed by type id.
+        coloc, trials, evictions: co-locations, tuning trials and evictions per job.
+        censored, unschedulable: bool flags (the trace saw it running; it could never run).
+        first_gpus: the GPUs each job first started on (cluster GPU ids).
+        partners: per job, the jobs (row indices) it ever shared a GPU with.
+        gpu_node, gpu_local: node index and GPU index within the node of each cluster GPU.
+        node_names: names of the nodes, by node index.
+        timeline: ``(t_s, queue_len, busy_gpus, running_jobs)`` after each event batch.
+        total_gpus: cluster size.
+        busy_gpu_seconds: integral of GPUs holding at least one job over time (GPU x s).
+    """
+
+    policy: str
+    job_ids: np.ndarray
+    submit: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    duration: np.ndarray
+    num_gpus: np.ndarray
+    base_type: np.ndarray
+    type: np.ndarray
+    types: Sequence
+    coloc: np.ndarray
+    trials: np.ndarray
+    evictions: np.ndarray
+    censored: np.ndarray
+    unschedulable: np.ndarray
+    first_gpus: Sequence[tuple[int, ...]]
+    partners: Sequence[set[int]]
+    gpu_node: np.ndarray
+    gpu_local: np.ndarray
+    node_names: Sequence[str]
+    timeline: Sequence[tuple[float, int, int, int]]
+    total_gpus: int
+    busy_gpu_seconds: float
 
 
 @dataclass(frozen=True)
@@ -42,36 +89,36 @@ class SimResult:
     busy_gpu_seconds: float
 
     @classmethod
-    def build(cls, sim: "Simulator") -> "SimResult":
-        """Collect a finished :class:`~iadeep.sim.Simulator`'s state."""
-        types = sim.model.types
-        names = sim.cluster.node_names()
-        jct = sim.end - sim.submit
+    def build(cls, record: RunRecord) -> SimResult:
+        """The result of a finished run, from what its engine recorded (:meth:`iadeep.sim.Simulator.record`)."""
+        types = record.types
+        names = record.node_names
+        jct = record.end - record.submit
         # JCT over the dedicated run time; undefined (NaN) for a job of 0 s, which completes at once
-        slowdown = np.divide(jct, sim.duration, out=np.full(len(jct), np.nan), where=sim.duration > 0)
+        slowdown = np.divide(jct, record.duration, out=np.full(len(jct), np.nan), where=record.duration > 0)
         jobs = pd.DataFrame({
-            "job_id": sim.job_ids,
-            "submit_s": sim.submit,
-            "start_s": sim.start,
-            "end_s": sim.end,
+            "job_id": record.job_ids,
+            "submit_s": record.submit,
+            "start_s": record.start,
+            "end_s": record.end,
             "jct_s": jct,
-            "queueing_s": sim.start - sim.submit,
-            "duration_s": sim.duration,
+            "queueing_s": record.start - record.submit,
+            "duration_s": record.duration,
             "slowdown": slowdown,
-            "num_gpus": sim.num_gpus,
-            "model": [types[t].model for t in sim.base_type],
-            "batch_size": [types[t].batch_size for t in sim.base_type],
-            "final_batch_size": [types[t].batch_size for t in sim.type],
-            "colocations": sim.coloc,
-            "tuning_trials": sim.trials,
-            "evictions": sim.evictions,
-            "censored": sim.censored,
-            "unschedulable": sim.infeasible_reason != "",
-            "placement": [";".join(f"{names[sim.gpu_node[g]]}/{sim.gpu_local[g]}" for g in gs) for gs in sim.first_gpus],
-            "partners": [";".join(sorted(str(sim.job_ids[o]) for o in ps)) for ps in sim.partners],
+            "num_gpus": record.num_gpus,
+            "model": [types[t].model for t in record.base_type],
+            "batch_size": [types[t].batch_size for t in record.base_type],
+            "final_batch_size": [types[t].batch_size for t in record.type],
+            "colocations": record.coloc,
+            "tuning_trials": record.trials,
+            "evictions": record.evictions,
+            "censored": record.censored,
+            "unschedulable": record.unschedulable,
+            "placement": [";".join(f"{names[record.gpu_node[g]]}/{record.gpu_local[g]}" for g in gs) for gs in record.first_gpus],
+            "partners": [";".join(sorted(str(record.job_ids[o]) for o in ps)) for ps in record.partners],
         })
-        timeline = pd.DataFrame(sim.timeline, columns=["t_s", "queue_len", "busy_gpus", "running_jobs"])
-        return cls(sim.policy.name, jobs, timeline, sim.cluster.total_gpus, sim.busy_gpu_seconds)
+        timeline = pd.DataFrame(record.timeline, columns=["t_s", "queue_len", "busy_gpus", "running_jobs"])
+        return cls(record.policy, jobs, timeline, record.total_gpus, record.busy_gpu_seconds)
 
     def summary(self, include_censored: bool = False) -> dict[str, float]:
         """Summary metrics; see :func:`summarise`."""

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from iadeep.policy import make_policy
@@ -385,6 +385,11 @@ _TYPES = [("ResNet-18", 64), ("ResNet-18", 256), ("ResNet-50", 64), ("ResNet-50"
 
 
 @settings(max_examples=25, deadline=None)
+@example(jobs=[(0, 60, 1, 0), (6473, 16950, 1, 0), (14399, 8988, 2, 0), (14400, 5972, 1, 0)], queue="kube", gpus=2).xfail(
+    raises=AssertionError,
+    reason="a known loss (2 GPUs): the 2-GPU job preempts the 1-GPU job at 14399 s, predicted to gain 6 s "
+           "(W = 9024 s > R_h + c = 9018 s), and the 1-GPU job arriving 1 s later waits 8,987 s for the GPU the "
+           "gang took; the preemption rule cannot see arrivals (iadeep 12,494 s avg JCT, exclusive 10,249, packing 7,993)")
 @given(st.lists(st.tuples(st.integers(0, 4 * 3600), st.integers(60, 12 * 3600), st.sampled_from([1, 1, 1, 2]),
                           st.integers(0, len(_TYPES) - 1)), min_size=4, max_size=14),
        st.sampled_from(["kube", "fifo"]), st.sampled_from([2, 4]))

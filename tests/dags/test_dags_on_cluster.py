@@ -1,6 +1,6 @@
 """The cluster DAGs against the local control plane (real kube-apiserver, kube-scheduler with the
 ``iadeep-scheduler`` profile, kube-controller-manager running the Jobs, kwok GPU nodes, our
-extender and the GPU emulator as processes; :class:`iadeep.experiment._live.LocalCluster`) and a
+extender and the GPU emulator as processes; :class:`iadeep.experiment._livecluster.LocalCluster`) and a
 real user-space NFS server (nfs-ganesha from Debian's packages, started here on loopback).
 
 The DAGs run in-process (``dag.test()``, deferrals included) and reach the cluster through the
@@ -48,7 +48,7 @@ def cluster(controlplane_binaries, airflow_db, tmp_path_factory) -> Iterator[tup
     """The local cluster with 2 kwok nodes x 4 GPUs, its extender and emulator; the Connection and Variable."""
     from iadeep.datasets import fetch
     from iadeep.experiment import ExperimentConfig, cluster_of
-    from iadeep.experiment._live import LocalCluster
+    from iadeep.experiment._livecluster import LocalCluster
 
     root = tmp_path_factory.mktemp("dags-cluster")
     cache = root / "cache"

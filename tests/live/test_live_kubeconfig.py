@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from iadeep.experiment import ExperimentConfig
-from iadeep.experiment._live import LocalCluster
+from iadeep.experiment._livecluster import LocalCluster
 from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_live, write_report
 
 pytestmark = pytest.mark.slow

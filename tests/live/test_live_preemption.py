@@ -20,7 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from iadeep.experiment._live import LiveSettings, LocalCluster, job_name, run_live_policy
+from iadeep.experiment._live import LiveSettings, job_name, run_live_policy
+from iadeep.experiment._livecluster import LocalCluster
 from iadeep.interference import InterferenceModel
 from iadeep.sim import ClusterSpec
 from iadeep.state import EtcdStateStore, StateSettings

@@ -20,7 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from iadeep.experiment._live import LiveSettings, LocalCluster, run_live_policy
+from iadeep.experiment._live import LiveSettings, run_live_policy
+from iadeep.experiment._livecluster import LocalCluster
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
 from iadeep.sim import ClusterSpec, SimSettings, simulate
