@@ -5,7 +5,8 @@
 
 from iadeep.state._etcd import EtcdStateStore
 from iadeep.state._local import LocalEtcd, LocalEtcdError, ensure_local_etcd, local_endpoint
-from iadeep.state._memory import MemoryStateStore, reservation_gpu_limit
+from iadeep.state._memory import MemoryStateStore
+from iadeep.state._rules import reservation_gpu_limit
 from iadeep.state._protocol import (
     AllocationConflict,
     Change,

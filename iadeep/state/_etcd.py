@@ -2,14 +2,14 @@
 
 :class:`EtcdStateStore` implements :class:`iadeep.state.StateStore` over etcd's v3 JSON gateway
 (``/v3/kv/txn`` and friends) with ``etcd3gw``'s client; see :mod:`iadeep.state._records` for the
-key schema and :mod:`iadeep.state._memory` for the allocation rules and the extra
-``<p>/reservations/<pod_uid>`` key.
+key schema, :mod:`iadeep.state._keys` for its extra ``<p>/reservations/<pod_uid>`` key, and
+:mod:`iadeep.state._rules` for the allocation rules.
 
 How the guarantees of the protocol are met:
 
 * **Atomic allocation.** :meth:`~EtcdStateStore.reserve` reads the node's inventory, the pod's
   reservation record and the GPU records it touches in one read-only transaction (one revision),
-  decides with :func:`~iadeep.state._memory.plan_reserve`, then commits one transaction that
+  decides with :func:`~iadeep.state._rules.plan_reserve`, then commits one transaction that
   compares the mod revision of each record it read (``create_revision == 0`` for an absent one)
   and puts the job, the assignments, the GPU states, the tuning requests and the reservation
   record. When a compare fails, the transaction's failure branch returns the same reads at the
@@ -62,20 +62,22 @@ from tenacity import (
     wait_random,
 )
 
-from iadeep.state._memory import (
+from iadeep.state._keys import (
     Keys,
+    check_name,
+    new_seqs,
+    reservation_from_json,
+    reservation_json,
+)
+from iadeep.state._rules import (
     ReleasePlan,
     check_gpu_count,
-    check_name,
+    check_resize,
     checked_undo,
-    reservation_gpu_limit,
-    new_seqs,
     plan_release,
     plan_reserve,
     plan_resize,
-    check_resize,
-    reservation_from_json,
-    reservation_json,
+    reservation_gpu_limit,
     settled_undo,
 )
 from iadeep.state._protocol import (
@@ -787,7 +789,7 @@ class EtcdStateStore:
     def resize(self, node: str, gpu: int, sizes: Mapping[str, float]) -> GpuState:
         """See :meth:`StateStore.resize`: the node's inventory, the GPU's state and each pod's
         reservation and job record are read at one revision, decided by
-        :func:`~iadeep.state._memory.plan_resize` and written in one transaction that compares
+        :func:`~iadeep.state._rules.plan_resize` and written in one transaction that compares
         their mod revisions (a lost race reads and decides again)."""
         check_resize(node, gpu, sizes)
         pods = list(sizes)
