@@ -7,6 +7,10 @@ no placement decision itself: ``filter`` and ``prioritize`` answer with :meth:`P
 :meth:`Policy.place` on a view restricted to the node kube-scheduler picked. Every failure ends
 up in the wire format's ``Error`` field. The node coordinators' undo records are carried out by
 :class:`~iadeep.extender._undo.UndoApplier` (the ban in this policy, the pod's eviction).
+
+This module holds the service's shell (lifecycle, learning, the pods' demands) and the filter,
+prioritize and preemption verbs; the bind verb is :class:`~iadeep.extender._binding.BindPipeline`,
+the releases, sweep and inspection :class:`~iadeep.extender._upkeep.Upkeep` (its base classes).
 """
 
 from __future__ import annotations
@@ -24,24 +28,17 @@ from typing import Any
 import numpy as np
 
 from iadeep.extender._bind import (
-    BindFailed,
     KubeError,
     PodApi,
-    bind_annotations,
-    bind_with_annotations,
-    call_deadline,
-    release_reservation,
-    time_left,
 )
-from iadeep.extender._admission import AdmissionBusy, AdmissionGate, AdmissionTurn
+from iadeep.extender._admission import AdmissionGate
+from iadeep.extender._binding import NO_INVENTORY, BindPipeline
 from iadeep.extender._cache import StateCache
 from iadeep.extender._metrics import ExtenderMetrics
 from iadeep.extender._nodestate import NodeStatePublisher, reservations_annotation
 from iadeep.extender._podwatch import PendingPods, PodFollower
 from iadeep.extender._preempt import Nominations, with_nominations
 from iadeep.extender._pods import (
-    ANNOTATION_BIND_PHASE,
-    BIND_PHASE_ALLOCATING,
     PodDemand,
     PodSpecError,
     job_of,
@@ -50,25 +47,20 @@ from iadeep.extender._pods import (
 )
 from iadeep.extender._settings import ExtenderSettings
 from iadeep.extender._undo import UndoApplier
+from iadeep.extender._upkeep import Upkeep
 from iadeep.extender._view import TypeResolver, ViewBase
 from iadeep.extender._wire import (
     ExtenderArgs,
-    ExtenderBindingArgs,
-    ExtenderBindingResult,
     ExtenderFilterResult,
     HostPriorityList,
     Pod,
 )
 from iadeep.interference import InterferenceModel, InterferenceSample
-from iadeep.policy import POLICIES, ClusterView, FilterResult, JobRequest, Placement, Preemption, Wait, make_policy
+from iadeep.policy import POLICIES, ClusterView, FilterResult, JobRequest, Preemption, Wait, make_policy
 from iadeep.state import (
-    AllocationConflict,
-    Assignment,
     InterferenceSampleRecord,
     JobRecord,
-    NodeRecords,
     PlacementPolicy,
-    RecordError,
     StateStore,
     StoreUnavailable,
     UndoRecord,
@@ -78,14 +70,12 @@ __all__ = ["ExtenderService"]
 
 log = logging.getLogger("iadeep.extender")
 
-_NO_INVENTORY = "node has no GPU inventory published by the iadeep device plugin"
 _DEMAND_CACHE = 10_000
 _ASSESSED = 8  # pods whose filter scores are kept for their prioritize (it follows at once)
 _ASSESSED_TTL_S = 10.0
-_CALLS_SHARE = 0.8  # of call_budget_s, for a bind's etcd and Kubernetes API calls together
 
 
-class ExtenderService:
+class ExtenderService(BindPipeline, Upkeep):
     """Filter, prioritize and bind for kube-scheduler, plus inspection and upkeep.
 
     Args:
@@ -341,7 +331,7 @@ class ExtenderService:
         """Why ``node`` can never take the pod (no inventory, too few or too small GPUs), else None."""
         gpus = base.gpus_of(node)
         if base.node_index(node) is None:
-            return _NO_INVENTORY
+            return NO_INVENTORY
         if len(gpus) < demand.num_gpus:
             return f"pod needs {demand.num_gpus} GPU(s), the node has {len(gpus)}"
         big = int((base.gpu_mem_total_gib[gpus.start:gpus.stop] >= demand.mem_gib - 1e-9).sum())
@@ -527,379 +517,3 @@ class ExtenderService:
         get = scores.get
         return HostPriorityList(names, [get(n, 0) for n in names])
 
-    def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        """Choose the GPU(s) on ``args.node``, reserve, bind with the annotations (see :mod:`._bind`), all
-        within ``call_budget_s``: the store's and the Kubernetes API's requests share it (see
-        :class:`~iadeep.extender.ExtenderSettings`)."""
-        if self.pod_api is None:
-            return ExtenderBindingResult(Error="iadeep: no Kubernetes API configured")
-        # the calls get 80% of the budget: the rest is for the verb's own work (placement, the
-        # answer) and for a loaded machine's scheduling delays
-        calls_s = self.settings.call_budget_s * _CALLS_SHARE
-        with call_deadline(calls_s), self.store.deadline(calls_s):
-            return self._bind(args)
-
-    def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        try:
-            return self._bind_pod(args)
-        finally:
-            self._placed(args.pod_uid)
-
-    def _placed(self, uid: str) -> None:
-        """The filters waiting for ``uid``'s bind may go on: its reservation is in the copy of the
-        state (or it failed). Called once the reservation is applied, before the API's Binding
-        (waiting for the previous pod's whole bind, API call included, bound 2-4 pods per second
-        in the 1,000-job live benchmark on the loaded 2-core machine)."""
-        if self._binding:
-            with self._bound:
-                if self._binding.pop(uid, None) is not None:
-                    self._bound.notify_all()
-
-    def binds_in_flight(self, uid: str) -> bool:
-        """Whether pods other than ``uid`` passed a filter and wait for their bind."""
-        return bool(self._binding) and (len(self._binding) > 1 or uid not in self._binding)
-
-    def await_binds(self, uid: str) -> None:
-        """Wait until the pods passed by earlier filters (other than ``uid``) are bound, or failed
-        their bind, at most ``bind_wait_s`` after each was passed (a pod kube-scheduler did not
-        bind after all is forgotten then)."""
-        if not self._binding:
-            return
-        wait_s = self.settings.cache.bind_wait_s
-        with self._bound:
-            while True:
-                now = time.monotonic()
-                for k in [k for k, t in self._binding.items() if now - t >= wait_s]:
-                    del self._binding[k]
-                others = [t for k, t in self._binding.items() if k != uid]
-                if not others:
-                    return
-                self._bound.wait(min(others) + wait_s - now)
-
-    def _bind_pod(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        assert self.pod_api is not None
-        ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
-        with self._memo_lock:
-            demand = self._demands.get(uid)
-        try:
-            if demand is None:
-                pod = self.pod_api.read_pod(ns, name)
-                if pod.metadata.uid and pod.metadata.uid != uid:
-                    return self._bind_result("failed", f"pod {ns}/{name} has UID {pod.metadata.uid}, not {uid}")
-                demand = self._demand(pod)
-            if demand is None:
-                self.pod_api.bind(ns, name, uid, node)
-                return self._bind_result("not_ours")
-            type_id = self.types.resolve(demand.model, demand.batch_size)
-        except KubeError as exc:
-            return self._bind_result("failed", str(exc))
-        except PodSpecError as exc:
-            return self._bind_result("failed", str(exc))
-
-        too_wide = self._too_wide(demand)
-        if too_wide is not None:  # as filter said: no node can ever take it
-            return self._bind_result("failed", too_wide)
-        inventory = self.cache.current()[0].inventories.get(node)
-        if inventory is None or not inventory.allocates:
-            return self._reserve_and_bind(demand, type_id, ns, name, uid, node, None)
-        left = time_left()
-        wait_s = self.settings.admission_wait_s if left is None else min(self.settings.admission_wait_s, left / 2)
-        t_turn = time.perf_counter()
-        try:
-            with self.admissions.turn(node, uid, wait_s) as turn:
-                self.metrics.bind_phase.labels("admission").observe(time.perf_counter() - t_turn)
-                return self._reserve_and_bind(demand, type_id, ns, name, uid, node, turn)
-        except AdmissionBusy as exc:
-            return self._bind_result("wait", str(exc))
-
-    def _reserve_and_bind(self, demand: PodDemand, type_id: int, ns: str, name: str, uid: str, node: str,
-                          turn: AdmissionTurn | None) -> ExtenderBindingResult:
-        """Reserve on ``node``, then annotate and bind (steps 1-2 of :mod:`._bind`); ``turn``: the
-        node's admission turn when its device plugin serves ``Allocate`` (the bound pod is
-        recorded there as allocating)."""
-        assert self.pod_api is not None
-        t_lock = time.perf_counter()
-        with self._node_lock(node):
-            self.metrics.bind_phase.labels("node_lock").observe(time.perf_counter() - t_lock)
-            try:
-                placed = self._reserve(demand, type_id, node)
-            except StoreUnavailable as exc:
-                # a reservation sent before the store stopped answering may still commit: the
-                # sweep releases it unless a later bind of the pod reuses or supersedes it
-                with self._memo_lock:
-                    self._pending_release.add(uid)
-                return self._bind_result("failed", f"state store did not answer within the bind's budget "
-                                                   f"({self.settings.call_budget_s:g} s): {exc}")
-            except RecordError as exc:
-                return self._bind_result("failed", str(exc))
-            if isinstance(placed, str):
-                outcome = "wait" if placed.startswith("wait:") else "conflict"
-                return self._bind_result(outcome, f"{node}: {placed.removeprefix('wait: ')}")
-            assignments, reason, uuids, now = placed
-        self._placed(uid)  # the copy holds the reservation: the next pods' filters see it
-        annotations = bind_annotations(assignments, node=node, uuids=uuids, reason=reason, now_s=now)
-        try:
-            with self.metrics.phase("kube"):
-                bind_with_annotations(self.store, self.pod_api, namespace=ns, name=name, uid=uid, node=node,
-                                  annotations=annotations, now_s=self.clock())
-        except BindFailed as exc:
-            self.cache.forget(uid)
-            if not getattr(exc, "released", True):
-                with self._memo_lock:
-                    self._pending_release.add(uid)
-            self.pod_api.event(ns, name, uid, "IadeepBindFailed", str(exc), warning=True)
-            return self._bind_result("released", str(exc))
-        if turn is not None:
-            turn.bound(uid, ns, name)
-        with self._memo_lock:
-            self._pending_release.discard(uid)  # bound: no earlier failed attempt's release applies
-        self.nominations.drop(uid)
-        if self._resumed:
-            self._resumed.pop(self._job_of(demand.namespace, demand.name), None)
-        return self._bind_result("bound")
-
-    def _still_allocating(self, namespace: str, name: str, uid: str) -> bool:
-        """Whether pod ``uid`` still waits for its device plugin's ``Allocate`` (the admission gate's
-        poll; raises :class:`KubeError` when the API cannot tell)."""
-        assert self.pod_api is not None
-        try:
-            pod = self.pod_api.read_pod(namespace, name)
-        except KubeError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return (pod.metadata.uid == uid and
-                (pod.metadata.annotations or {}).get(ANNOTATION_BIND_PHASE) == BIND_PHASE_ALLOCATING)
-
-    @property
-    def releases_in_flight(self) -> int:
-        """Releases of ended pods being made now."""
-        return self._releasing
-
-    def await_releases(self) -> None:
-        """Wait until no release of an ended pod is in flight (bounded by ``release_wait_s``)."""
-        if not self._releasing:
-            return
-        deadline = time.monotonic() + self.settings.cache.release_wait_s
-        with self._released:
-            while self._releasing and (left := deadline - time.monotonic()) > 0:
-                self._released.wait(left)
-
-    def _bind_result(self, outcome: str, error: str = "") -> ExtenderBindingResult:
-        self.metrics.binds.labels(outcome).inc()
-        return ExtenderBindingResult(Error=f"iadeep: {error}" if error else "")
-
-    def _reserve(self, demand: PodDemand, type_id: int, node: str):
-        """Place on ``node`` and reserve, re-placing after a conflict; returns
-        ``(assignments, reason, uuids, now_s)`` or a message (``"wait: ..."`` for a policy Wait)."""
-        last = ""
-        for attempt in range(self.settings.bind_attempts):
-            if attempt:
-                self.metrics.retries.inc()
-                self.cache.sync()
-            snap, base = self.cache.current()
-            base = with_nominations(base, snap, self.nominations.others(demand.uid), self.types, now_s=self.clock())
-            existing: list[Assignment] = []
-            if any(demand.uid in st.pods for st in snap.node_gpu_states(node)):
-                existing = [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
-            nb = base.restrict(node)
-            if not nb.node_names:
-                return _NO_INVENTORY
-            uuids = {int(nb.gpu_local_index[g]): nb.gpu_uuid[g] for g in range(nb.n_gpus)}
-            if existing:  # a retried bind of a pod already reserved here: reuse the reservation
-                return existing, "reservation already held", uuids, existing[0].assumed_at
-            now = self.clock()
-            job = self._job_record(demand, now)
-            view, request = self._request(demand, type_id, nb, now)
-            t_lock = time.perf_counter()
-            with self._policy_lock:
-                t_place = time.perf_counter()
-                decision = self.policy.reserve(request, view)  # the reserve phase, on the node kube-scheduler chose
-            self.metrics.bind_phase.labels("policy_lock").observe(t_place - t_lock)
-            self.metrics.bind_phase.labels("place").observe(time.perf_counter() - t_place)
-            if not isinstance(decision, Placement):
-                return f"wait: {getattr(decision, 'reason', '')}"
-            gpus = [int(view.gpu_local_index[g]) for g in decision.gpus]
-            inv = snap.inventories.get(node)
-            known = None if inv is None else NodeRecords(inv, {g.index: snap.gpu_states.get((node, g.index)) for g in inv.gpus})
-            try:
-                with self.metrics.phase("reserve_txn"):
-                    assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now,
-                                                     known=known)
-            except AllocationConflict as exc:
-                held = list(exc.held) or [a for a in self.store.assignments(node) if a.pod_uid == demand.uid]
-                if held and held[0].node == node:
-                    return held, "reservation already held", uuids, held[0].assumed_at
-                if not held or not self._unbound(demand):
-                    last = str(exc)
-                    continue
-                # an earlier attempt of this pod's bind was interrupted after its reservation (on
-                # another node) committed: the pod is unbound, so that reservation is superseded,
-                # released in the same transaction that makes this one
-                try:
-                    assignments = self.store.reserve(job, node, gpus, colocation_limit=self.policy.limit, now_s=now,
-                                                     known=known, supersede=True)
-                except AllocationConflict as again:
-                    last = str(again)
-                    continue
-                log.info("pod %s/%s: superseded its unbound reservation on %s", demand.namespace, demand.name,
-                         held[0].node)
-                # the copy drops the old reservation when the watch delivers this transaction; wait
-                # for that (dropping the pod by hand could also drop the new one the watch brought)
-                try:
-                    self.cache.sync()
-                except StoreUnavailable:
-                    pass  # the new reservation is applied below; the watch corrects the rest
-            self.cache.apply(job, type_id, assignments)
-            return assignments, decision.reason, uuids, now
-        return f"could not reserve GPU memory after {self.settings.bind_attempts} attempt(s): {last}"
-
-    def _unbound(self, demand: PodDemand) -> bool:
-        """Whether the pod (same UID) exists and is bound to no node (so a reservation it holds is
-        an interrupted bind's, safe to supersede)."""
-        if self.pod_api is None:
-            return False
-        try:
-            pod = self.pod_api.read_pod(demand.namespace, demand.name)
-        except KubeError as exc:
-            log.warning("could not read pod %s/%s: %s", demand.namespace, demand.name, exc)
-            return False
-        return pod.metadata.uid == demand.uid and not pod.spec.nodeName
-
-    # -- upkeep ------------------------------------------------------------------------------
-    def sweep(self) -> list[str]:
-        """Release reservations of pods that are gone, finished, bound elsewhere, or left unbound
-        longer than ``sweep_grace_s``; returns the released pod UIDs.
-
-        Raises:
-            KubeError, StoreUnavailable: the pods or the reservations could not be listed.
-        """
-        if self.pod_api is None:
-            return []
-        assignments = self.store.assignments()
-        pods = {p.uid: p for p in self.pod_api.pods()}
-        now = self.clock()
-        grace = self.settings.cache.sweep_grace_s
-        stale: set[str] = set()
-        for a in assignments:
-            p = pods.get(a.pod_uid)
-            if p is None or p.phase in ("Succeeded", "Failed") or (p.node and p.node != a.node) \
-                    or (not p.node and now - a.assumed_at > grace):
-                stale.add(a.pod_uid)
-        with self._memo_lock:
-            stale |= self._pending_release
-        released = self.release_pods(sorted(stale), why="sweep", attempts=1)
-        if released:
-            log.info("sweep released %d stale reservation(s): %s", len(released), ", ".join(released[:10]))
-        return released
-
-    def release_pods(self, uids: Sequence[str], *, why: str = "pod ended", attempts: int = 3) -> list[str]:
-        """Release the reservations of ``uids`` (the one release path: the pod follower calls it
-        for pods that ended, the sweep for stale reservations). Idempotent; a release the store
-        refuses (unreachable) is queued for the next sweep. Returns the UIDs released.
-
-        The pod follower's UIDs are filtered to pods with a job record in the followed copy (pods
-        never reserved through iadeep need no release) unless queued for release already. While a
-        release is in flight, ``filter`` waits for it (at most ``CacheSettings.release_wait_s``):
-        kube-scheduler retries the pods that did not fit on the very event that ended the pod,
-        and would otherwise be told the memory is still taken.
-        """
-        if why == "sweep":  # stale reservations: nobody is being retried on their account
-            return self._release_pods(uids, why=why, attempts=attempts)
-        with self._released:
-            self._releasing += 1
-        try:
-            return self._release_pods(uids, why=why, attempts=attempts)
-        finally:
-            with self._released:
-                self._releasing -= 1
-                self._released.notify_all()
-
-    def _release_pods(self, uids: Sequence[str], *, why: str, attempts: int) -> list[str]:
-        released = []
-        now = self.clock()
-        if why != "sweep":
-            try:
-                jobs = self.cache.current()[0].jobs
-            except StoreUnavailable:
-                jobs = None  # unknown: try them all
-            with self._memo_lock:
-                queued = set(self._pending_release)
-            uids = [u for u in uids if jobs is None or u in jobs or u in queued]
-        for uid in uids:
-            if release_reservation(self.store, uid, now_s=now, attempts=attempts):
-                released.append(uid)
-                self.cache.forget(uid)
-                with self._memo_lock:
-                    self._pending_release.discard(uid)
-            else:
-                with self._memo_lock:
-                    self._pending_release.add(uid)
-        if released:
-            self.metrics.releases.labels(why).inc(len(released))
-        return released
-
-    def _sweep_loop(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            try:
-                self.sweep()
-            except (KubeError, StoreUnavailable) as exc:
-                log.warning("sweep failed: %s", exc)
-            except Exception:  # noqa: BLE001 - keep sweeping
-                log.exception("sweep failed")
-
-    # -- inspection --------------------------------------------------------------------------
-    def inspect(self, node: str | None = None) -> dict[str, Any]:
-        """Per node, per GPU: memory, the pods on it and their predicted normalised throughput.
-
-        Raises:
-            StoreUnavailable: no usable snapshot.
-        """
-        snap, base = self.cache.current()
-        pred = self.predicted()
-        nodes: dict[str, list[dict[str, Any]]] = {}
-        for name in ([node] if node is not None else base.node_names):
-            gpus = base.gpus_of(name)
-            if base.node_index(name) is None:
-                continue
-            rows = []
-            for g in gpus:
-                handles = [int(h) for h in base.slots[g] if h >= 0]
-                types = [int(base.job_type[h]) for h in handles]
-                jobs = []
-                for k, h in enumerate(handles):
-                    uid = base.pods[h]
-                    rec = snap.jobs.get(uid)
-                    others = types[:k] + types[k + 1:]
-                    throughput = float(np.prod([pred[types[k], t] for t in others])) if others else 1.0
-                    jobs.append({
-                        "pod_uid": uid,
-                        "pod": f"{rec.namespace}/{rec.name}" if rec else uid,
-                        "model": rec.model if rec else None,
-                        "batch_size": rec.batch_size if rec else None,
-                        "mem_gib": rec.mem_gib if rec else None,
-                        "predicted_normalised_throughput": round(throughput, 4),
-                    })
-                total, used = float(base.gpu_mem_total_gib[g]), float(base.gpu_mem_used_gib[g])
-                rows.append({"index": int(base.gpu_local_index[g]), "uuid": base.gpu_uuid[g], "mem_total_gib": total,
-                             "mem_used_gib": round(used, 6), "mem_free_gib": round(total - used, 6), "jobs": jobs})
-            nodes[name] = rows
-        return {
-            "policy": self.policy.name,
-            "colocation_limit": self.policy.limit,
-            "samples_learned": self.samples_learned,
-            "snapshot_age_s": self.cache.age_s(),
-            "nodes": nodes,
-        }
-
-    def _metrics_rows(self) -> dict[str, Any]:
-        try:
-            doc = self.inspect()
-        except StoreUnavailable:
-            return {"store_ok": False, "snapshot_age_s": self.cache.age_s()}
-        for gpus in doc["nodes"].values():
-            for g in gpus:
-                for j in g["jobs"]:
-                    j["mem_gib"] = j["mem_gib"] or 0.0
-        doc["store_ok"] = self.cache.last_error is None
-        return doc
