@@ -238,7 +238,7 @@ class LocalCluster:
 
     def __enter__(self) -> LocalCluster:
         from iadeep.dev import ControlPlane
-        from iadeep.state import LocalEtcd
+        from iadeep.dev import LocalEtcd
 
         t0 = time.monotonic()
         self._tmp = None
