@@ -54,8 +54,7 @@ class NullPodApi:
     def read_pod(self, namespace: str, name: str) -> Any:
         """The benchmark's pod ``bench-<i>`` as the API server would return it (a bind that reaches
         a replica or worker that did not filter the pod reads it)."""
-        from iadeep.extender import KubeError
-        from iadeep.extender._wire import Pod
+        from iadeep.extender import KubeError, Pod
 
         if not name.startswith("bench-") or not name[6:].isdigit():
             raise KubeError(f"pods {name!r} not found", 404)
@@ -166,7 +165,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import psutil
 
     from iadeep.testing import free_port
-    from iadeep.state import EtcdStateStore, GpuInfo, LocalEtcd, NodeInventory, StateSettings
+    from iadeep.dev import LocalEtcd
+    from iadeep.state import EtcdStateStore, GpuInfo, NodeInventory, StateSettings
 
     throughputs = args.throughputs or _throughputs()
     work = Path(tempfile.mkdtemp(prefix="iadeep-bench-extender-"))

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from iadeep.experiment import ExperimentConfig
-    from iadeep.experiment._steps import build_workload, fetch_inputs, run_live
+    from iadeep.experiment import build_workload, fetch_inputs, run_live
 
     out = args.out or tempfile.mkdtemp(prefix="iadeep-bench-live-")
     cfg = ExperimentConfig(jobs=args.jobs, policies=(args.policy,), nodes=args.nodes, gpus_per_node=args.gpus_per_node,

@@ -85,7 +85,7 @@ def store_failures() -> None:
 
 
 def main() -> int:
-    from iadeep.state import LocalEtcd
+    from iadeep.dev import LocalEtcd
 
     print("timings (figures, not tests; each beside its target)")
     trace_load()

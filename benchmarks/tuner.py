@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
 def sdk_requests(jobs: int = 8, seconds: float = 10.0) -> dict:
     """etcd requests of ``jobs`` SDK jobs stepping every 5 ms for ``seconds``: while training
     (per job per second) and once per job (registration, opening the batch-size watch, completion)."""
-    from iadeep.state import EtcdStateStore, LocalEtcd, StateSettings
+    from iadeep.dev import LocalEtcd
+    from iadeep.state import EtcdStateStore, StateSettings
     from iadeep.workload import Job, WorkloadSettings
 
     with tempfile.TemporaryDirectory() as d:

@@ -36,7 +36,7 @@ def iadeep_cluster_setup() -> None:
     @task
     def namespaces(params: dict[str, Any] | None = None) -> dict[str, Any]:
         from iadeep.orchestration import ensure_namespace
-        from iadeep.orchestration._airflow import api_for, cluster_ref
+        from iadeep.orchestration import api_for, cluster_ref
 
         ref = cluster_ref()
         api = api_for(ref)
@@ -49,7 +49,7 @@ def iadeep_cluster_setup() -> None:
     @task
     def label_gpu_nodes() -> dict[str, int]:
         from iadeep.orchestration import label_gpu_nodes as label
-        from iadeep.orchestration._airflow import api_for, cluster_ref
+        from iadeep.orchestration import api_for, cluster_ref
 
         api = api_for(cluster_ref())
         try:
@@ -60,7 +60,7 @@ def iadeep_cluster_setup() -> None:
     @task
     def scheduler_profile(params: dict[str, Any] | None = None) -> list[str]:
         from iadeep.orchestration import apply_scheduler_profile
-        from iadeep.orchestration._airflow import api_for, cluster_ref
+        from iadeep.orchestration import api_for, cluster_ref
 
         api = api_for(cluster_ref())
         try:

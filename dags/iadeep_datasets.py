@@ -42,7 +42,7 @@ def iadeep_datasets() -> None:
     def fetch(name: str) -> dict[str, Any]:
         from iadeep.datasets import fetch as fetch_dataset
         from iadeep.datasets import verify
-        from iadeep.orchestration._airflow import dataset_dir
+        from iadeep.orchestration import dataset_dir
 
         cache = dataset_dir()
         path = fetch_dataset(name, progress=False, cache_dir=cache)

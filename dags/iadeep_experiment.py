@@ -57,7 +57,8 @@ from typing import Any
 
 from airflow.sdk import dag, task
 
-from iadeep.orchestration._experiment_params import ENV_RUNS_DIR, PARAMS, config_from_params, resolve_out
+from iadeep.orchestration import ENV_RUNS_DIR, config_from_params, resolve_out
+from iadeep.orchestration import EXPERIMENT_PARAMS as PARAMS
 
 __all__ = ["ENV_RUNS_DIR", "PARAMS", "config_from_params", "resolve_out"]
 
@@ -81,7 +82,7 @@ def iadeep_experiment() -> None:
         from airflow.sdk import get_current_context
 
         from iadeep.experiment import ExperimentConfig, fetch_inputs
-        from iadeep.orchestration._airflow import claim_out, dataset_dir, runs_dir
+        from iadeep.orchestration import claim_out, dataset_dir, runs_dir
 
         config = config_from_params(params or {}, runs_dir())
         cfg = ExperimentConfig.from_dict(config)
@@ -96,7 +97,7 @@ def iadeep_experiment() -> None:
 
         from iadeep.experiment import ExperimentConfig
         from iadeep.experiment import build_workload as build
-        from iadeep.orchestration._airflow import check_claim
+        from iadeep.orchestration import check_claim
 
         cfg = ExperimentConfig.from_dict(inputs["config"])
         check_claim(cfg.out, get_current_context())
@@ -117,8 +118,8 @@ def iadeep_experiment() -> None:
         from airflow.sdk.exceptions import AirflowSkipException
 
         from iadeep.experiment import ExperimentConfig, load_workload
-        from iadeep.experiment._steps import run_live
-        from iadeep.orchestration._airflow import check_claim
+        from iadeep.experiment import run_live
+        from iadeep.orchestration import check_claim
 
         cfg = ExperimentConfig.from_dict(inputs["config"])
         if cfg.backend != "kubernetes":
@@ -138,7 +139,7 @@ def iadeep_experiment() -> None:
         from airflow.sdk import get_current_context
 
         from iadeep.experiment import ExperimentConfig, load_workload, run_policy
-        from iadeep.orchestration._airflow import check_claim
+        from iadeep.orchestration import check_claim
 
         cfg = ExperimentConfig.from_dict(inputs["config"])
         check_claim(cfg.out, get_current_context())
@@ -157,7 +158,7 @@ def iadeep_experiment() -> None:
         from airflow.sdk import get_current_context
 
         from iadeep.experiment import ExperimentConfig, write_report
-        from iadeep.orchestration._airflow import check_claim, results_url
+        from iadeep.orchestration import check_claim, results_url
 
         context = get_current_context()
         cfg = ExperimentConfig.from_dict(inputs["config"])

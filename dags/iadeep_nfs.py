@@ -40,7 +40,7 @@ def iadeep_nfs() -> None:
         from pathlib import Path
 
         from iadeep.orchestration import NfsExport
-        from iadeep.orchestration._airflow import dataset_dir
+        from iadeep.orchestration import dataset_dir
 
         root = Path(dataset_dir()) / "datasets"
         root.mkdir(parents=True, exist_ok=True)
@@ -73,7 +73,7 @@ def iadeep_nfs() -> None:
     @task
     def volume(params: dict[str, Any] | None = None) -> str:
         from iadeep.orchestration import apply_volume, ensure_namespace
-        from iadeep.orchestration._airflow import api_for, cluster_ref
+        from iadeep.orchestration import api_for, cluster_ref
 
         ref = cluster_ref()
         api = api_for(ref)

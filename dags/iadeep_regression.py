@@ -74,7 +74,7 @@ def iadeep_regression() -> None:
 
         from iadeep.experiment import ExperimentConfig, fetch_inputs
         from iadeep.orchestration import RegressionSpec, check_baseline, load_baseline
-        from iadeep.orchestration._airflow import dataset_dir, variable_path
+        from iadeep.orchestration import dataset_dir, variable_path
 
         p = dict(params or {})
         directory = str(Path(p.pop("regression_dir") or variable_path("iadeep_regression_dir", "regression")).resolve())
@@ -94,7 +94,7 @@ def iadeep_regression() -> None:
             spec.check_policy_values(paths["throughputs"], base.gpu_type)
             import pendulum as _pendulum
 
-            from iadeep.experiment._sweep import draw_inputs
+            from iadeep.experiment import draw_inputs
             from iadeep.orchestration import draw_seed_of
 
             seed = int(draw_seed) if draw_seed is not None else draw_seed_of(logical_date or _pendulum.now("UTC"))
@@ -124,7 +124,7 @@ def iadeep_regression() -> None:
     @task(map_index_template="{{ setting['start'] }}-{{ setting['seed'] }}")
     def simulate_setting(setting: dict[str, Any], prepared: dict[str, Any]) -> list[dict[str, Any]]:
         from iadeep.experiment import ExperimentConfig
-        from iadeep.experiment._sweep import run_setting
+        from iadeep.experiment import run_setting
 
         base = ExperimentConfig.from_dict(prepared["base"])
         return run_setting(base, prepared["paths"], int(setting["start"]), base.target_load or 0.0, int(setting["seed"]),

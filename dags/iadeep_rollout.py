@@ -17,7 +17,7 @@
   after ``timeout_s`` naming what is not ready.
 
 With ``method: helm`` the same three steps go through the chart ``charts/iadeep`` instead
-(:mod:`iadeep.orchestration._helm`): ``render`` writes the release's values (``values.yaml``; with
+(:func:`iadeep.orchestration.template`, :func:`~iadeep.orchestration.upgrade_install`): ``render`` writes the release's values (``values.yaml``; with
 ``local``, :func:`~iadeep.orchestration.local_values` of the cluster) and ``helm template``'s objects
 (``manifests.yaml``, for ``wait_ready``); ``apply`` is ``helm upgrade --install`` of release
 ``iadeep`` in ``iadeep-system``. A release holds every component: ``components`` chooses which
@@ -60,7 +60,7 @@ def iadeep_rollout() -> None:
         import yaml
 
         from iadeep.orchestration import render as render_docs
-        from iadeep.orchestration._airflow import dataset_dir, variable_path
+        from iadeep.orchestration import dataset_dir, variable_path
 
         out = Path(variable_path("iadeep_runs_dir", "runs")) / "rollout" / re.sub(r"[^A-Za-z0-9_.-]", "_", run_id or "manual")
         out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,7 @@ def iadeep_rollout() -> None:
         if params["local"]:
             from iadeep.datasets import fetch
             from iadeep.orchestration import prepare_local_rollout
-            from iadeep.orchestration._airflow import cluster_ref, etcd_ref
+            from iadeep.orchestration import cluster_ref, etcd_ref
 
             gavel = fetch("gavel-throughputs", progress=False, cache_dir=dataset_dir())
             etcd = etcd_ref()
@@ -76,7 +76,7 @@ def iadeep_rollout() -> None:
                                                            etcd_prefix=etcd["prefix"], throughputs_file=gavel / "simulation_throughputs.json")
         if params["method"] == "helm":
             from iadeep.orchestration import local_values, release_values, rollout_values, template
-            from iadeep.orchestration._airflow import cluster_ref
+            from iadeep.orchestration import cluster_ref
 
             local = params["local"]
             values = rollout_values(list(params["components"]), image=None if local else params["image"],
@@ -99,7 +99,7 @@ def iadeep_rollout() -> None:
 
         from iadeep.orchestration import apply as kubectl_apply
         from iadeep.orchestration import label_real_nodes
-        from iadeep.orchestration._airflow import api_for, cluster_ref
+        from iadeep.orchestration import api_for, cluster_ref
 
         if params["local"]:
             api = api_for(cluster_ref())
@@ -121,7 +121,7 @@ def iadeep_rollout() -> None:
         import yaml
 
         from iadeep.orchestration import wait_ready as wait
-        from iadeep.orchestration._airflow import api_for, cluster_ref
+        from iadeep.orchestration import api_for, cluster_ref
 
         api = api_for(cluster_ref())
         try:

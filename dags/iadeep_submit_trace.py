@@ -12,7 +12,7 @@
 - ``submit``: creates the Jobs when due (arrival gaps / ``speedup``) and defers to a
   ``DateTimeTrigger`` until the next arrival: no worker slot sleeps through the replay. Each Job's
   ``iadeep.io/submit-time`` annotation records its creation time.
-- ``wait_jobs``: defers to :class:`iadeep.orchestration._airflow.JobsFinishedTrigger` (in the
+- ``wait_jobs``: defers to :class:`iadeep.orchestration.triggers.JobsFinishedTrigger` (in the
   triggerer) until every Job has a ``Complete`` or ``Failed`` condition; a Job whose pod is not
   visible yet is simply not finished. Fails when one failed or on the deadline.
 - ``collect``: ``jobs.json`` (state, node, GPUs, submit/start/end times) into the output folder,
@@ -27,9 +27,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task
 
-from iadeep.orchestration._airflow import SubmitTraceOperator, WaitJobsOperator
-from iadeep.orchestration._experiment_params import PARAMS as EXPERIMENT_PARAMS
-from iadeep.orchestration._experiment_params import config_from_params
+from iadeep.orchestration import EXPERIMENT_PARAMS, SubmitTraceOperator, WaitJobsOperator, config_from_params
 
 _KEEP = ("trace", "trace_file", "jobs", "start_job", "window_start_s", "window_end_s", "virtual_cluster", "max_gpus",
          "arrival_scale", "target_load", "mix", "nodes", "gpus_per_node", "gpu_mem_gib", "gpu_type", "seed", "speedup",
@@ -58,7 +56,7 @@ def iadeep_submit_trace() -> None:
         from airflow.sdk import get_current_context
 
         from iadeep.orchestration import ensure_namespace, plan_trace
-        from iadeep.orchestration._airflow import api_for, claim_out, cluster_ref, dataset_dir, refuse_unused, runs_dir
+        from iadeep.orchestration import api_for, claim_out, cluster_ref, dataset_dir, refuse_unused, runs_dir
 
         p = dict(params or {})
         refuse_unused(p, PARAMS, "iadeep_submit_trace")
@@ -81,7 +79,7 @@ def iadeep_submit_trace() -> None:
         from airflow.sdk import get_current_context
 
         from iadeep.orchestration import collect_jobs
-        from iadeep.orchestration._airflow import api_for, check_claim
+        from iadeep.orchestration import api_for, check_claim
 
         out = check_claim(planned["out"], get_current_context())
         api = api_for(planned["cluster"])

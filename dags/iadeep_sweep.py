@@ -14,7 +14,7 @@ JSON as ``iadeep experiment sweep`` writes it: an undefined figure is ``null``).
 does not use (``seed`` or ``target_load``: the sweep's are ``seeds`` and ``loads``), a ``reference``
 that is not among ``policies``, a value the experiment's validator refuses, a value given twice
 (``loads: [1, 1.0]``), or a window the trace does not have (the largest start job's window is
-built first, as the CLI does: :func:`iadeep.experiment._sweep.check_grid`). It claims ``out`` for
+built first, as the CLI does: :func:`iadeep.experiment.check_grid`). It claims ``out`` for
 the run as ``iadeep_experiment`` does (a second run into the same folder while this one is active
 fails naming it).
 """
@@ -25,8 +25,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task
 
-from iadeep.orchestration._experiment_params import PARAMS as EXPERIMENT_PARAMS
-from iadeep.orchestration._experiment_params import config_from_params
+from iadeep.orchestration import EXPERIMENT_PARAMS, config_from_params
 
 _KEEP = ("trace", "trace_file", "jobs", "mix", "policies", "nodes", "gpus_per_node", "gpu_mem_gib", "gpu_type", "queue",
          "predictor", "throughputs_file")
@@ -54,8 +53,8 @@ def iadeep_sweep() -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         from iadeep.experiment import ExperimentConfig, fetch_inputs
-        from iadeep.experiment._sweep import check_grid
-        from iadeep.orchestration._airflow import claim_out, dataset_dir, refuse_unused, runs_dir
+        from iadeep.experiment import check_grid
+        from iadeep.orchestration import claim_out, dataset_dir, refuse_unused, runs_dir
 
         p = dict(params or {})
         refuse_unused(p, PARAMS, "iadeep_sweep")
@@ -87,8 +86,8 @@ def iadeep_sweep() -> None:
         from airflow.sdk import get_current_context
 
         from iadeep.experiment import ExperimentConfig
-        from iadeep.experiment._sweep import run_setting as run
-        from iadeep.orchestration._airflow import check_claim
+        from iadeep.experiment import run_setting as run
+        from iadeep.orchestration import check_claim
 
         check_claim(prepared["config"]["out"], get_current_context())
         return run(ExperimentConfig.from_dict(prepared["config"]), prepared["paths"], int(setting["start"]),
@@ -98,8 +97,8 @@ def iadeep_sweep() -> None:
     def combine(prepared: dict[str, Any], results: list[list[dict[str, Any]]]) -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
-        from iadeep.experiment._sweep import write_sweep_files
-        from iadeep.orchestration._airflow import check_claim, results_url
+        from iadeep.experiment import write_sweep_files
+        from iadeep.orchestration import check_claim, results_url
 
         context = get_current_context()
         out = check_claim(prepared["config"]["out"], context)

@@ -56,7 +56,7 @@ def sweep_table(df) -> str:
 
 def guard_text(guard: dict, queue: str) -> str:
     """One paragraph with the guard figures of one queue model against the goals."""
-    from iadeep.experiment._sweep import GUARD_GOALS
+    from iadeep.experiment import GUARD_GOALS
 
     return (f"**{queue} queue**, {int(guard['settings'])} settings: iadeep's avg JCT / the better of antman and gandiva is "
             f"**{guard['worst_vs_packing']:.2f} at worst** ({guard['worst_setting']}) and **{guard['median_vs_packing']:.2f} "
@@ -67,7 +67,7 @@ def guard_text(guard: dict, queue: str) -> str:
 
 def _floor_text(guard: dict) -> str:
     """Where no policy could meet the exclusive goal (the dedicated floor, ``dedicated_floor``)."""
-    from iadeep.experiment._sweep import GUARD_GOALS
+    from iadeep.experiment import GUARD_GOALS
 
     settings = [s for s in (guard.get("unreachable_vs_exclusive") or "").split(",") if s]
     if not settings:
@@ -90,7 +90,7 @@ figure that no rule can have been tuned on."""
 def holdout_text(guards: dict) -> str:
     """The guard beyond the sweep: one paragraph per queue model, naming every setting above
     :data:`~iadeep.experiment._sweep.GUARD_FLAG` x the better packing baseline."""
-    from iadeep.experiment._sweep import GUARD_FLAG
+    from iadeep.experiment import GUARD_FLAG
 
     return "\n\n".join(
         f"**{queue} queue, beyond the sweep**, {int(g['settings'])} settings: worst **{g['worst_vs_packing']:.2f}** "
@@ -104,7 +104,7 @@ def run_set(out: Path, queue: str, philly: list, itp_seeds: list[int] = (), open
     (``philly``: (start jobs, seeds) groups, loads 1 and 2), the openb pods (Gavel mix) and the two
     Microsoft ITP clusters (load 1) with the given seeds; outputs under ``out``."""
     from iadeep.experiment import ExperimentConfig
-    from iadeep.experiment._sweep import run_sweep
+    from iadeep.experiment import run_sweep
 
     import pandas as pd
 
@@ -184,7 +184,7 @@ def run_fresh_draw(out: Path, n: int, seed: int, workers: int, say=None) -> dict
     import json as _json
 
     from iadeep.experiment import ExperimentConfig
-    from iadeep.experiment._sweep import draw_inputs, guard_figures, guard_lines, plot_sweep, run_draw
+    from iadeep.experiment import draw_inputs, guard_figures, guard_lines, plot_sweep, run_draw
     from iadeep.interference import without_interference
 
     base = ExperimentConfig(jobs=400, out=str(out))
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         args.draw_seed = int(named.group(1)) if named else int(datetime.date.today().strftime("%Y%m%d"))
 
     from iadeep.experiment import ExperimentConfig, run_experiment
-    from iadeep.experiment._sweep import guard_figures
+    from iadeep.experiment import guard_figures
 
     out = Path(args.out)
     summary = run_experiment(ExperimentConfig(out=str(out / "main")), progress=True)

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["GO_BINARIES", "controlplane_dir", "etcd_binary"]
+__all__ = ["GO_BINARIES", "build_script", "cache_root", "controlplane_dir", "etcd_binary"]
 
 GO_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -32,7 +32,8 @@ def _complete(directory: Path) -> bool:
     return all(os.access(directory / b, os.X_OK) for b in GO_BINARIES)
 
 
-def _build_script() -> Path | None:
+def build_script() -> Path | None:
+    """``tools/controlplane/build.sh`` of the source checkout this package runs from, or ``None``."""
     here = Path(__file__).resolve()
     for parent in here.parents:
         script = parent / "tools" / "controlplane" / "build.sh"
@@ -41,7 +42,8 @@ def _build_script() -> Path | None:
     return None
 
 
-def _cache_root() -> Path:
+def cache_root() -> Path:
+    """Where built binaries are cached: ``$XDG_CACHE_HOME`` (default ``~/.cache``) ``/iadeep/controlplane``."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "iadeep" / "controlplane"
 
@@ -51,7 +53,7 @@ def controlplane_dir() -> Path | None:
     env = os.environ.get("IADEEP_CONTROLPLANE_DIR")
     if env:
         return Path(env) if _complete(Path(env)) else None
-    script = _build_script()
+    script = build_script()
     if script is not None:
         try:
             out = subprocess.run(
@@ -61,7 +63,7 @@ def controlplane_dir() -> Path | None:
             out = ""
         if out and _complete(Path(out)):
             return Path(out)
-    root = _cache_root()
+    root = cache_root()
     if root.is_dir():
         built = [d for d in root.iterdir() if d.is_dir() and _complete(d)]
         if built:

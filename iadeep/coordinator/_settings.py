@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from iadeep._serving import HttpUrl, LogLevel, node_name
 from iadeep.state import StateSettings
-from iadeep.tuner._strategy import DEFAULT_TRIALS
+from iadeep.tuner import DEFAULT_TRIALS
 
 __all__ = ["CoordinatorSettings", "RoundSettings"]
 

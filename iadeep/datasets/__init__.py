@@ -11,7 +11,7 @@ Example:
     >>> philly_csv = fetch("philly") / "philly.csv"  # doctest: +SKIP
 """
 
-from iadeep.datasets._api import dataset_dir, fetch, list_datasets, verify
+from iadeep.datasets._api import cache_root, dataset_dir, fetch, list_datasets, verify
 from iadeep.datasets._download import DownloadPolicy
 from iadeep.datasets._errors import DatasetError
 from iadeep.datasets._integrity import VerifyResult, VerifyStatus
@@ -28,6 +28,7 @@ __all__ = [
     "FileSpec",
     "VerifyResult",
     "VerifyStatus",
+    "cache_root",
     "dataset_dir",
     "fetch",
     "list_datasets",

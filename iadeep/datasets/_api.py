@@ -15,7 +15,7 @@ from iadeep.datasets._manifest import DatasetInfo, FileSpec, load_manifest
 from iadeep.datasets._progress import NewTask, progress_bar
 from iadeep.datasets._settings import PathLike, Settings
 
-__all__ = ["cache_state", "dataset_dir", "fetch", "list_datasets", "verify"]
+__all__ = ["cache_root", "cache_state", "dataset_dir", "fetch", "list_datasets", "verify"]
 
 
 def _lookup(datasets: dict[str, DatasetInfo], name: str) -> DatasetInfo:
@@ -37,6 +37,12 @@ def list_datasets(*, manifest: PathLike | None = None) -> list[DatasetInfo]:
         DatasetError: The manifest is missing or malformed.
     """
     return list(load_manifest(Settings.resolve(manifest=manifest).manifest_path).values())
+
+
+def cache_root(cache_dir: PathLike | None = None) -> Path:
+    """The cache root: ``cache_dir``, else ``$IADEEP_CACHE_DIR``, else the user cache dir of ``iadeep``
+    (datasets are under ``<root>/datasets/<name>``; the folder may not exist yet)."""
+    return Settings.resolve(cache_dir=cache_dir).cache_dir
 
 
 def dataset_dir(name: str, *, cache_dir: PathLike | None = None, manifest: PathLike | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""The control-plane binaries as one set (where they are looked for: :mod:`iadeep._host._binaries`)."""
+"""The control-plane binaries as one set (where they are looked for: :func:`iadeep._host.controlplane_dir`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from iadeep._host._binaries import GO_BINARIES, _build_script, _cache_root, controlplane_dir, etcd_binary
+from iadeep._host import GO_BINARIES, build_script, cache_root, controlplane_dir, etcd_binary
 from iadeep.dev._errors import ControlPlaneError
 
 __all__ = [
@@ -78,7 +78,7 @@ def _node_dir() -> Path | None:
     env = os.environ.get("IADEEP_NODE_DIR")
     if env:
         return Path(env) if all(os.access(Path(env) / b, os.X_OK) for b in NODE_GO_BINARIES) else None
-    script = _build_script()
+    script = build_script()
     if script is not None:
         node_script = script.parent.parent / "node" / "build.sh"
         try:
@@ -89,7 +89,7 @@ def _node_dir() -> Path | None:
             out = ""
         if out and all(os.access(Path(out) / b, os.X_OK) for b in NODE_GO_BINARIES):
             return Path(out)
-    root = _cache_root().parent / "node"
+    root = cache_root().parent / "node"
     if root.is_dir():
         built = [d for d in root.iterdir() if all(os.access(d / b, os.X_OK) for b in NODE_GO_BINARIES)]
         if built:

@@ -61,7 +61,7 @@ def _read_state(name: str) -> dict[str, Any] | None:
 
 
 def _alive(state: dict[str, Any]) -> dict[str, bool]:
-    from iadeep._host._procs import signal_group
+    from iadeep._host import signal_group
 
     return {name: signal_group(p["pid"], 0) for name, p in state.get("processes", {}).items()}
 
@@ -72,7 +72,7 @@ def _fail(msg: str) -> typer.Exit:
 
 
 def _stop(name: str) -> list[str]:
-    from iadeep._host._procs import stop_detached
+    from iadeep._host import stop_detached
 
     state = _read_state(name)
     stopped: list[str] = []
@@ -271,7 +271,7 @@ def node_up_command(
 @node_app.command("status")
 def node_status_command(name: NameOpt = "default") -> None:
     """Show the real node's processes and its Ready condition. Exit 1 when it is not up."""
-    from iadeep._host._procs import signal_group
+    from iadeep._host import signal_group
 
     state = _read_state(name)
     node = (state or {}).get("node")

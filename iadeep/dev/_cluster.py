@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from iadeep.dev._binaries import Binaries, find_binaries
 from iadeep.dev._errors import ControlPlaneError
 from iadeep.dev._kwok import KWOK_NODE_SELECTOR, NodeSpec, gpu_nodes, kwok_config_yaml
-from iadeep._host._net import etcd_argv, free_port
-from iadeep._host._procs import Proc, spawn
+from iadeep._host import etcd_argv, free_port
+from iadeep._host import Proc, spawn
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -17,9 +17,8 @@ from typing import Any
 import yaml
 
 from iadeep.dev._errors import ControlPlaneError
-from iadeep.orchestration import (COMPONENTS, api_client, apply, label_real_nodes, prepare_local_rollout, render,
-                                  stage_throughputs, wait_ready)
-from iadeep.orchestration._local import local_overlay_dir
+from iadeep.orchestration import (COMPONENTS, api_client, apply, label_real_nodes, local_overlay_dir, prepare_local_rollout,
+                                  render, stage_throughputs, wait_ready)
 
 __all__ = ["deploy_local", "find_kubectl", "local_scheduler_tag", "prepare_throughputs"]
 

@@ -38,7 +38,7 @@ from iadeep.dev._nodeclean import cgroup_hierarchies, cgroup_v2, make_cgroup, te
 from iadeep.dev._nodeconfig import (KUBELET_DIR_PREFIX, KUBELET_LINK, UNIX_SOCKET_PATH_MAX, NodePaths, cni_conflist,
                                     containerd_config, kubelet_config)
 from iadeep.dev._oci import ImageFile, write_image_archive
-from iadeep._host._procs import Proc, spawn
+from iadeep._host import Proc, spawn
 
 if TYPE_CHECKING:
     from iadeep.dev._cluster import ControlPlane
@@ -310,7 +310,7 @@ class Node:
         return self._api
 
     def _start(self, t0: float) -> None:
-        from iadeep._host._net import free_port
+        from iadeep._host import free_port
 
         p = self.paths
         for d in (p.root, p.containerd_state, p.cni_conf_dir, p.kubelet_root, p.pod_logs, p.images):
@@ -546,7 +546,7 @@ class Node:
 
 def teardown_detached(state: Mapping[str, Any]) -> dict[str, int]:
     """Stop a node that ``iadeep dev node up`` left running (its :meth:`Node.state`)."""
-    from iadeep._host._procs import stop_detached
+    from iadeep._host import stop_detached
 
     for comp in ("kubelet", "containerd"):
         proc = state.get("processes", {}).get(comp)

@@ -107,8 +107,7 @@ class LocalCluster:
     prometheus: bool = True
 
     def __enter__(self) -> LocalCluster:
-        from iadeep.dev import ControlPlane
-        from iadeep.state import LocalEtcd
+        from iadeep.dev import ControlPlane, LocalEtcd
 
         t0 = time.monotonic()
         self._tmp = None

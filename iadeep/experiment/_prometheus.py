@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from iadeep._host._net import free_port
+from iadeep._host import free_port
 
 __all__ = ["PANELS", "LocalPrometheus", "collect_series", "prometheus_binary"]
 

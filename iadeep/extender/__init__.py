@@ -5,7 +5,8 @@ Run it with ``iadeep extender serve`` (settings from ``IADEEP_EXTENDER_*``, etcd
 metrics are documented in :mod:`._app`, :mod:`._pods` and :mod:`._metrics`; the scheduler
 configuration and manifests are in ``k8s/extender/``. Besides the verbs it carries out the node
 coordinators' undo records (:mod:`._undo`: the ban in its policy, the pod's eviction) and the
-policy's preemptions (:mod:`._preempt`).
+policy's preemptions (:mod:`._preempt`). :class:`Pod` is the pod model that
+:meth:`PodApi.read_pod` returns (the wire format's ``v1.Pod``, only the fields the extender reads).
 """
 
 from iadeep.extender._app import build_service, create_app
@@ -31,6 +32,7 @@ from iadeep.extender._podwatch import PendingPods
 from iadeep.extender._service import ExtenderService
 from iadeep.extender._settings import CacheSettings, ExtenderSettings, JobDefaults, KubeSettings
 from iadeep.extender._view import Snapshot, TypeResolver, ViewBase, build_view
+from iadeep.extender._wire import Pod
 
 __all__ = [
     "ANNOTATION_ASSUME_TIME",
@@ -54,6 +56,7 @@ __all__ = [
     "KubernetesPodApi",
     "PodApi",
     "PendingPods",
+    "Pod",
     "PodDemand",
     "PodSpecError",
     "PodStatus",

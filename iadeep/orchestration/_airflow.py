@@ -24,22 +24,24 @@ files were written last.
 
 :class:`SubmitTraceOperator` creates a trace's Jobs when due and defers (``DateTimeTrigger``)
 between arrivals, so no worker slot sleeps through the run; :class:`WaitJobsOperator` defers to
-:class:`JobsFinishedTrigger`, which reads the run's Job conditions in the triggerer.
+:class:`~iadeep.orchestration.triggers.JobsFinishedTrigger`, which reads the run's Job conditions in
+the triggerer. These names are exported by :mod:`iadeep.orchestration`, which loads this module (and
+Airflow) on first use.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+# Trigger rows that name the classpath iadeep.orchestration._airflow.JobsFinishedTrigger still resolve through this import.
+from iadeep.orchestration.triggers import JobsFinishedTrigger
 
 __all__ = ["CLUSTER_CONN_ID", "CLAIM_FILE", "ETCD_CONN_ID", "ClusterRef", "check_claim", "claim_out", "cluster_ref", "results_url",
            "dataset_dir", "etcd_ref", "get_connection", "refuse_unused", "runs_dir", "variable_path", "SubmitTraceOperator",
@@ -117,9 +119,9 @@ def dataset_dir() -> str:
     """The dataset cache of the DAGs: Variable ``iadeep_dataset_dir``, else ``$IADEEP_CACHE_DIR``, else
     the registry's default (the user cache folder of ``iadeep``, as for the CLI), so that what
     ``iadeep_datasets`` fetched is what the experiment DAGs read and ``iadeep_nfs`` exports."""
-    from iadeep.datasets._settings import Settings
+    from iadeep.datasets import cache_root
 
-    return variable_path("iadeep_dataset_dir", str(Settings.resolve().cache_dir))
+    return variable_path("iadeep_dataset_dir", str(cache_root()))
 
 
 def runs_dir() -> str:
@@ -318,47 +320,6 @@ class SubmitTraceOperator(BaseOperator):
 
     def resume(self, context: Any, event: Any = None, start: int = 0, late_s_max: float = 0.0) -> dict[str, Any]:
         return self.execute(context, start=start, late_s_max=late_s_max)
-
-
-class JobsFinishedTrigger(BaseTrigger):
-    """Fires when ``expected`` Jobs labelled ``iadeep.io/run=<run>`` have finished (a success or failure
-    condition, :func:`iadeep.experiment.job_outcome`: ``SuccessCriteriaMet``/``Complete``,
-    ``FailureTarget``/``Failed``), or at ``deadline`` (Unix s). Polls the API every ``poll_s``
-    seconds in a thread."""
-
-    def __init__(self, cluster: dict[str, Any], run: str, expected: int, deadline: float, poll_s: float = 1.0):
-        super().__init__()
-        self.cluster, self.run_label, self.expected, self.deadline, self.poll_s = dict(cluster), run, expected, deadline, poll_s
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("iadeep.orchestration._airflow.JobsFinishedTrigger",
-                {"cluster": self.cluster, "run": self.run_label, "expected": self.expected, "deadline": self.deadline,
-                 "poll_s": self.poll_s})
-
-    def _states(self) -> dict[str, str]:
-        from iadeep.orchestration._submit import job_states
-
-        api = api_for(self.cluster, hook=False)  # in the triggerer: no Connection lookups from its threads
-        try:
-            return job_states(api, self.cluster["namespace"], self.run_label)
-        finally:
-            api.close()
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            try:
-                states = await asyncio.to_thread(self._states)
-            except Exception as exc:  # noqa: BLE001 - the API server restarting: try again until the deadline
-                self.log.warning("listing Jobs: %s", exc)
-                states = {}
-            done = {n: s for n, s in states.items() if s != "Running"}
-            if len(done) >= self.expected:
-                yield TriggerEvent({"status": "finished", "states": states})
-                return
-            if time.time() > self.deadline:
-                yield TriggerEvent({"status": "timeout", "states": states})
-                return
-            await asyncio.sleep(self.poll_s)
 
 
 class WaitJobsOperator(BaseOperator):

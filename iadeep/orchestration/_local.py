@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from iadeep._host._net import free_port
+from iadeep._host import free_port
 from iadeep.orchestration._kube import GPU_NODE_LABEL
 
 __all__ = ["LOCAL_SERVICES", "REAL_NODE_LABEL", "LocalCluster", "label_real_nodes", "local_overlay_dir",

@@ -74,7 +74,7 @@ class RegressionSpec:
     def _check_policy_options(self) -> None:
         import inspect
 
-        from iadeep.policy._registry import POLICIES
+        from iadeep.policy import POLICIES
 
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown:

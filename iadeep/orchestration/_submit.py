@@ -1,7 +1,7 @@
 """Trace submission as Kubernetes Jobs, in steps an orchestrator can interleave with waits.
 
-The kubernetes backend (:mod:`iadeep.experiment._live`) submits and waits in one process; here the
-same Jobs (:func:`iadeep.experiment._live.job_manifest`: scheduler ``iadeep-scheduler``, the
+The experiments' kubernetes backend (``iadeep experiment run --backend kubernetes``) submits and waits in one process; here the
+same Jobs (:func:`iadeep.experiment.job_manifest`: scheduler ``iadeep-scheduler``, the
 GPU-memory and GPU-count requests, the emulator's annotations, the run label) are planned once
 (:func:`plan_submissions`: one entry per trace job with its due wall time, ``t0 + (submit -
 first submit) / speedup``), created in batches when due (:func:`submit_due`, idempotent: a Job
@@ -64,7 +64,7 @@ def plan_submissions(workload: pd.DataFrame, mem_gib: list[float], *, namespace:
     Raises:
         ValueError: ``speedup`` is not positive or the lengths differ.
     """
-    from iadeep.experiment._live import job_manifest
+    from iadeep.experiment import job_manifest
 
     if not speedup > 0:
         raise ValueError(f"speedup must be > 0, got {speedup}")
@@ -119,8 +119,7 @@ def job_states(api: Any, namespace: str, run: str) -> dict[str, str]:
     (:func:`iadeep.experiment.job_outcome`; "Running" is any Job not finished, pending ones too)."""
     from kubernetes import client
 
-    from iadeep.experiment import job_outcome
-    from iadeep.experiment._replay import api_json
+    from iadeep.experiment import api_json, job_outcome
 
     listed = api_json(client.BatchV1Api(api).list_namespaced_job, namespace, label_selector=f"{RUN_LABEL}={run}")
     return {job["metadata"]["name"]: job_outcome(job.get("status")) or "Running" for job in listed.get("items") or []}

@@ -1,10 +1,13 @@
 """Shared state of the live system: typed records, the store protocol and its implementations.
 
-``iadeep.state`` is the only package that talks to etcd.
+``iadeep.state`` is the only package that talks to etcd. A throwaway etcd member for tests and
+development is :class:`iadeep.dev.LocalEtcd`; the detached one of ``iadeep etcd start`` is found
+with :func:`local_endpoint` and started with :func:`ensure_local_etcd` (both raise
+:class:`LocalEtcdError`).
 """
 
 from iadeep.state._etcd import EtcdStateStore
-from iadeep.state._local import LocalEtcd, LocalEtcdError, ensure_local_etcd, local_endpoint
+from iadeep.state._local import LocalEtcdError, ensure_local_etcd, local_endpoint
 from iadeep.state._memory import MemoryStateStore
 from iadeep.state._rules import reservation_gpu_limit
 from iadeep.state._protocol import (
@@ -62,7 +65,6 @@ __all__ = [
     "NodeRecords",
     "StateListing",
     "EtcdStateStore",
-    "LocalEtcd",
     "LocalEtcdError",
     "LocalEtcdSettings",
     "MemoryStateStore",

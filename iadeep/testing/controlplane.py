@@ -22,9 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from iadeep.dev._binaries import Binaries, find_binaries
-from iadeep.dev._cluster import ControlPlane
-from iadeep.dev._errors import ControlPlaneError
+from iadeep.dev import Binaries, ControlPlane, ControlPlaneError, find_binaries
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from iadeep.state import EtcdStateStore, LocalEtcd, LocalEtcdError, StateSettings
+from iadeep.dev import LocalEtcd, LocalEtcdError
+from iadeep.state import EtcdStateStore, StateSettings
 
 __all__ = ["etcd_server", "etcd_settings", "etcd_store"]
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import grpc
 
-from iadeep.deviceplugin._proto import load
+from iadeep.deviceplugin import load_api_stubs
 
 __all__ = ["KubeletPeer"]
 
-pb2, pb2_grpc = load()
+pb2, pb2_grpc = load_api_stubs()
 
 
 class _Registration(pb2_grpc.RegistrationServicer):  # type: ignore[misc,name-defined]

@@ -17,10 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from iadeep.dev._binaries import NodeBinaries, find_node_binaries
-from iadeep.dev._cluster import ControlPlane
-from iadeep.dev._errors import ControlPlaneError
-from iadeep.dev._node import Node
+from iadeep.dev import ControlPlane, ControlPlaneError, Node, NodeBinaries, find_node_binaries
 from iadeep.testing.controlplane import _required
 
 __all__ = ["node_binaries", "real_node"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from iadeep.state import StateSettings
-from iadeep._host._net import free_port
+from iadeep._host import free_port
 from iadeep.testing._wait import wait_for
 
 __all__ = ["TunerProcess", "CoordinatorProcess", "DevicePluginProcess", "EmulatedJobs", "IADEEP", "etcd_env"]

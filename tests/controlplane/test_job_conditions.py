@@ -84,7 +84,7 @@ def _readers(api, control_plane, ns: str, run: str, name: str) -> dict[str, obje
     watch_jobs(api, ns, f"{RUN_LABEL}={run}", 1, time.time() + 30, lambda n, kind, _at: seen.append((n, kind)))
     out: dict[str, object] = {"job_states": job_states(api, ns, run), "watch_jobs": seen}
     try:
-        from iadeep.orchestration._airflow import JobsFinishedTrigger
+        from iadeep.orchestration import JobsFinishedTrigger
     except ImportError:  # Airflow not installed: the trigger reads job_states, checked above
         return out
 

@@ -63,7 +63,7 @@ def test_only_the_regression_dag_is_scheduled_and_daily(dagbag) -> None:
 
 
 def test_submit_and_wait_are_deferrable_operators(dagbag) -> None:
-    from iadeep.orchestration._airflow import JobsFinishedTrigger, SubmitTraceOperator, WaitJobsOperator
+    from iadeep.orchestration import JobsFinishedTrigger, SubmitTraceOperator, WaitJobsOperator
 
     dag = dagbag.dags["iadeep_submit_trace"]
     assert isinstance(dag.get_task("submit"), SubmitTraceOperator)

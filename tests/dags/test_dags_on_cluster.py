@@ -179,7 +179,7 @@ def test_wait_reads_job_conditions_failed_fails_and_no_pod_yet_is_not_finished(c
     from airflow.sdk.exceptions import AirflowException
     from kubernetes import client
 
-    from iadeep.orchestration._airflow import JobsFinishedTrigger, WaitJobsOperator
+    from iadeep.orchestration import JobsFinishedTrigger, WaitJobsOperator
 
     lc, _ = cluster
     batch = client.BatchV1Api(lc.api)

@@ -14,7 +14,8 @@ from extender_support import free_port, scheduler_config
 
 from iadeep.extender import ExtenderService, ExtenderSettings, KubernetesPodApi, KubeSettings
 from iadeep.interference import InterferenceModel
-from iadeep.state import EtcdStateStore, LocalEtcd, StateSettings
+from iadeep.dev import LocalEtcd
+from iadeep.state import EtcdStateStore, StateSettings
 from iadeep.testing.controlplane import (  # noqa: F401 - pytest finds fixtures by name
     control_plane,
     controlplane_binaries,

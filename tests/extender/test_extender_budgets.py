@@ -17,7 +17,8 @@ from extender_support import ThreadServer, extender_args, gpu_pod, publish
 
 from iadeep.extender import KubernetesPodApi, KubeSettings, create_app
 from iadeep.extender._wire import ExtenderArgs
-from iadeep.state import EtcdStateStore, LocalEtcd, StateSettings
+from iadeep.dev import LocalEtcd
+from iadeep.state import EtcdStateStore, StateSettings
 from iadeep.testing import wait_for
 
 client = pytest.importorskip("kubernetes.client")

@@ -13,7 +13,8 @@ from extender_support import publish
 from extender_support import ThreadServer, extender_args, gpu_pod, node, wait_for, wire
 
 from iadeep.extender import create_app
-from iadeep.state import EtcdStateStore, InterferenceSampleRecord, JobRecord, LocalEtcd, StateSettings
+from iadeep.dev import LocalEtcd
+from iadeep.state import EtcdStateStore, InterferenceSampleRecord, JobRecord, StateSettings
 
 
 @pytest.fixture

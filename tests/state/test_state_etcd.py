@@ -7,11 +7,11 @@ import time
 import pytest
 from state_support import etcd_serving_cert, etcd_settings, inventory, job, snapshot
 
+from iadeep.dev import LocalEtcd, ServerTls
 from iadeep.state import (
     AuthSettings,
     EtcdStateStore,
     InterferenceSampleRecord,
-    LocalEtcd,
     Measurement,
     RetrySettings,
     StoreUnavailable,
@@ -19,7 +19,6 @@ from iadeep.state import (
     TlsSettings,
 )
 from iadeep.state._etcd import _Transient
-from iadeep.state._local import ServerTls
 
 
 def _populate(store) -> None:

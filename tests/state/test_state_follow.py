@@ -208,7 +208,8 @@ def test_etcd_replaced_on_the_same_port_is_noticed(tmp_path):
     """The helper-found case: etcd restarted with an empty data dir on the same port within the
     retry window; the follower must not wait for its old revision."""
     from iadeep.testing import free_port
-    from iadeep.state import EtcdStateStore, LocalEtcd
+    from iadeep.dev import LocalEtcd
+    from iadeep.state import EtcdStateStore
 
     port, peer = free_port(), free_port()
     first = LocalEtcd(tmp_path / "one", client_port=port, peer_port=peer).start()

@@ -199,7 +199,7 @@ def test_the_bound_is_tight_against_a_real_etcd_limit(tmp_path, prefix) -> None:
     and release (32), 10 are refused by the store naming the limit; told 35 instead, the store
     would reserve 10 (32 operations, accepted) and then fail to release them (35): the release
     is what bounds n, and etcd's refusal reads as too large, not as unavailable."""
-    from iadeep.state import LocalEtcd
+    from iadeep.dev import LocalEtcd
 
     etcd = LocalEtcd(tmp_path / "etcd", extra_args=["--max-txn-ops=32"])
     etcd.start()
