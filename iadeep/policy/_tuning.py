@@ -29,9 +29,7 @@ import numpy as np
 from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel
 from iadeep.policy._types import ClusterView, Measure, TuningDecision
-from iadeep.tuner._space import SearchSpace, TunedJob
-from iadeep.tuner._strategy import StopRule, predicted_warm_start
-from iadeep.tuner._study import TuningStudy
+from iadeep.tuning import SearchSpace, StopRule, TunedJob, TuningStudy, predicted_warm_start
 
 __all__ = ["BatchSizeTuner"]
 

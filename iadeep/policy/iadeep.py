@@ -59,7 +59,7 @@ from iadeep.policy._tuning import BatchSizeTuner
 from iadeep.policy._undo import undo_rule
 from iadeep.policy._types import (ANY_BEHIND, ClusterView, JobRequest, Measure, Placement, Preemption, TuningDecision, Wait,
                                   fits_when_empty)
-from iadeep.tuner._strategy import DEFAULT_TRIALS
+from iadeep.tuning import DEFAULT_TRIALS
 
 __all__ = ["IADeep", "finish_times"]
 

@@ -1,17 +1,26 @@
-"""The batch-size tuner: one optuna study per tuning session, driven by ask and tell.
+"""The batch-size tuner service: one optuna study per tuning session, driven by ask and tell.
 
-* :class:`TuningStudy` - the session (library; the simulator drives it with in-memory storage,
-  through the policy core's :class:`~iadeep.policy._tuning.BatchSizeTuner`);
-* :func:`predicted_warm_start`, :func:`warm_queue`, :class:`StopRule` - its search strategy, pure
-  (:mod:`iadeep.tuner._strategy`), the same for the simulator and the live tuner;
-* :class:`SearchSpace`, :class:`TunedJob` - what is tuned and the objective;
 * ``iadeep tuner serve`` - the HTTP service (:func:`create_app`, :class:`TunerService`) and
-  :class:`TunerClient`, its client for the node coordinator.
+  :class:`TunerClient`, its client for the node coordinator;
+* the session and its search (:class:`TuningStudy`, :class:`SearchSpace`, :class:`TunedJob`,
+  :class:`StopRule`, :func:`predicted_warm_start`, :func:`warm_queue`) are :mod:`iadeep.tuning`'s,
+  the policy core's layer, and exported here too.
 """
 
-from iadeep.tuner._space import SearchSpace, SpaceError, TunedJob
-from iadeep.tuner._strategy import DEFAULT_TRIALS, Outcome, Proposal, StopRule, Trial, predicted_warm_start, warm_queue
-from iadeep.tuner._study import StudyMismatch, TuningStudy
+from iadeep.tuning import (
+    DEFAULT_TRIALS,
+    Outcome,
+    Proposal,
+    SearchSpace,
+    SpaceError,
+    StopRule,
+    StudyMismatch,
+    Trial,
+    TunedJob,
+    TuningStudy,
+    predicted_warm_start,
+    warm_queue,
+)
 
 __all__ = ["DEFAULT_TRIALS", "SearchSpace", "SpaceError", "TunedJob", "Outcome", "Proposal", "StopRule", "StudyMismatch",
            "Trial", "TuningStudy", "predicted_warm_start", "warm_queue", "TunerService", "TunerClient", "TunerError", "TunerUnavailable", "TunerSettings",

@@ -36,8 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from iadeep.tuner._service import TunerService
 from iadeep.tuner._settings import StopSettings
-from iadeep.tuner._space import SpaceError, TunedJob
-from iadeep.tuner._study import Outcome, StopRule, StudyMismatch
+from iadeep.tuning import Outcome, SpaceError, StopRule, StudyMismatch, TunedJob
 
 __all__ = ["create_app", "SessionRequest", "TellRequest", "JobSpec"]
 

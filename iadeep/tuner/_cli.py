@@ -32,7 +32,7 @@ def run(settings: object) -> None:
     from iadeep.tuner._app import create_app
     from iadeep.tuner._service import TunerService
     from iadeep.tuner._settings import TunerSettings, default_storage_url
-    from iadeep.tuner._study import StopRule
+    from iadeep.tuning import StopRule
 
     assert isinstance(settings, TunerSettings)
     configure_logging(settings.log_level)

@@ -14,8 +14,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from iadeep.tuner._space import TunedJob
-from iadeep.tuner._study import Outcome, Proposal, StopRule
+from iadeep.tuning import Outcome, Proposal, StopRule, TunedJob
 
 __all__ = ["TunerClient", "TunerError", "TunerUnavailable"]
 

@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 import optuna
 
 from iadeep.interference import InterferenceModel
-from iadeep.tuner._space import TunedJob
-from iadeep.tuner._study import Outcome, Proposal, StopRule, TuningStudy
+from iadeep.tuning import Outcome, Proposal, StopRule, TunedJob, TuningStudy
 
 __all__ = ["TunerService"]
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from iadeep._serving import LogLevel
-from iadeep.tuner._strategy import DEFAULT_TRIALS
+from iadeep.tuning import DEFAULT_TRIALS
 
 __all__ = ["TunerSettings", "StopSettings", "default_storage_url"]
 

@@ -23,14 +23,7 @@ SCANNED = ("iadeep", "dags", "tools", "benchmarks", "docs/hooks")
 
 #: Imports allowed across a border, each with the reason it cannot use a public name:
 #: ``(file, imported module) -> reason``. An entry that no longer occurs fails the check too.
-ALLOWED: dict[tuple[str, str], str] = {
-    **{("iadeep/policy/_tuning.py", f"iadeep.tuner.{m}"): "tuner-pure-modules" for m in ("_space", "_strategy", "_study")},
-    ("iadeep/policy/iadeep.py", "iadeep.tuner._strategy"): "tuner-pure-modules",
-}
-# tuner-pure-modules: ``iadeep.tuner``'s ``__init__`` names its service side (FastAPI, uvicorn,
-# SQLAlchemy) in its lazy ``__getattr__``; import-linter counts those imports, so the policy core
-# importing the package breaks the contract "The policy core does no I/O". The pure session code
-# needs a public home of its own in ``iadeep.tuner`` before these can go.
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _private(segment: str) -> bool:

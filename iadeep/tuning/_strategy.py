@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iadeep.tuner._space import SearchSpace
+from iadeep.tuning._space import SearchSpace
 
 __all__ = ["DEFAULT_TRIALS", "StopRule", "Proposal", "Outcome", "Trial", "predicted_warm_start", "warm_queue", "session_outcome"]
 

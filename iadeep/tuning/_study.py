@@ -3,9 +3,9 @@
 The driver (the node coordinator through the tuner service live, the policy core's
 :class:`~iadeep.policy._tuning.BatchSizeTuner` in the simulator) asks for a configuration, runs
 it however it can (a live job's reports, simulated noise), and tells the measured normalised
-throughputs; the session turns them into the objective (:mod:`iadeep.tuner._space`). Which
+throughputs; the session turns them into the objective (:mod:`iadeep.tuning._space`). Which
 configuration comes next and when the session ends is the pure strategy of
-:mod:`iadeep.tuner._strategy` (warm start first, then optuna's TPE sampler; the stop rule), the
+:mod:`iadeep.tuning._strategy` (warm start first, then optuna's TPE sampler; the stop rule), the
 same code for both drivers. A configuration is measured once: when the sampler proposes one
 already measured, it is told the known value without a new measurement, and an infeasible one
 (a pair measured not to fit) is told 0 without running it.
@@ -36,8 +36,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from iadeep.interference import InterferenceModel
-from iadeep.tuner._space import SearchSpace, TunedJob
-from iadeep.tuner._strategy import Outcome, Proposal, StopRule, Trial, session_outcome, warm_queue
+from iadeep.tuning._space import SearchSpace, TunedJob
+from iadeep.tuning._strategy import Outcome, Proposal, StopRule, Trial, session_outcome, warm_queue
 
 if TYPE_CHECKING:
     import optuna
