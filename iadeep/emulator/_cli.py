@@ -43,13 +43,26 @@ def run(overrides: dict[str, Any], stop: threading.Event | None = None) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     svc.start()
-    logging.getLogger("iadeep.emulator").info("emulating GPUs of nodes matching %r at %gx", settings.node_selector,
-                                              settings.speedup)
+    http = _serve_http(svc.app(), settings.host, settings.port)
+    logging.getLogger("iadeep.emulator").info("emulating GPUs of nodes matching %r at %gx (HTTP on %s:%d)",
+                                              settings.node_selector, settings.speedup, settings.host, settings.port)
     try:
         while not stop.wait(30):
             logging.getLogger("iadeep.emulator").info("%s", svc.status())
     finally:
+        http.should_exit = True
         svc.stop()
+
+
+def _serve_http(app: Any, host: str, port: int) -> Any:
+    """Serve ``app`` (health and metrics) with uvicorn on a daemon thread; returns the server
+    (``should_exit = True`` stops it). uvicorn installs no signal handlers off the main thread:
+    SIGTERM stays :func:`run`'s."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    threading.Thread(target=server.run, name="iadeep-emulator-http", daemon=True).start()
+    return server
 
 
 @app.command()
@@ -59,9 +72,11 @@ def serve(
     throughputs_file: Annotated[Path | None, typer.Option(help="Gavel simulation_throughputs.json.")] = None,
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default $KUBECONFIG / ~/.kube/config).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the measurement noise (default 0).")] = None,
+    host: Annotated[str | None, typer.Option(help="Health/metrics listen address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Health/metrics port (default 8893).")] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (default info).")] = None,
 ) -> None:
     """Publish emulated GPU inventories, run bound pods at the interference model's rates, complete them."""
     kube = {"kubeconfig": kubeconfig} if kubeconfig else None
     run({"speedup": speedup, "node_selector": node_selector, "throughputs_file": throughputs_file, "seed": seed,
-         "log_level": log_level, "kube": kube})
+         "host": host, "port": port, "log_level": log_level, "kube": kube})
