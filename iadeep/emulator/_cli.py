@@ -42,8 +42,12 @@ def run(overrides: dict[str, Any], stop: threading.Event | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    try:
+        http = _serve_http(svc.app(), settings.host, settings.port)
+    except OSError as exc:
+        typer.echo(f"iadeep emulator: {exc}", err=True)
+        raise typer.Exit(2) from None
     svc.start()
-    http = _serve_http(svc.app(), settings.host, settings.port)
     logging.getLogger("iadeep.emulator").info("emulating GPUs of nodes matching %r at %gx (HTTP on %s:%d)",
                                               settings.node_selector, settings.speedup, settings.host, settings.port)
     try:
@@ -54,14 +58,27 @@ def run(overrides: dict[str, Any], stop: threading.Event | None = None) -> None:
         svc.stop()
 
 
-def _serve_http(app: Any, host: str, port: int) -> Any:
+def _serve_http(app: Any, host: str, port: int, timeout_s: float = 30.0) -> Any:
     """Serve ``app`` (health and metrics) with uvicorn on a daemon thread; returns the server
-    (``should_exit = True`` stops it). uvicorn installs no signal handlers off the main thread:
-    SIGTERM stays :func:`run`'s."""
+    once it listens (``should_exit = True`` stops it). uvicorn installs no signal handlers off the
+    main thread: SIGTERM stays :func:`run`'s.
+
+    Raises:
+        OSError: it could not listen on ``host:port`` (e.g. the port is taken; uvicorn logged why).
+    """
+    import time
+
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
-    threading.Thread(target=server.run, name="iadeep-emulator-http", daemon=True).start()
+    thread = threading.Thread(target=server.run, name="iadeep-emulator-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise OSError(f"cannot serve HTTP on {host}:{port} (--host/--port, IADEEP_EMULATOR_HOST/_PORT)")
+        time.sleep(0.05)
     return server
 
 

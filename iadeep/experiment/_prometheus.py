@@ -180,9 +180,9 @@ def collect_series(prom: LocalPrometheus, start: float, end: float, *, step_s: f
     coordinator; a run without binds no bind latency).
 
     Returns:
-        ``{"start": start, "end": end, "step_s": step, "panels": {panel: {"unit": u,
-        "series": {label: [[t - start (s), value], ...]}}}}`` (NaN samples, e.g. a quantile over no
-        binds in the window, dropped).
+        ``{"start": start, "end": end, "step_s": step, "targets_up": {job: targets whose last
+        scrape succeeded}, "panels": {panel: {"unit": u, "series": {label: [[t - start (s),
+        value], ...]}}}}`` (NaN samples, e.g. a quantile over no binds in the window, dropped).
     """
     step = step_s or max(prom.scrape_interval_s, (end - start) / 500)
     time.sleep(2 * prom.scrape_interval_s)
@@ -195,4 +195,4 @@ def collect_series(prom: LocalPrometheus, start: float, end: float, *, step_s: f
                 if points:
                     series[label] = points
         panels[title] = {"unit": unit, "series": series}
-    return {"start": start, "end": end, "step_s": step, "panels": panels}
+    return {"start": start, "end": end, "step_s": step, "targets_up": prom.targets_up(), "panels": panels}

@@ -6,7 +6,10 @@ through the API), its completion lag and the measurements written. Needs ``make 
 
 from __future__ import annotations
 
+import socket
+
 import httpx
+import pytest
 from kubernetes import client
 
 from iadeep._host._net import free_port
@@ -67,3 +70,16 @@ def _get(url: str) -> httpx.Response | None:
         return httpx.get(url, timeout=5)
     except httpx.HTTPError:
         return None
+
+
+def test_a_port_taken_is_an_error_naming_the_address(model) -> None:
+    """The listener of ``iadeep emulator serve`` on a port another process holds: an ``OSError``
+    naming the address and the settings (the command prints it in one line, exit code 2), not an
+    emulator running without its health and metrics endpoints."""
+    svc = EmulatorService(EmulatorSettings(), store=MemoryStateStore(), kube=None, model=model)  # type: ignore[arg-type]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"127.0.0.1:{port}.*IADEEP_EMULATOR_HOST/_PORT"):
+            _serve_http(svc.app(), "127.0.0.1", port)

@@ -70,6 +70,7 @@ def test_prometheus_records_the_services_series_for_the_report(prometheus_bin: P
         prom.stop()
     panels = doc["panels"]
     assert set(panels) == set(PANELS)
+    assert doc["targets_up"] == {"iadeep-extender": 1, "iadeep-coordinator": 1}
     # before the first scrape `or vector(0)` reads 0; from then on what the services hold
     reservations = [v for _, v in panels["reservations"]["series"]["reservations"]]
     assert reservations[-1] == 2.0 and set(reservations) <= {0.0, 2.0}
