@@ -79,8 +79,8 @@ def serve(
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig (default: $KUBECONFIG, ~/.kube/config).")] = None,
     in_cluster: Annotated[bool, typer.Option(help="Use the pod's service account.")] = False,
     gpu_model: Annotated[str | None, typer.Option(help="GPU model name to publish (default: NVML's or the emulated one).")] = None,
-    host: Annotated[str | None, typer.Option(help="Health listen address (default 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option(help="Health port (default 8892).")] = None,
+    host: Annotated[str | None, typer.Option(help="Health/metrics listen address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Health/metrics port (default 8892).")] = None,
     log_level: Annotated[str | None, typer.Option(help="Logging level (default info).")] = None,
 ) -> None:
     """Advertise the node's GPUs to the kubelet and allocate them to the pods the extender bound."""

@@ -11,11 +11,15 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
 from iadeep.deviceplugin._allocate import NoMatchingPod
 from iadeep.deviceplugin._proto import load
+
+if TYPE_CHECKING:
+    from iadeep.deviceplugin._metrics import DevicePluginMetrics
 
 __all__ = ["API_VERSION", "HEALTHY", "UNHEALTHY", "ResourceServer", "register", "pb2", "pb2_grpc"]
 
@@ -48,6 +52,7 @@ class _Servicer(pb2_grpc.DevicePluginServicer):  # type: ignore[misc,name-define
                         continue
                 seen = self.s.version
             devices = [pb2.Device(ID=d, health=HEALTHY if ok else UNHEALTHY) for d, ok in self.s.devices()]
+            self.s.count("device_updates")
             yield pb2.ListAndWatchResponse(devices=devices)
 
     def GetPreferredAllocation(self, request, context):  # noqa: N802
@@ -58,7 +63,9 @@ class _Servicer(pb2_grpc.DevicePluginServicer):  # type: ignore[misc,name-define
                     ids = self.s.preferred(list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size)
                 except Exception as exc:  # noqa: BLE001 - as in Allocate: the kubelet gets a reason, never a crash
                     log.warning("%s: GetPreferredAllocation failed: %s: %s", self.s.resource, type(exc).__name__, exc)
+                    self.s.count("preferred", "error")
                     context.abort(grpc.StatusCode.UNAVAILABLE, f"{type(exc).__name__}: {exc}")
+                self.s.count("preferred", "ok")
                 out.append(pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return pb2.PreferredAllocationResponse(container_responses=out)
 
@@ -70,10 +77,13 @@ class _Servicer(pb2_grpc.DevicePluginServicer):  # type: ignore[misc,name-define
                     envs = self.s.allocate(list(r.devices_ids))
                 except NoMatchingPod as exc:
                     log.warning("%s: Allocate refused: %s", self.s.resource, exc)
+                    self.s.count("allocations", "no_matching_pod")
                     context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
                 except Exception as exc:  # noqa: BLE001 - the kubelet gets a reason, never a crash
                     log.exception("%s: Allocate failed", self.s.resource)
+                    self.s.count("allocations", "error")
                     context.abort(grpc.StatusCode.UNAVAILABLE, f"{type(exc).__name__}: {exc}")
+                self.s.count("allocations", "ok")
                 responses.append(pb2.ContainerAllocateResponse(envs=envs))
         return pb2.AllocateResponse(container_responses=responses)
 
@@ -91,16 +101,24 @@ class ResourceServer:
         allocate: container device IDs -> environment (raises ``NoMatchingPod``).
         preferred: ``(available, must include, size)`` -> device IDs.
         lock: serialises Allocate and GetPreferredAllocation (shared by the node's servers).
+        metrics: where the calls are counted (``resource`` label: this server's); ``None``: nowhere.
     """
 
     def __init__(self, resource: str, socket: Path, devices: Devices, allocate: AllocateFn, preferred: PreferredFn,
-                 lock: threading.Lock) -> None:
+                 lock: threading.Lock, metrics: DevicePluginMetrics | None = None) -> None:
         self.resource, self.socket = resource, socket
         self.devices, self.allocate, self.preferred, self.lock = devices, allocate, preferred, lock
+        self.metrics = metrics
         self.version = 0
         self.changed = threading.Condition()
         self.stopping = threading.Event()
         self._server: grpc.Server | None = None
+
+    def count(self, counter: str, outcome: str | None = None) -> None:
+        """Add one to ``metrics.<counter>`` for this resource (and ``outcome``)."""
+        if self.metrics is not None:
+            c = getattr(self.metrics, counter)
+            (c.labels(self.resource) if outcome is None else c.labels(self.resource, outcome)).inc()
 
     def start(self) -> None:
         self.socket.unlink(missing_ok=True)

@@ -23,6 +23,9 @@
 
 etcd unreachable: the plugin keeps serving the kubelet, ``/readyz`` answers 503 and the
 inventory is published again with back-off once etcd answers.
+
+HTTP on ``host:port`` of the settings: ``/healthz``, ``/readyz`` and ``/metrics`` (Prometheus
+text, ``iadeep_deviceplugin_*``: :mod:`iadeep.deviceplugin._metrics`).
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ import threading
 import time
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from iadeep.deviceplugin._allocate import Allocator, PodApi
 from iadeep.deviceplugin._gpus import Gpu, GpuBackend
 from iadeep.deviceplugin._grpc import ResourceServer, register
+from iadeep.deviceplugin._metrics import DevicePluginMetrics
 from iadeep.deviceplugin._settings import DevicePluginSettings
 from iadeep.state import GpuInfo, NodeInventory, RecordError, StateStore, StoreUnavailable
 
@@ -75,12 +80,15 @@ class DevicePluginService:
         self.gpus: list[Gpu] = []
         self.registrations = 0
         self._lock = threading.Lock()
+        self.metrics = DevicePluginMetrics(
+            lambda: {settings.mem_resource: self._mem_devices(), settings.count_resource: self._count_devices()},
+            lambda: len(self.gpus), lambda: self._kubelet_id is not None)
         d = settings.socket_dir
         self.kubelet_socket = d / "kubelet.sock"
         self.mem = ResourceServer(settings.mem_resource, d / "iadeep-gpu-mem.sock", self._mem_devices,
-                                  self.allocator.allocate, self.allocator.preferred, self._lock)
+                                  self.allocator.allocate, self.allocator.preferred, self._lock, self.metrics)
         self.count = ResourceServer(settings.count_resource, d / "iadeep-gpu-count.sock", self._count_devices,
-                                    self.allocator.allocate_slots, self.allocator.preferred_slots, self._lock)
+                                    self.allocator.allocate_slots, self.allocator.preferred_slots, self._lock, self.metrics)
         self.slots = 1  # gpu-count slots per GPU: the extender's co-location limit once read
         self._kubelet_id: tuple[int, int] | None = None
         self._published: NodeInventory | None = None
@@ -166,8 +174,10 @@ class DevicePluginService:
         except Exception as exc:  # noqa: BLE001 - retried by the monitor
             log.warning("registration with the kubelet failed, retrying: %s", exc)
             self._kubelet_id = None
+            self.metrics.registrations.labels("failed").inc()
             return False
         self.registrations += 1
+        self.metrics.registrations.labels("ok").inc()
         log.info("registered %s and %s with the kubelet", self.mem.resource, self.count.resource)
         return True
 
@@ -180,8 +190,10 @@ class DevicePluginService:
                 if self._published is not None and inv != self._published:
                     log.warning("node %s: GPUs changed, inventory replaced: %s", self.settings.node, inv)
                 self._published = inv
+                self.metrics.publications.labels("ok").inc()
             self._backoff_s = 0.5
         except StoreUnavailable as exc:
+            self.metrics.publications.labels("unavailable").inc()
             self._backoff_until = time.monotonic() + self._backoff_s
             log.warning("etcd unavailable, inventory not published (retrying in %.1f s): %s", self._backoff_s, exc)
             self._backoff_s = min(self._backoff_s * 2, 30.0)
@@ -213,6 +225,7 @@ class DevicePluginService:
     # -- HTTP -----------------------------------------------------------------------------------
 
     def app(self) -> FastAPI:
+        """``/healthz``, ``/readyz`` (503 while etcd or the kubelet does not answer), ``/metrics``."""
         app = FastAPI(title="iadeep device plugin", docs_url=None, redoc_url=None, openapi_url=None)
 
         @app.get("/healthz")
@@ -223,5 +236,9 @@ class DevicePluginService:
         def readyz() -> JSONResponse:
             ok = self.store.healthy() and self._kubelet_id is not None
             return JSONResponse({"status": "ok" if ok else "etcd or kubelet not reachable"}, status_code=200 if ok else 503)
+
+        @app.get("/metrics")
+        def metrics() -> Response:
+            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
         return app

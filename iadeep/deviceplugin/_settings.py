@@ -59,7 +59,8 @@ class DevicePluginSettings(BaseSettings):
         mem_resource / count_resource: the resources advertised (the extender manages the same names).
         lease_ttl_s: the node inventory's etcd lease; it disappears this long after the plugin dies.
         poll_s: how often GPUs, the kubelet socket and the lease are checked.
-        host / port: ``/healthz``, ``/readyz`` (503 while etcd does not answer).
+        host / port: where ``/healthz``, ``/readyz`` (503 while etcd or the kubelet does not
+            answer) and ``/metrics`` (Prometheus text) are served; loopback and 8892 by default.
         gpu_model: the model name published for every GPU of the node (``GpuInfo.model``, matched
             against a pod's ``iadeep.io/gpu-models``, e.g. ``V100M32``); empty (default): the
             backend's own name (NVML's product name, e.g. ``Tesla V100-SXM2-32GB``, or the

@@ -30,6 +30,10 @@ Three followers and a completer, each a daemon thread:
   ``Succeeded`` (:meth:`KubeApi.complete_pod`). A pod whose work is done before kwok has marked it
   ``Running`` is completed when it is.
 
+HTTP (:meth:`EmulatorService.app`, served by ``iadeep emulator serve`` on ``host:port``):
+``/healthz``; ``/readyz``, 503 until nodes and pods were listed once and while etcd does not
+answer; ``/metrics``, Prometheus text (``iadeep_emulator_*``: :mod:`iadeep.emulator._metrics`).
+
 Emulated time: a pod's work (``iadeep.io/duration-s``, seconds on a dedicated GPU) advances at
 ``rate x speedup`` per wall second, the speedup from the pod's ``iadeep.io/emulation-speedup``
 annotation or the settings.
@@ -57,6 +61,7 @@ from iadeep.emulator._checkpoint import (
 )
 from iadeep.emulator._gpus import EmulatedGpus, RateChange
 from iadeep.emulator._kube import KubeApi, KubeCallError
+from iadeep.emulator._metrics import EmulatorMetrics
 from iadeep.emulator._settings import EmulatorSettings
 from iadeep.extender import (
     ANNOTATION_ASSUME_TIME,
@@ -202,6 +207,7 @@ class EmulatorService:
         self._completer: ThreadPoolExecutor | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._written: dict[str, tuple[float, float]] = {}  # pod -> (remaining_s written, wall time)
+        self.metrics = EmulatorMetrics(self.status)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -245,6 +251,31 @@ class EmulatorService:
         with self._lock:
             return {"nodes": len(self.nodes), "running": len(self.gpus.jobs), "completed": self.completed,
                     "measurements": self.measurements, "resized": self.resized, "errors": self.errors}
+
+    def app(self) -> Any:
+        """The HTTP side: ``/healthz``, ``/readyz``, ``/metrics`` (module docstring); a FastAPI app."""
+        from fastapi import FastAPI
+        from fastapi.responses import JSONResponse, Response
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        app = FastAPI(title="iadeep emulator", docs_url=None, redoc_url=None, openapi_url=None)
+
+        @app.get("/healthz")
+        def healthz() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @app.get("/readyz")
+        def readyz() -> JSONResponse:
+            listed = all(e.is_set() for e in self._listed.values())
+            ok = listed and self.store.healthy()
+            why = "ok" if ok else ("nodes and pods not listed yet" if not listed else "etcd not reachable")
+            return JSONResponse({"status": why}, status_code=200 if ok else 503)
+
+        @app.get("/metrics")
+        def metrics() -> Response:
+            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+        return app
 
     # -- following ---------------------------------------------------------------------------
     def _follow(self, kind: str, handle: Callable[[str, dict[str, Any]], None], selectors: dict[str, str]) -> None:
@@ -553,6 +584,7 @@ class EmulatorService:
                                                    ANNOTATION_EMULATED_EVICTIONS: str(evictions),
                                                    ANNOTATION_EMULATED_FIRST_START: f"{first_started or started:.6f}"})
             self.kube.complete_pod(pod, started_s=started, finished_s=finished)
+            self.metrics.completion_lag.observe(max(self.clock() - finished, 0.0))
             with self._lock:
                 self.completed += 1
             key = job_key(pod)

@@ -3,6 +3,7 @@
     IADEEP_EMULATOR_SPEEDUP=1000
     IADEEP_EMULATOR_NODE_SELECTOR=iadeep.io/emulated-gpus=true
     IADEEP_EMULATOR_KUBE__KUBECONFIG=/path/to/kubeconfig
+    IADEEP_EMULATOR_PORT=8893
 
 etcd through the state store's own settings (``IADEEP_ETCD_*``), nested as ``etcd``.
 """
@@ -72,6 +73,10 @@ class EmulatorSettings(BaseSettings):
             its Job after its pod was evicted (checkpoint and restart): the simulator's
             ``SimSettings.restart_penalty_s`` and iadeep's ``checkpoint_cost_s``, 30 s.
         default_model / default_batch_size / default_duration_s: a pod without the annotations.
+        host / port: where ``/healthz``, ``/readyz`` (503 until nodes and pods were listed once,
+            and while etcd does not answer) and ``/metrics`` (Prometheus text,
+            ``iadeep_emulator_*``) are served; loopback and 8893 by default (the port after the
+            device plugin's 8892, so that every service of a node has its own); 0: any free port.
         log_level: Python logging level.
     """
 
@@ -96,6 +101,8 @@ class EmulatorSettings(BaseSettings):
     default_model: str = "ResNet-50"
     default_batch_size: int = Field(64, ge=1)
     default_duration_s: float = Field(3600.0, ge=0)
+    host: str = "127.0.0.1"
+    port: int = Field(8893, ge=0, le=65535)
     log_level: LogLevel = "INFO"
     kube: EmulatorKube = Field(default_factory=EmulatorKube)
     etcd: StateSettings = Field(default_factory=StateSettings)

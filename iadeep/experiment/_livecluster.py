@@ -210,8 +210,10 @@ class LocalCluster:
             "IADEEP_EXTENDER_KUBE__KUBECONFIG": str(self.kubeconfig), "IADEEP_EXTENDER_LOG_LEVEL": "warning",
             "IADEEP_EXTENDER_PREEMPTION": "true" if preemption else "false",
         }, logs / f"extender-{run}.log")
+        emu_port = _free_port()
         emu = _Process([sys.executable, "-m", "iadeep.emulator", "serve"], {
-            **env, "IADEEP_EMULATOR_THROUGHPUTS_FILE": str(self.throughputs), "IADEEP_EMULATOR_SPEEDUP": f"{speedup:g}",
+            **env, "IADEEP_EMULATOR_PORT": str(emu_port), "IADEEP_EMULATOR_HOST": "127.0.0.1",
+            "IADEEP_EMULATOR_THROUGHPUTS_FILE": str(self.throughputs), "IADEEP_EMULATOR_SPEEDUP": f"{speedup:g}",
             "IADEEP_EMULATOR_SEED": str(seed), "IADEEP_EMULATOR_NODE_SELECTOR": f"{RUN_LABEL}={run}",
             # job records current to a minute of emulated time (at most 5 writes per job per second)
             "IADEEP_EMULATOR_PROGRESS_INTERVAL_S": f"{max(60.0 / speedup, 0.2):g}",
@@ -219,6 +221,7 @@ class LocalCluster:
             "IADEEP_EMULATOR_FOLLOW_BATCH_SIZES": "true" if tuning else "false",
             "IADEEP_EMULATOR_REPORT_INTERVAL_S": f"{max(trial_s / 2 / speedup, 0.05):g}",
         }, logs / f"emulator-{run}.log")
+        emu.url = f"http://127.0.0.1:{emu_port}"
         self._procs = [ext, emu]
         if tuning:
             self._procs += self._start_tuning(run, env, logs)
@@ -226,8 +229,12 @@ class LocalCluster:
         for p in self._procs[2:]:
             _wait_http(p, "/readyz")
         if self._prom is not None:
-            coord = [p.url.removeprefix("http://") for p in self._procs if "coordinator" in p.log_path.stem]
-            self._prom.set_targets({"iadeep-extender": [f"127.0.0.1:{self.extender_port}"], "iadeep-coordinator": coord},
+            def hosts(service: str) -> list[str]:
+                return [p.url.removeprefix("http://") for p in self._procs if p.log_path.stem.startswith(service)]
+
+            self._prom.set_targets({"iadeep-extender": [f"127.0.0.1:{self.extender_port}"],
+                                    "iadeep-emulator": hosts("emulator"), "iadeep-tuner": hosts("tuner"),
+                                    "iadeep-coordinator": hosts("coordinator")},
                                    labels={"run": run, "policy": policy})
         self._run_started = time.time()
         return prefix

@@ -1,8 +1,9 @@
 """Prometheus beside a live run: the services' series for the report.
 
 :class:`LocalPrometheus` runs Debian's ``prometheus`` (``apt-get install prometheus``; or the
-binary ``$IADEEP_PROMETHEUS`` names) on a free loopback port, scraping the extender and the node
-coordinator every ``scrape_interval_s`` through file-based discovery, so that each policy's run
+binary ``$IADEEP_PROMETHEUS`` names) on a free loopback port, scraping the services of the run
+(:data:`JOBS`: the extender, the GPU emulator and, with tuning, the tuner and the node
+coordinator) every ``scrape_interval_s`` through file-based discovery, so that each policy's run
 points it at that run's ports without a restart (:meth:`LocalPrometheus.set_targets`). After a
 run, :func:`collect_series` evaluates the report's :data:`PANELS` over the run's wall-clock
 window (``/api/v1/query_range``) into a JSON document; :func:`iadeep.report.plot_service_series`
@@ -54,7 +55,9 @@ PANELS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ("sessions ended", "sum(iadeep_coordinator_sessions_total)"),
     )),
 }
-JOBS = ("iadeep-extender", "iadeep-coordinator")
+#: the services of a live run that serve ``/metrics`` (the device plugin does too, but a live run
+#: has none: its GPUs are the emulator's)
+JOBS = ("iadeep-extender", "iadeep-coordinator", "iadeep-tuner", "iadeep-emulator")
 
 
 def prometheus_binary() -> Path | None:
@@ -177,9 +180,9 @@ def collect_series(prom: LocalPrometheus, start: float, end: float, *, step_s: f
     coordinator; a run without binds no bind latency).
 
     Returns:
-        ``{"start": start, "end": end, "step_s": step, "panels": {panel: {"unit": u,
-        "series": {label: [[t - start (s), value], ...]}}}}`` (NaN samples, e.g. a quantile over no
-        binds in the window, dropped).
+        ``{"start": start, "end": end, "step_s": step, "targets_up": {job: targets whose last
+        scrape succeeded}, "panels": {panel: {"unit": u, "series": {label: [[t - start (s),
+        value], ...]}}}}`` (NaN samples, e.g. a quantile over no binds in the window, dropped).
     """
     step = step_s or max(prom.scrape_interval_s, (end - start) / 500)
     time.sleep(2 * prom.scrape_interval_s)
@@ -192,4 +195,4 @@ def collect_series(prom: LocalPrometheus, start: float, end: float, *, step_s: f
                 if points:
                     series[label] = points
         panels[title] = {"unit": unit, "series": series}
-    return {"start": start, "end": end, "step_s": step, "panels": panels}
+    return {"start": start, "end": end, "step_s": step, "targets_up": prom.targets_up(), "panels": panels}

@@ -31,14 +31,14 @@ from iadeep.orchestration._nfs import NfsExport, apply_volume, check_export, gan
 from iadeep.orchestration._regression import (RegressionSpec, check_baseline, compare, draw_seed_of, load_baseline, record,
                                              record_draw)
 from iadeep.orchestration._rollout import COMPONENTS, apply, render, wait_ready
-from iadeep.orchestration._scrape import SCRAPED_SERVICES, scrape_targets, write_scrape_targets
+from iadeep.orchestration._scrape import SCRAPE_JOBS, SCRAPED_SERVICES, scrape_targets, write_scrape_targets
 from iadeep.orchestration._submit import collect_jobs, job_name, job_states, plan_submissions, plan_trace, submit_due
 
 __all__ = ["CHART", "COMPONENTS", "find_helm", "local_values", "release_values", "rollout_values", "template", "uninstall",
            "upgrade_install", "GPU_NODE_LABEL", "SCHEDULER_CONFIGMAP", "LocalCluster", "NfsExport", "RegressionSpec", "api_client", "apply",
            "apply_scheduler_profile", "apply_volume", "check_baseline", "check_export", "collect_jobs", "compare", "ensure_namespace",
            "ganesha_config", "job_name", "job_states", "label_gpu_nodes", "label_real_nodes", "load_baseline", "local_overlay_dir", "draw_seed_of", "record_draw", "plan_submissions", "plan_trace", "prepare_local_rollout", "record",
-           "render", "SCRAPED_SERVICES", "scrape_targets", "stage_throughputs", "submit_due", "volume_manifests", "wait_ready", "write_local_overlay", "write_scrape_targets"]
+           "render", "SCRAPE_JOBS", "SCRAPED_SERVICES", "scrape_targets", "stage_throughputs", "submit_due", "volume_manifests", "wait_ready", "write_local_overlay", "write_scrape_targets"]
 
 # The Airflow side: name -> (module, attribute), imported on first use.
 _AIRFLOW = {

@@ -1,8 +1,10 @@
 """Prometheus targets of a local cluster's services (file-based discovery, ``file_sd_configs``).
 
-``tools/prometheus/prometheus.yml`` scrapes the services that serve ``/metrics`` (the extender and
-the node coordinator) at their default loopback ports and follows ``targets/<job>*.json`` next to
-it for the ports a local rollout picked (:class:`~iadeep.orchestration.LocalCluster`).
+``tools/prometheus/prometheus.yml`` scrapes every service that serves ``/metrics``
+(:data:`SCRAPE_JOBS`: the extender, the node coordinator, the tuner, the device plugin and the GPU
+emulator) at its default loopback port and follows ``targets/<job>*.json`` next to it for the
+ports a local rollout picked (:class:`~iadeep.orchestration.LocalCluster`; the emulator is no
+part of a rollout: a live run starts it as a process and writes its own targets).
 :func:`scrape_targets` gives those files' content, :func:`write_scrape_targets` writes them
 (each file replaced whole, by a rename: Prometheus never reads half a file).
 """
@@ -16,10 +18,15 @@ from typing import Any
 
 from iadeep.orchestration._local import LocalCluster
 
-__all__ = ["SCRAPED_SERVICES", "scrape_targets", "write_scrape_targets"]
+__all__ = ["SCRAPED_SERVICES", "SCRAPE_JOBS", "scrape_targets", "write_scrape_targets"]
 
 #: service of :data:`iadeep.orchestration._local.LOCAL_SERVICES` -> Prometheus job (those serving /metrics)
-SCRAPED_SERVICES: dict[str, str] = {"extender": "iadeep-extender", "coordinator": "iadeep-coordinator"}
+SCRAPED_SERVICES: dict[str, str] = {"extender": "iadeep-extender", "coordinator": "iadeep-coordinator",
+                                    "tuner": "iadeep-tuner", "deviceplugin": "iadeep-deviceplugin"}
+#: every Prometheus job of ``prometheus.yml`` -> the service's default port on 127.0.0.1 (its
+#: settings' ``port``)
+SCRAPE_JOBS: dict[str, int] = {"iadeep-extender": 8888, "iadeep-coordinator": 8891, "iadeep-tuner": 8890,
+                               "iadeep-deviceplugin": 8892, "iadeep-emulator": 8893}
 
 
 def scrape_targets(c: LocalCluster, *, labels: dict[str, str] | None = None) -> dict[str, list[dict[str, Any]]]:

@@ -12,6 +12,7 @@ route                                       answer
 ``GET /sessions/{name}``                    ``{"outcome"}``
 ``DELETE /sessions/{name}``                 ``{"deleted": bool}``
 ``GET /healthz``, ``/readyz``               readyz is 503 when the storage does not answer
+``GET /metrics``                            Prometheus text (:mod:`iadeep.tuner._metrics`)
 ==========================================  =================================================
 
 ``outcome`` is ``{"done", "best": {job: size}, "best_objective", "trials", "reason"}``: always a
@@ -27,13 +28,17 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
+from iadeep.tuner._metrics import ROUTES, outcome_of
 from iadeep.tuner._service import TunerService
 from iadeep.tuner._settings import StopSettings
 from iadeep.tuning import Outcome, SpaceError, StopRule, StudyMismatch, TunedJob
@@ -110,6 +115,21 @@ def _error(status: int, message: str) -> JSONResponse:
 def create_app(service: TunerService) -> FastAPI:
     """The ASGI app over ``service``."""
     app = FastAPI(title="iadeep tuner", docs_url=None, redoc_url=None, openapi_url=None)
+    metrics = service.metrics
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = getattr(request.scope.get("route"), "name", None)  # set by the router once matched
+        if route in ROUTES:
+            metrics.requests.labels(route, outcome_of(response.status_code)).inc()
+            metrics.request_seconds.labels(route).observe(time.perf_counter() - t0)
+        return response
+
+    @app.get("/metrics")
+    def metrics_() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -137,7 +157,7 @@ def create_app(service: TunerService) -> FastAPI:
         ok = service.healthy()
         return JSONResponse({"status": "ok" if ok else "storage unreachable"}, status_code=200 if ok else 503)
 
-    @app.post("/sessions")
+    @app.post("/sessions", name="create")
     def create(req: SessionRequest) -> JSONResponse:
         jobs = [TunedJob(**j.model_dump()) for j in req.jobs]
         keys = {j.key for j in jobs}
@@ -159,7 +179,7 @@ def create_app(service: TunerService) -> FastAPI:
         return JSONResponse({"name": req.name, "space": {k: list(v) for k, v in study.space.options.items()},
                              "outcome": outcome_json(study.outcome())})
 
-    @app.post("/sessions/{name}/ask")
+    @app.post("/sessions/{name}/ask", name="ask")
     def ask(name: str) -> JSONResponse:
         try:
             proposal, outcome = service.ask(name)
@@ -168,7 +188,7 @@ def create_app(service: TunerService) -> FastAPI:
         return JSONResponse({"trial": proposal.trial if proposal else None,
                              "config": proposal.config if proposal else None, "outcome": outcome_json(outcome)})
 
-    @app.post("/sessions/{name}/tell")
+    @app.post("/sessions/{name}/tell", name="tell")
     def tell(name: str, req: TellRequest) -> JSONResponse:
         try:
             study = service.get(name)
@@ -185,14 +205,14 @@ def create_app(service: TunerService) -> FastAPI:
             return _error(400 if msg.startswith("normalised_throughputs") else 409, msg)
         return JSONResponse({"outcome": outcome_json(outcome)})
 
-    @app.get("/sessions/{name}")
+    @app.get("/sessions/{name}", name="status")
     def status(name: str) -> JSONResponse:
         try:
             return JSONResponse({"outcome": outcome_json(service.get(name).outcome())})
         except KeyError as exc:
             return _error(404, str(exc.args[0]))
 
-    @app.delete("/sessions/{name}")
+    @app.delete("/sessions/{name}", name="delete")
     def delete(name: str) -> JSONResponse:
         return JSONResponse({"deleted": service.close(name)})
 

@@ -2,7 +2,8 @@
 
 Thread-safe: routes run on a thread pool; each session has a lock (ask and tell of one session
 are serialised), the table of sessions has its own. A session not in memory (after a restart) is
-reopened from the storage on first use.
+reopened from the storage on first use. The sessions' life cycle is counted in
+:class:`~iadeep.tuner._metrics.TunerMetrics` (``metrics``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import optuna
 
 from iadeep.interference import InterferenceModel
+from iadeep.tuner._metrics import TunerMetrics
 from iadeep.tuning import Outcome, Proposal, StopRule, TunedJob, TuningStudy
 
 __all__ = ["TunerService"]
@@ -37,6 +39,17 @@ class TunerService:
         self._sessions: dict[str, TuningStudy] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self.metrics = TunerMetrics()
+        self._active: set[str] = set()  # open in memory, stop rule not met (the active_sessions gauge)
+
+    def _track(self, name: str, outcome: Outcome | None) -> None:
+        """Session ``name`` is open with ``outcome`` (``None``: forgotten); the gauge follows."""
+        with self._lock:
+            if outcome is None or outcome.done:
+                self._active.discard(name)
+            else:
+                self._active.add(name)
+            self.metrics.active_sessions.set(len(self._active))
 
     def healthy(self) -> bool:
         """True when the storage answers."""
@@ -62,6 +75,8 @@ class TunerService:
             study = TuningStudy(self.model, jobs, name=name, storage=self.storage, warm_start=warm_start,
                                 stop=stop or self.stop, seed=self.seed, gpu_mem_gib=gpu_mem_gib)
             self._sessions[name] = study
+            self.metrics.sessions_opened.labels("request").inc()
+            self._track(name, study.outcome())
             return study
 
     def get(self, name: str) -> TuningStudy:
@@ -73,24 +88,47 @@ class TunerService:
         study = self._sessions.get(name)
         if study is None:
             with self._session_lock(name):
-                study = self._sessions.get(name) or TuningStudy.resume(self.model, name, self.storage, self.seed)
-                self._sessions[name] = study
+                study = self._sessions.get(name)
+                if study is None:
+                    study = TuningStudy.resume(self.model, name, self.storage, self.seed)
+                    self._sessions[name] = study
+                    self.metrics.sessions_opened.labels("storage").inc()
+                    self._track(name, study.outcome())
         return study
 
     def ask(self, name: str) -> tuple[Proposal | None, Outcome]:
+        """The session's next configuration (``None`` when done) and where it stands.
+
+        Raises:
+            KeyError: no such session.
+        """
         study = self.get(name)
         with self._session_lock(name):
             return study.ask(), study.outcome()
 
     def tell(self, name: str, trial: int, normalised: Mapping[str, float]) -> Outcome:
+        """Record a measurement (:meth:`TuningStudy.tell`); the one that meets the stop rule counts
+        the session as finished.
+
+        Raises:
+            KeyError: no such session, ``trial`` not in flight, a job's value missing.
+            ValueError: a value negative or not finite.
+        """
         study = self.get(name)
         with self._session_lock(name):
-            return study.tell(trial, normalised)
+            outcome = study.tell(trial, normalised)
+        self.metrics.trials_told.inc()
+        if outcome.done:
+            self.metrics.sessions_finished.inc()
+            self.metrics.session_trials.observe(outcome.trials)
+        self._track(name, outcome)
+        return outcome
 
     def close(self, name: str) -> bool:
         """Forget a finished session (its study is deleted from the storage); False when unknown."""
         with self._session_lock(name):
             self._sessions.pop(name, None)
+            self._track(name, None)
             try:
                 optuna.delete_study(study_name=name, storage=self.storage)
                 return True

@@ -7,8 +7,10 @@ from __future__ import annotations
 import signal
 import subprocess
 
+import httpx
 import yaml
 
+from iadeep._prometheus import samples
 from iadeep.testing import free_port
 from iadeep.testing.services import IADEEP, DevicePluginProcess
 
@@ -38,6 +40,11 @@ def test_serve_registers_and_publishes(kubelet, socket_dir, etcd_settings, etcd_
         assert "EMULATED GPUs" in dp.log()
         ours = {"iadeep-gpu-mem.sock", "iadeep-gpu-count.sock"}
         assert ours <= {p.name for p in socket_dir.iterdir()}
+        # the process's own /metrics, on its health port
+        got = samples(httpx.get(dp.url + "/metrics", timeout=10).text)
+        assert got[("iadeep_deviceplugin_registrations_total", (("outcome", "ok"),))] == 1
+        assert got[("iadeep_deviceplugin_gpus", ())] == 3
+        assert got[("iadeep_deviceplugin_devices", (("health", "Healthy"), ("resource", "iadeep.io/gpu-mem")))] == 3 * 8
         assert dp.kill(signal.SIGTERM) == 0, dp.log()[-2000:]
         assert not ours & {p.name for p in socket_dir.iterdir()}
         assert "Traceback" not in dp.log()

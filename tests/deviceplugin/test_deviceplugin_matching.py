@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
+import pytest
 from kubernetes import client
 
 from iadeep.deviceplugin import device_gpu, mem_device_ids, slot_device_ids
@@ -180,3 +182,38 @@ def test_pods_co_located_on_one_gpu_get_their_own_slots_of_it(kubelet, make_plug
     assert (env_a["IADEEP_POD"], env_b["IADEEP_POD"]) == ("ns/a", "ns/b")
     assert pods.phase("a") == pods.phase("b") == "allocated"
     assert free_slots == slot_device_ids(g0, 2)  # GPU 0's slots (listed first) untouched
+
+
+def test_metrics_count_the_kubelets_calls_and_the_devices_advertised(kubelet, make_plugin) -> None:
+    """``/metrics`` of the plugin's HTTP app after real gRPC calls from the kubelet peer: an
+    Allocate served, one refused (no pod waits for that size), the device lists streamed, both
+    resources registered, the device IDs advertised by health."""
+    from fastapi.testclient import TestClient
+
+    from iadeep._prometheus import samples
+
+    pods = PodsInMemory()
+    svc, stub, _ = start(kubelet, make_plugin, pods)
+    g0, _ = svc.gpus
+    pods.add("p", "n1", g0, {"main": 2}, 1_000)
+    next(iter(stub.ListAndWatch(pb2.Empty(), timeout=10)))  # the first device list of a stream
+    (env,) = allocate(stub, mem_device_ids(g0)[:2])
+    assert env["IADEEP_POD"] == "ns/p"
+    with pytest.raises(grpc.RpcError) as err:
+        allocate(stub, mem_device_ids(g0)[2:5])  # 3 GiB: nobody waits for that
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    with TestClient(svc.app()) as http:
+        r = http.get("/metrics")
+    assert r.status_code == 200
+    got = samples(r.text)
+    mem, count = "iadeep.io/gpu-mem", "iadeep.io/gpu-count"
+    assert got[("iadeep_deviceplugin_allocations_total", (("outcome", "ok"), ("resource", mem)))] == 1
+    assert got[("iadeep_deviceplugin_allocations_total", (("outcome", "no_matching_pod"), ("resource", mem)))] == 1
+    assert got[("iadeep_deviceplugin_device_updates_total", (("resource", mem),))] >= 1
+    assert got[("iadeep_deviceplugin_registrations_total", (("outcome", "ok"),))] == 1
+    assert got[("iadeep_deviceplugin_registered", ())] == 1
+    assert got[("iadeep_deviceplugin_gpus", ())] == 2
+    assert got[("iadeep_deviceplugin_devices", (("health", "Healthy"), ("resource", mem)))] == 2 * 16
+    assert got[("iadeep_deviceplugin_devices", (("health", "Unhealthy"), ("resource", mem)))] == 0
+    assert got[("iadeep_deviceplugin_devices", (("health", "Healthy"), ("resource", count)))] == 2  # 1 slot per GPU
+    assert got[("iadeep_deviceplugin_inventory_publications_total", (("outcome", "ok"),))] >= 1

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from iadeep.orchestration import (CHART, COMPONENTS, LocalCluster, local_values, render, rollout_values, template,
+from iadeep.orchestration import (CHART, COMPONENTS, SCRAPED_SERVICES, LocalCluster, local_values, render, rollout_values, template,
                                   write_local_overlay)
 
 HELM_LABELS = ("app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "helm.sh/chart")
@@ -173,7 +173,7 @@ def test_monitors_and_dashboard_only_when_enabled(helm: Path) -> None:
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     for kind in ("PodMonitor", "ServiceMonitor"):
         monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
-        assert set(monitors) == {"iadeep-extender", "iadeep-coordinator"}, kind
+        assert set(monitors) == set(SCRAPED_SERVICES.values()), kind  # every service serving /metrics
         for name, mon in monitors.items():
             (endpoint,) = mon["spec"]["podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"]
             assert endpoint["path"] == "/metrics" and endpoint["port"] == "http"

@@ -1,7 +1,8 @@
 """The chart's Grafana dashboard and the Prometheus scrape configurations ask only for what the
 services export: every metric name in the dashboard's PromQL expressions is one the extender's or
 the coordinator's ``/metrics`` serves (their real ASGI apps, in process, on the in-memory store),
-and the plain ``prometheus.yml`` scrapes each service that serves ``/metrics``."""
+the plain ``prometheus.yml`` scrapes each service that serves ``/metrics`` at its default port,
+and each of those services serves its own ``iadeep_<service>_*`` families."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from iadeep._host._net import free_port
 from iadeep.coordinator import CoordinatorService, CoordinatorSettings
 from iadeep.extender import ExtenderService, ExtenderSettings, create_app
 from iadeep.interference import InterferenceModel
-from iadeep.orchestration import CHART, SCRAPED_SERVICES, LocalCluster, write_scrape_targets
+from iadeep.deviceplugin import DevicePluginService, DevicePluginSettings
+from iadeep.emulator import EmulatorService, EmulatorSettings
+from iadeep.orchestration import CHART, SCRAPE_JOBS, SCRAPED_SERVICES, LocalCluster, write_scrape_targets
 from iadeep.state import MemoryStateStore
-from iadeep.tuner import TunerClient
+from iadeep.tuner import TunerClient, TunerService, TunerSettings
+from iadeep.tuner import create_app as create_tuner_app
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = CHART / "dashboards" / "iadeep.json"
@@ -46,6 +50,21 @@ def coordinator_metrics(throughputs_path: Path, model: InterferenceModel) -> str
     svc = CoordinatorService(settings, store=MemoryStateStore(), tuner=TunerClient(settings.tuner_url), model=model)
     with serving(svc.app()) as url:
         return scrape(url)
+
+
+def test_every_scraped_service_serves_its_own_metrics(throughputs_path: Path, model: InterferenceModel,
+                                                     tmp_path: Path) -> None:
+    """The tuner's, the device plugin's and the emulator's real apps (built, not started: their
+    metrics exist from construction) serve ``iadeep_<service>_*`` families on ``/metrics``."""
+    tuner = TunerService(model, f"sqlite:///{tmp_path / 'tuner.db'}")
+    plugin = DevicePluginService(DevicePluginSettings(node="node-a", socket_dir=tmp_path, backend="emulated"),
+                                 backend=None, store=MemoryStateStore(), pods=None)  # type: ignore[arg-type]
+    emulator = EmulatorService(EmulatorSettings(), store=MemoryStateStore(), kube=None, model=model)  # type: ignore[arg-type]
+    for service, app in (("tuner", create_tuner_app(tuner)), ("deviceplugin", plugin.app()), ("emulator", emulator.app())):
+        with serving(app) as url:
+            names = exported(scrape(url))
+        assert any(n.startswith(f"iadeep_{service}_") for n in names), (service, sorted(names))
+        assert not {n for n in names if n.startswith("iadeep_") and not n.startswith(f"iadeep_{service}_")}, service
 
 
 def _dashboard_exprs() -> list[tuple[str, str]]:
@@ -81,7 +100,16 @@ def test_every_dashboard_query_names_only_exported_metrics(extender_metrics: str
 def test_the_prometheus_config_scrapes_each_service_that_serves_metrics(tmp_path: Path) -> None:
     config = yaml.safe_load(PROMETHEUS_YML.read_text())
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
-    assert set(jobs) == set(SCRAPED_SERVICES.values())
+    assert set(jobs) == set(SCRAPE_JOBS) >= set(SCRAPED_SERVICES.values())
+    # each job's static target is its service's default port on loopback (the settings' own default)
+    defaults = {"iadeep-extender": ExtenderSettings, "iadeep-coordinator": CoordinatorSettings,
+                "iadeep-tuner": TunerSettings, "iadeep-deviceplugin": DevicePluginSettings,
+                "iadeep-emulator": EmulatorSettings}
+    assert set(defaults) == set(SCRAPE_JOBS)
+    for name, settings in defaults.items():
+        port = settings.model_fields["port"].default
+        assert SCRAPE_JOBS[name] == port, name
+        assert [t for sc in jobs[name]["static_configs"] for t in sc["targets"]] == [f"127.0.0.1:{port}"], name
     # a local cluster's ports, written where the configuration's file discovery looks
     c = LocalCluster(apiserver_port=6443, etcd_endpoints="http://127.0.0.1:2379", throughputs_dir=tmp_path)
     written = write_scrape_targets(c, tmp_path / "targets", labels={"run": "r1"})

@@ -70,6 +70,7 @@ def test_prometheus_records_the_services_series_for_the_report(prometheus_bin: P
         prom.stop()
     panels = doc["panels"]
     assert set(panels) == set(PANELS)
+    assert doc["targets_up"] == {"iadeep-extender": 1, "iadeep-coordinator": 1}
     # before the first scrape `or vector(0)` reads 0; from then on what the services hold
     reservations = [v for _, v in panels["reservations"]["series"]["reservations"]]
     assert reservations[-1] == 2.0 and set(reservations) <= {0.0, 2.0}
@@ -80,3 +81,35 @@ def test_prometheus_records_the_services_series_for_the_report(prometheus_bin: P
     assert all(0 <= t <= doc["end"] - doc["start"] + 1 for t, _ in p95)  # seconds since the run's start
     png = plot_service_series({"iadeep": doc}, tmp_path / "services.png")
     assert png.stat().st_size > 10_000
+
+
+def test_prometheus_scrapes_the_tuner_and_the_emulator_of_a_live_run(prometheus_bin: Path, throughputs_path: Path,
+                                                                      tmp_path: Path) -> None:
+    """The other jobs of a live run (:data:`iadeep.experiment._prometheus.JOBS`): the tuner's and
+    the emulator's real apps are scraped, and a session opened on the tuner reaches Prometheus."""
+    from iadeep.emulator import EmulatorService, EmulatorSettings
+    from iadeep.experiment._prometheus import JOBS
+    from iadeep.tuner import TunerService
+    from iadeep.tuner import create_app as create_tuner_app
+
+    assert {"iadeep-tuner", "iadeep-emulator"} <= set(JOBS)
+    model = InterferenceModel.from_file(throughputs_path)
+    tuner = TunerService(model, f"sqlite:///{tmp_path / 'tuner.db'}")
+    emulator = EmulatorService(EmulatorSettings(), store=MemoryStateStore(), kube=None, model=model)  # type: ignore[arg-type]
+    prom = LocalPrometheus(tmp_path / "prometheus", prometheus_bin, scrape_interval_s=0.5).start()
+    try:
+        with serving(create_tuner_app(tuner)) as tuner_url, serving(emulator.app()) as emu_url:
+            httpx.post(f"{tuner_url}/sessions", timeout=30, trust_env=False, json={"name": "n.0.1", "jobs": [
+                {"key": "a", "model": "ResNet-50", "base_batch_size": 64, "batch_size": 64}]}).raise_for_status()
+            start = time.time()
+            prom.set_targets({"iadeep-tuner": [tuner_url.removeprefix("http://")],
+                              "iadeep-emulator": [emu_url.removeprefix("http://")]}, labels={"run": "t"})
+            wait_for(prom.targets_up, lambda up: up == {"iadeep-tuner": 1, "iadeep-emulator": 1}, timeout=60,
+                     what="both targets scraped")
+            opened = wait_for(lambda: prom.query_range("sum(iadeep_tuner_sessions_opened_total)", start, time.time(), 0.5),
+                              lambda r: bool(r), timeout=30, what="the tuner's sessions in Prometheus")
+            nodes = prom.query_range("iadeep_emulator_nodes", start, time.time(), 0.5)
+    finally:
+        prom.stop()
+    assert float(opened[0]["values"][-1][1]) == 1.0
+    assert nodes and nodes[0]["metric"]["job"] == "iadeep-emulator" and nodes[0]["metric"]["run"] == "t"

@@ -90,6 +90,8 @@ def test_the_live_report_plots_the_services_series_prometheus_recorded(compared)
     doc = json.loads((out / "live" / "prometheus-iadeep.json").read_text())
     panels = doc["panels"]
     assert set(panels) == set(PANELS)
+    # every service of the run was scraped (with tuning: the tuner and the coordinator too)
+    assert doc["targets_up"] == {"iadeep-extender": 1, "iadeep-emulator": 1, "iadeep-tuner": 1, "iadeep-coordinator": 1}
     # 30 jobs on 8 GPUs at load 2: jobs were bound, held reservations and shared GPUs; the
     # coordinator measured rounds of the co-located pairs
     assert max(v for _, v in panels["reservations"]["series"]["reservations"]) >= 2

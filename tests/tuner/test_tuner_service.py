@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import signal
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from iadeep._prometheus import samples
 from iadeep.testing.services import TunerProcess
 from iadeep.tuner import TunedJob, TunerClient, TunerError, TunerService, create_app
 
@@ -105,9 +107,52 @@ def test_tuner_killed_mid_study_resumes(throughputs_path, interference_model, tm
         with pytest.raises(TunerError) as err:
             client.tell("n1.0.7", p2.trial, {"a": 0.9, "b": 0.9})
         assert err.value.status == 409
+        # the restarted process counts what it served: the session reopened from the storage
+        got = samples(httpx.get(tuner.url + "/metrics", timeout=10).text)
+        assert got[("iadeep_tuner_sessions_opened_total", (("source", "storage"),))] == 1
+        assert ("iadeep_tuner_sessions_opened_total", (("source", "request"),)) not in got
+        assert got[("iadeep_tuner_trials_told_total", ())] == 1
+        assert got[("iadeep_tuner_requests_total", (("outcome", "conflict"), ("route", "tell")))] == 1
+        assert got[("iadeep_tuner_requests_total", (("outcome", "ok"), ("route", "tell")))] == 1
     finally:
         client.close()
         tuner.kill()
+
+
+def test_metrics_follow_a_session_from_open_to_its_stop_rule(interference_model, tmp_path) -> None:
+    """``/metrics`` after real calls: requests by route and outcome, the session's life cycle,
+    the trials it took, the active-sessions gauge back to 0 when its stop rule is met."""
+    service = TunerService(interference_model, f"sqlite:///{tmp_path / 't.db'}")
+    with TestClient(create_app(service)) as http:
+        def metrics() -> dict:
+            r = http.get("/metrics")
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+            return samples(r.text)
+
+        assert http.post("/sessions", json={"name": "s", "jobs": []}).status_code == 400
+        assert http.post("/sessions/nobody/ask").status_code == 404
+        assert http.post("/sessions", json={"name": "s", "jobs": JOBS, "stop": {"budget": 2}}).status_code == 200
+        before = metrics()
+        assert before[("iadeep_tuner_active_sessions", ())] == 1
+        assert before[("iadeep_tuner_sessions_opened_total", (("source", "request"),))] == 1
+        assert before[("iadeep_tuner_sessions_finished_total", ())] == 0
+        told = 0
+        while (ask := http.post("/sessions/s/ask").json())["trial"] is not None:
+            out = http.post("/sessions/s/tell", json={"trial": ask["trial"],
+                                                      "normalised_throughputs": {"a": 0.5, "b": 0.6}}).json()["outcome"]
+            told += 1
+        assert out["done"] and out["trials"] == told == 2
+        after = metrics()
+    assert after[("iadeep_tuner_active_sessions", ())] == 0
+    assert after[("iadeep_tuner_sessions_finished_total", ())] == 1
+    assert after[("iadeep_tuner_session_trials_count", ())] == 1
+    assert after[("iadeep_tuner_session_trials_sum", ())] == 2
+    assert after[("iadeep_tuner_trials_told_total", ())] == 2
+    requests = {dict(k)["route"] + "/" + dict(k)["outcome"]: v for (name, k), v in after.items()
+                if name == "iadeep_tuner_requests_total"}
+    assert requests == {"create/invalid": 1, "ask/not_found": 1, "create/ok": 1, "ask/ok": 3, "tell/ok": 2}
+    assert after[("iadeep_tuner_request_seconds_count", (("route", "ask"),))] == 4
+    assert ("iadeep_tuner_request_seconds_count", (("route", "metrics"),)) not in after  # only the session routes
 
 
 def test_serve_without_throughputs_is_a_one_line_error(tmp_path) -> None:
