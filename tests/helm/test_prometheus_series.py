@@ -108,7 +108,8 @@ def test_prometheus_scrapes_the_tuner_and_the_emulator_of_a_live_run(prometheus_
                      what="both targets scraped")
             opened = wait_for(lambda: prom.query_range("sum(iadeep_tuner_sessions_opened_total)", start, time.time(), 0.5),
                               lambda r: bool(r), timeout=30, what="the tuner's sessions in Prometheus")
-            nodes = prom.query_range("iadeep_emulator_nodes", start, time.time(), 0.5)
+            nodes = wait_for(lambda: prom.query_range("iadeep_emulator_nodes", start, time.time(), 0.5),
+                             lambda r: bool(r), timeout=30, what="the emulator's series in Prometheus")
     finally:
         prom.stop()
     assert float(opened[0]["values"][-1][1]) == 1.0
