@@ -22,7 +22,7 @@ Three followers and a completer, each a daemon thread:
   change, with the goodput gain of the new size). A job in a session (latest assignment a trial)
   reports its throughput every ``report_interval_s``, as the SDK's reporter thread does, so that
   the coordinator's rounds get their measurements; an assignment that arrives before the pod is
-  seen applies when it starts.
+  seen applies when it starts (:class:`iadeep.emulator._batchsizes.BatchSizeFollower`).
 - **completer**: sleeps until the next job's work is done (or a change), then completes pods
   annotated ``iadeep.io/emulated``: it writes the exact start and end times as annotations
   (``iadeep.io/emulated-start`` / ``-end``, Unix seconds with sub-second digits: the API's own
@@ -50,6 +50,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from iadeep.emulator._batchsizes import BatchSizeFollower
 from iadeep.emulator._checkpoint import (
     ANNOTATION_EMULATED_EVICTED,
     ANNOTATION_EMULATED_EVICTIONS,
@@ -73,8 +74,7 @@ from iadeep.extender import (
     PodSpecError,
     TypeResolver,
 )
-from iadeep.interference import InterferenceModel, UnknownJobType
-from iadeep.jobtypes import JobType
+from iadeep.interference import InterferenceModel
 from iadeep.state import (
     BatchSizeAssignment,
     GpuInfo,
@@ -82,10 +82,8 @@ from iadeep.state import (
     JobRecord,
     Measurement,
     NodeInventory,
-    RecordError,
     StateStore,
     StoreUnavailable,
-    from_json,
 )
 
 __all__ = ["EmulatorService", "node_inventory", "ANNOTATION_EMULATED", "ANNOTATION_EMULATED_START", "ANNOTATION_EMULATED_END",
@@ -173,7 +171,7 @@ def _log_failure(done: Future[None]) -> None:
         log.error("emulator background call failed: %r", exc)
 
 
-class EmulatorService:
+class EmulatorService(BatchSizeFollower):
     """Emulated GPUs for the nodes matching the settings' selector (see the module docstring).
 
     Args:
@@ -455,84 +453,6 @@ class EmulatorService:
         projected = max(written[0] - (now - written[1]), 0.0)
         s = self.settings
         return abs(projected - remaining_s) > max(s.progress_tolerance * remaining_s, s.progress_tolerance_s)
-
-    # -- batch sizes (the coordinator's decisions) --------------------------------------------
-    def _type_at(self, type_id: int, batch_size: int) -> int | None:
-        """The type of ``type_id``'s model family at ``batch_size``; ``None`` if not measured."""
-        try:
-            return self.model.type_id(JobType(self.model.types[type_id].model, int(batch_size)))
-        except UnknownJobType:
-            return None
-
-    def apply_batch_size(self, a: BatchSizeAssignment) -> None:
-        """A batch size the coordinator assigned: the job's type changes (its GPU's rates with it)
-        and, being a new size, it reports a measurement at once, as the SDK does after a switch."""
-        now = self.clock()
-        with self._lock:
-            job = self.gpus.jobs.get(a.pod_uid)
-            if a.trial >= 0 and a != self._assigned.get(a.pod_uid) and a.pod_uid in self.pods:
-                self.pods[a.pod_uid].trials += 1
-            self._assigned[a.pod_uid] = a
-            if job is None:
-                return  # applied when the pod starts (or forgotten when it ends)
-            tid = self._type_at(job.base_type_id, a.batch_size)
-            if tid is None:
-                log.warning("pod %s: batch size %d of %s was not measured; keeping %d", a.pod_uid, a.batch_size,
-                            self.model.types[job.base_type_id].model, self.model.types[job.type_id].batch_size)
-                self.errors += 1
-                return
-            changes = self.gpus.set_type(a.pod_uid, tid, now_s=now)
-            if changes:
-                self.resized += 1
-                self._lock.notify_all()  # completion times moved
-        self._report(changes, now)
-
-    def _batch_size_loop(self) -> None:
-        """Follow ``batchsizes/``: open the watch, then read the running jobs' assignments once (so
-        nothing set between two watches is missed), then apply each put."""
-        if not self.settings.follow_batch_sizes:
-            return
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                events = self.store.watch("batchsizes/", timeout_s=self.settings.kube.watch_timeout_s)
-                with self._lock:
-                    uids = list(self.gpus.jobs)
-                for uid in uids:
-                    a = self.store.batch_size(uid)
-                    if a is not None and a != self._assigned.get(uid):
-                        self.apply_batch_size(a)
-                for ev in events:
-                    if ev.get("type") == "put":
-                        try:
-                            self.apply_batch_size(from_json(BatchSizeAssignment, ev["value"]))
-                        except RecordError as exc:
-                            log.warning("unreadable batch-size record %s: %s", ev.get("key"), exc)
-                    if self._stop.is_set():
-                        break
-                if hasattr(events, "close"):
-                    events.close()  # type: ignore[union-attr]
-                backoff = 0.5
-            except StoreUnavailable as exc:
-                log.warning("batch-size watch failed, retrying in %.1f s: %s", backoff, exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
-
-    def _session_report_loop(self) -> None:
-        """Every ``report_interval_s``, a measurement of every job in a tuning session."""
-        if not (self.settings.follow_batch_sizes and self.settings.report_measurements):
-            return
-        while not self._stop.wait(self.settings.report_interval_s):
-            now = self.clock()
-            with self._lock:
-                measured = [Measurement(uid, self.gpus.measure(uid), self.model.types[self.gpus.jobs[uid].type_id].batch_size, now)
-                            for uid, a in self._assigned.items() if a.trial >= 0 and uid in self.gpus.jobs]
-            try:
-                for m in measured:
-                    self.store.add_measurement(m)
-                    self.measurements += 1
-            except StoreUnavailable as exc:
-                log.warning("could not report throughput: %s", exc)
 
     # -- completing --------------------------------------------------------------------------
     def _complete_loop(self) -> None:

@@ -18,7 +18,7 @@ from iadeep.state import (
     TimeoutSettings,
     TlsSettings,
 )
-from iadeep.state._etcd import _Transient
+from iadeep.state._etcdwire import _Transient
 
 
 def _populate(store) -> None:
