@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator
 
-__all__ = ["HttpUrl", "LogLevel", "NodeName", "configure_logging", "node_name", "serve_http", "settings_from"]
+__all__ = ["HttpUrl", "LogLevel", "NodeName", "configure_logging", "node_name", "probe_app", "serve_http", "settings_from"]
 
 _LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 # A Kubernetes node name is a DNS subdomain (RFC 1123): lowercase alphanumerics, '-' and '.',
@@ -114,6 +114,41 @@ def configure_logging(level: str) -> None:
 class _Stop(Exception):
     """SIGTERM arrived outside uvicorn's own handling (before it started, or re-raised by it after
     its graceful shutdown)."""
+
+
+def probe_app(title: str, registry: Any, not_ready: Callable[[], str | None]) -> Any:
+    """The health and metrics app of a service: ``GET /healthz`` (200 while the process answers),
+    ``GET /readyz`` (200 ``{"status": "ok"}``, or 503 with the reason ``not_ready()`` gives) and
+    ``GET /metrics`` (Prometheus text format of ``registry``).
+
+    Args:
+        title: the app's title (``iadeep <service>``).
+        registry: the service's ``prometheus_client.CollectorRegistry``.
+        not_ready: ``None`` when the service is ready, else why not (one line).
+
+    Returns:
+        A FastAPI app (no OpenAPI or docs routes).
+    """
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        why = not_ready()
+        return JSONResponse({"status": why or "ok"}, status_code=503 if why else 200)
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
 
 
 def serve_http(app: Any, *, host: str, port: int, log_level: str = "warning",

@@ -23,8 +23,8 @@ import threading
 import time
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from iadeep._serving import probe_app
 
 from iadeep.coordinator._metrics import CoordinatorMetrics
 from iadeep.coordinator._session import SessionResult, TunerApi, run_session
@@ -157,20 +157,6 @@ class CoordinatorService:
     # -- HTTP -----------------------------------------------------------------------------------
 
     def app(self) -> FastAPI:
-        """Health and metrics endpoints."""
-        app = FastAPI(title="iadeep coordinator", docs_url=None, redoc_url=None, openapi_url=None)
-
-        @app.get("/healthz")
-        def healthz() -> dict[str, str]:
-            return {"status": "ok"}
-
-        @app.get("/readyz")
-        def readyz() -> JSONResponse:
-            ok = self.store.healthy()
-            return JSONResponse({"status": "ok" if ok else "etcd unreachable"}, status_code=200 if ok else 503)
-
-        @app.get("/metrics")
-        def metrics() -> Response:
-            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-        return app
+        """Health and metrics endpoints (:func:`iadeep._serving.probe_app`; ready while etcd answers)."""
+        return probe_app("iadeep coordinator", self.metrics.registry,
+                         lambda: None if self.store.healthy() else "etcd unreachable")

@@ -36,9 +36,8 @@ import threading
 import time
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from iadeep._serving import probe_app
 from iadeep.deviceplugin._allocate import Allocator, PodApi
 from iadeep.deviceplugin._gpus import Gpu, GpuBackend
 from iadeep.deviceplugin._grpc import ResourceServer, register
@@ -225,20 +224,8 @@ class DevicePluginService:
     # -- HTTP -----------------------------------------------------------------------------------
 
     def app(self) -> FastAPI:
-        """``/healthz``, ``/readyz`` (503 while etcd or the kubelet does not answer), ``/metrics``."""
-        app = FastAPI(title="iadeep device plugin", docs_url=None, redoc_url=None, openapi_url=None)
-
-        @app.get("/healthz")
-        def healthz() -> dict[str, str]:
-            return {"status": "ok"}
-
-        @app.get("/readyz")
-        def readyz() -> JSONResponse:
-            ok = self.store.healthy() and self._kubelet_id is not None
-            return JSONResponse({"status": "ok" if ok else "etcd or kubelet not reachable"}, status_code=200 if ok else 503)
-
-        @app.get("/metrics")
-        def metrics() -> Response:
-            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-        return app
+        """``/healthz``, ``/readyz`` (503 while etcd or the kubelet does not answer), ``/metrics``
+        (:func:`iadeep._serving.probe_app`)."""
+        return probe_app("iadeep device plugin", self.metrics.registry,
+                         lambda: None if self.store.healthy() and self._kubelet_id is not None
+                         else "etcd or kubelet not reachable")

@@ -252,28 +252,14 @@ class EmulatorService(BatchSizeFollower):
 
     def app(self) -> Any:
         """The HTTP side: ``/healthz``, ``/readyz``, ``/metrics`` (module docstring); a FastAPI app."""
-        from fastapi import FastAPI
-        from fastapi.responses import JSONResponse, Response
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from iadeep._serving import probe_app
 
-        app = FastAPI(title="iadeep emulator", docs_url=None, redoc_url=None, openapi_url=None)
+        def not_ready() -> str | None:
+            if not all(e.is_set() for e in self._listed.values()):
+                return "nodes and pods not listed yet"
+            return None if self.store.healthy() else "etcd not reachable"
 
-        @app.get("/healthz")
-        def healthz() -> dict[str, str]:
-            return {"status": "ok"}
-
-        @app.get("/readyz")
-        def readyz() -> JSONResponse:
-            listed = all(e.is_set() for e in self._listed.values())
-            ok = listed and self.store.healthy()
-            why = "ok" if ok else ("nodes and pods not listed yet" if not listed else "etcd not reachable")
-            return JSONResponse({"status": why}, status_code=200 if ok else 503)
-
-        @app.get("/metrics")
-        def metrics() -> Response:
-            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-        return app
+        return probe_app("iadeep emulator", self.metrics.registry, not_ready)
 
     # -- following ---------------------------------------------------------------------------
     def _follow(self, kind: str, handle: Callable[[str, dict[str, Any]], None], selectors: dict[str, str]) -> None:
