@@ -24,7 +24,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["GO_BINARIES", "build_script", "cache_root", "controlplane_dir", "etcd_binary"]
+__all__ = ["GO_BINARIES", "build_output", "build_script", "cache_root", "controlplane_dir", "etcd_binary"]
 
 GO_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -42,6 +42,16 @@ def build_script() -> Path | None:
     return None
 
 
+def build_output(script: Path, flag: str, timeout_s: float = 30.0) -> str:
+    """Where a build script of ``tools/`` says its output is: what ``bash script flag`` prints
+    (``--print-dir``, ``--print-archive``), stripped; ``""`` when it fails or runs over ``timeout_s``."""
+    try:
+        return subprocess.run(["bash", str(script), flag], capture_output=True, text=True, timeout=timeout_s,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def cache_root() -> Path:
     """Where built binaries are cached: ``$XDG_CACHE_HOME`` (default ``~/.cache``) ``/iadeep/controlplane``."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -55,12 +65,7 @@ def controlplane_dir() -> Path | None:
         return Path(env) if _complete(Path(env)) else None
     script = build_script()
     if script is not None:
-        try:
-            out = subprocess.run(
-                ["bash", str(script), "--print-dir"], capture_output=True, text=True, timeout=30, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            out = ""
+        out = build_output(script, "--print-dir")
         if out and _complete(Path(out)):
             return Path(out)
     root = cache_root()

@@ -32,3 +32,4 @@ def watch_lines(resp: Any) -> Iterator[bytes]:
             yield buf
     finally:
         resp.release_conn()
+

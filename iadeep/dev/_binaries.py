@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from iadeep._host import GO_BINARIES, build_script, cache_root, controlplane_dir, etcd_binary
+from iadeep._host import GO_BINARIES, build_output, build_script, cache_root, controlplane_dir, etcd_binary
 from iadeep.dev._errors import ControlPlaneError
 
 __all__ = [
@@ -81,12 +80,7 @@ def _node_dir() -> Path | None:
     script = build_script()
     if script is not None:
         node_script = script.parent.parent / "node" / "build.sh"
-        try:
-            out = subprocess.run(
-                ["bash", str(node_script), "--print-dir"], capture_output=True, text=True, timeout=30, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            out = ""
+        out = build_output(node_script, "--print-dir")
         if out and all(os.access(Path(out) / b, os.X_OK) for b in NODE_GO_BINARIES):
             return Path(out)
     root = cache_root().parent / "node"

@@ -10,9 +10,9 @@ cannot be pulled here either, so :func:`kube_scheduler_image` writes one from th
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
+from iadeep._host import build_output
 from iadeep.dev._errors import ControlPlaneError
 from iadeep.dev._oci import ImageFile, write_image_archive
 
@@ -59,12 +59,7 @@ def images_archive(*, required: bool = True) -> Path | None:
     script = _script()
     path = None
     if script is not None:
-        try:
-            out = subprocess.run(
-                ["bash", str(script), "--print-archive"], capture_output=True, text=True, timeout=60, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            out = ""
+        out = build_output(script, "--print-archive", timeout_s=60.0)
         if out and (Path(out).parent / "DONE").is_file():
             path = Path(out)
     if path is None and required:

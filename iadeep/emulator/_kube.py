@@ -12,13 +12,12 @@ stage ``iadeep-pod-succeeded`` skips pods annotated ``iadeep.io/emulated``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from iadeep._host import watch_lines
+from iadeep._kube import watch_events
 
 __all__ = ["KubeApi", "KubeCallError", "rfc3339"]
 
@@ -97,25 +96,11 @@ class KubeApi:
         Raises:
             KubeCallError: the watch failed; status 410 when ``resource_version`` is too old.
         """
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         fn = self.core.list_node if kind == "nodes" else self.core.list_pod_for_all_namespaces
-        what = f"watch {kind}"
-        try:
-            resp = fn(watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
-                      timeout_seconds=max(int(timeout_s), 1), _preload_content=False,
-                      _request_timeout=(self.timeout_s, timeout_s + self.timeout_s), **selectors)
-        except ApiException as exc:
-            raise KubeCallError(f"{what}: {exc.status} {exc.reason}", int(exc.status or 0)) from None
-        except (HTTPError, OSError) as exc:
-            raise KubeCallError(f"{what}: {exc}") from None
-        try:
-            with contextlib.closing(watch_lines(resp)) as lines:
-                for line in lines:
-                    yield _event(what, line)
-        except (HTTPError, OSError) as exc:
-            raise KubeCallError(f"{what}: watch broke: {exc}") from None
+        return watch_events(lambda: fn(watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+                                       timeout_seconds=max(int(timeout_s), 1), _preload_content=False,
+                                       _request_timeout=(self.timeout_s, timeout_s + self.timeout_s), **selectors),
+                            f"watch {kind}", KubeCallError)
 
     def annotate_pod(self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]) -> None:
         """Merge-patch annotations of the pod with this UID."""
@@ -148,14 +133,3 @@ class KubeApi:
             self.api_client.close()
         except Exception:  # noqa: BLE001 - closing a pool at shutdown
             pass
-
-
-def _event(what: str, line: bytes) -> tuple[str, dict[str, Any]]:
-    try:
-        event = json.loads(line)
-        kind, obj = event["type"], event.get("object") or {}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise KubeCallError(f"{what}: unreadable watch event ({exc})") from None
-    if kind == "ERROR":
-        raise KubeCallError(f"{what}: {obj.get('code')} {obj.get('message')}", int(obj.get("code") or 0))
-    return kind, obj

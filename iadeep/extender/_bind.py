@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from iadeep._host import watch_lines
+from iadeep._kube import api_error_status, watch_events
 from iadeep.extender._pods import (
     ANNOTATION_ASSUME_TIME,
     ANNOTATION_BIND_PHASE,
@@ -177,16 +177,6 @@ def bind_annotations(assignments: Sequence[Assignment], *, node: str, uuids: Map
     }
 
 
-def _status_message(exc: Any) -> tuple[int, str]:
-    status = int(getattr(exc, "status", 0) or 0)
-    body = getattr(exc, "body", None)
-    try:
-        message = json.loads(body).get("message") if body else None
-    except (ValueError, TypeError, AttributeError):
-        message = None
-    return status, str(message or getattr(exc, "reason", None) or exc)
-
-
 class KubernetesPodApi:
     """:class:`PodApi` over the official ``kubernetes`` client.
 
@@ -238,7 +228,7 @@ class KubernetesPodApi:
             resp.release_conn()
             return resp
         except ApiException as exc:
-            status, message = _status_message(exc)
+            status, message = api_error_status(exc)
             raise KubeError(f"{what}: {status} {message}", status) from None
         except (HTTPError, OSError) as exc:
             raise KubeError(f"{what}: Kubernetes API unreachable: {exc}") from None
@@ -292,26 +282,14 @@ class KubernetesPodApi:
             KubeError: the watch could not be opened or broke; status 410 when ``resource_version``
                 is too old (list again).
         """
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         what = f"watch pods from {resource_version}"
-        try:
-            resp = self.core.list_pod_for_all_namespaces(
-                watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
-                timeout_seconds=max(int(timeout_s), 1), _preload_content=False,
-                _request_timeout=(self.timeout_s, timeout_s + self.timeout_s))
-        except ApiException as exc:
-            status, message = _status_message(exc)
-            raise KubeError(f"{what}: {status} {message}", status) from None
-        except (HTTPError, OSError) as exc:
-            raise KubeError(f"{what}: Kubernetes API unreachable: {exc}") from None
-        try:
-            with contextlib.closing(watch_lines(resp)) as lines:
-                for line in lines:
-                    yield _watch_event(what, line)
-        except (HTTPError, OSError) as exc:
-            raise KubeError(f"{what}: watch broke: {exc}") from None
+        stream = watch_events(lambda: self.core.list_pod_for_all_namespaces(
+            watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+            timeout_seconds=max(int(timeout_s), 1), _preload_content=False,
+            _request_timeout=(self.timeout_s, timeout_s + self.timeout_s)), what, KubeError)
+        for kind, obj in stream:
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            yield kind, (None if kind == "BOOKMARK" else _pod_status(obj)), rv
 
     def event(self, namespace: str, name: str, uid: str, reason: str, message: str, *, warning: bool = False) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -365,23 +343,6 @@ def _pod_status(p: Mapping[str, Any]) -> PodStatus:
                      _timestamp(meta.get("creationTimestamp")),
                      priority if isinstance(priority, int) and not isinstance(priority, bool) else 0, wire,
                      bind_phase if isinstance(bind_phase, str) else "")
-
-
-def _watch_event(what: str, line: bytes) -> tuple[str, PodStatus | None, str]:
-    """One line of a watch stream (``{"type": ..., "object": ...}``) as ``(type, pod, resourceVersion)``.
-
-    Raises:
-        KubeError: an ``ERROR`` event (its ``Status`` code, e.g. 410 Gone), or a line that is not JSON.
-    """
-    try:
-        event = json.loads(line)
-        kind, obj = event["type"], event.get("object") or {}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise KubeError(f"{what}: unreadable watch event ({exc}): {line[:200]!r}") from None
-    if kind == "ERROR":
-        raise KubeError(f"{what}: {obj.get('code')} {obj.get('message')}", int(obj.get("code") or 0))
-    rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-    return kind, (None if kind == "BOOKMARK" else _pod_status(obj)), rv
 
 
 class BindFailed(RuntimeError):
