@@ -1,13 +1,14 @@
 """``iadeep_sweep`` on the CeleryExecutor: docker-compose.yaml + docker-compose.celery.yaml for real.
 
-One sweep conf (two trace windows x two seeds: four mapped ``run_setting`` tasks, two policies each),
-run twice:
+One sweep conf (two trace windows x two loads x two seeds: eight mapped ``run_setting`` tasks, two
+policies each), run twice:
 
 - on the LocalExecutor of an ``airflow standalone`` in this process's virtual environment (the
   same DAG file and package; SQLite), before the stack starts, so that the two do not compete for
   the CPUs; its ``sweep.csv`` is the reference;
-- on the stack with Redis and two Celery workers of one task slot each (``CELERY_WORKER_CONCURRENCY=1``:
-  a worker takes the next task only when its current one ended, so four tasks need both):
+- on the stack with Redis and two Celery workers of one task slot each (``CELERY_WORKER_CONCURRENCY=1``,
+  so that one worker cannot run them all at once; the scheduler may hand out the first mapped task
+  a scheduler loop before the others, so there are seven more to share):
   ``podman-compose up -d`` creates the base services, ``redis`` and ``airflow-worker-{1,2}``; the
   workers' and Redis's health checks pass; every socket the stack listens on (Redis's port among
   them) is on loopback; the run goes through the REST API and succeeds.
@@ -37,7 +38,7 @@ WORKERS = ("airflow-worker-1", "airflow-worker-2")
 SERVICES = ("postgres", "etcd", "redis", "airflow-init", "airflow-apiserver", "airflow-scheduler",
             "airflow-dag-processor", "airflow-triggerer", *WORKERS)
 CONF = {"jobs": 8, "policies": ["iadeep", "exclusive"], "nodes": 2, "gpus_per_node": 2,
-        "start_jobs": [20000, 40000], "loads": [1.0], "seeds": [0, 1], "reference": "iadeep", "out": "sweep-test"}
+        "start_jobs": [20000, 40000], "loads": [1.0, 2.0], "seeds": [0, 1], "reference": "iadeep", "out": "sweep-test"}
 N_SETTINGS = len(CONF["start_jobs"]) * len(CONF["loads"]) * len(CONF["seeds"])
 
 
@@ -87,14 +88,19 @@ def test_a_sweep_on_two_celery_workers_at_once_gives_the_local_executors_result(
         by_host.setdefault(t["hostname"], set()).add(t["id"])
     assert set(by_host) == set(hostnames.values()), (by_host, hostnames)
     # ... and each worker's Celery log names exactly the task instances that carry its hostname
+    worker_logs = {}
     for worker, host in hostnames.items():
         out = stack.run(["podman", "logs", stack.container(worker)])
-        log = out.stdout + out.stderr
+        log = worker_logs[worker] = out.stdout + out.stderr
         ran_here = {t["id"] for t in mapped if t["id"] in log}
         assert ran_here == by_host[host], (worker, host, ran_here, by_host)
     # ... at the same time: two of them on different workers overlap
     spans = [(t["hostname"], _when(t["start_date"]), _when(t["end_date"])) for t in mapped]
-    assert any(h1 != h2 and s1 < e2 and s2 < e1 for h1, s1, e1 in spans for h2, s2, e2 in spans), spans
+    print("\n".join(f"{h} {s:%H:%M:%S.%f} - {e:%H:%M:%S.%f}" for h, s, e in sorted(spans, key=lambda x: x[1])))
+    assert any(h1 != h2 and s1 < e2 and s2 < e1 for h1, s1, e1 in spans for h2, s2, e2 in spans), (
+        "no two tasks on different workers ran at the same time:\n"
+        + "\n".join(f"{h} {s:%H:%M:%S.%f} - {e:%H:%M:%S.%f}" for h, s, e in sorted(spans, key=lambda x: x[1]))
+        + "\n" + "\n".join(line for w in WORKERS for line in worker_logs[w].splitlines() if "execute_workload" in line))
 
     # the same sweep.csv as the LocalExecutor's, combined from the workers' files in the shared folder
     sweep = (stack.data / "runs" / CONF["out"] / "sweep.csv").read_bytes()
