@@ -6,7 +6,10 @@
 
 Each mapped instance simulates every policy on one setting and writes its files under
 ``<out>/<start>-<load>-<seed>/``; with the Celery or Kubernetes executor the settings fan out
-over the workers (the output folder must be shared, e.g. the NFS export). ``combine`` writes
+over the workers (the output folder must be shared, e.g. the NFS export). A setting's rows travel
+to ``combine`` as lists of ``[column, value]`` pairs, not as objects: a Postgres metadata database
+keeps XComs as JSONB, which orders an object's keys by length, and ``sweep.csv``'s columns would
+come out in that order instead of the CLI's. ``combine`` writes
 ``sweep.csv``, ``sweep.png`` and ``guard.json`` (the guard figures against the packing baselines, strict
 JSON as ``iadeep experiment sweep`` writes it: an undefined figure is ``null``).
 
@@ -82,7 +85,7 @@ def iadeep_sweep() -> None:
         return prepared["settings"]
 
     @task(map_index_template="{{ setting['start'] }}-{{ setting['load'] }}-{{ setting['seed'] }}")
-    def run_setting(setting: dict[str, Any], prepared: dict[str, Any]) -> list[dict[str, Any]]:
+    def run_setting(setting: dict[str, Any], prepared: dict[str, Any]) -> list[list[list[Any]]]:
         from airflow.sdk import get_current_context
 
         from iadeep.experiment import ExperimentConfig
@@ -90,11 +93,12 @@ def iadeep_sweep() -> None:
         from iadeep.orchestration import check_claim
 
         check_claim(prepared["config"]["out"], get_current_context())
-        return run(ExperimentConfig.from_dict(prepared["config"]), prepared["paths"], int(setting["start"]),
+        rows = run(ExperimentConfig.from_dict(prepared["config"]), prepared["paths"], int(setting["start"]),
                    float(setting["load"]), int(setting["seed"]))
+        return [[[k, v] for k, v in row.items()] for row in rows]  # ordered pairs: see the module docstring
 
     @task
-    def combine(prepared: dict[str, Any], results: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    def combine(prepared: dict[str, Any], results: list[list[list[list[Any]]]]) -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
         from iadeep.experiment import write_sweep_files
@@ -102,8 +106,8 @@ def iadeep_sweep() -> None:
 
         context = get_current_context()
         out = check_claim(prepared["config"]["out"], context)
-        return {**write_sweep_files([r for rows in results for r in rows], out, prepared["reference"]),
-                "results_url": results_url(context)}
+        rows = [dict(pairs) for setting_rows in results for pairs in setting_rows]
+        return {**write_sweep_files(rows, out, prepared["reference"]), "results_url": results_url(context)}
 
     prepared = prepare()
     combine(prepared, run_setting.partial(prepared=prepared).expand(setting=settings_of(prepared)))

@@ -105,3 +105,69 @@ def test_nothing_listens_beyond_loopback_and_health_checks_survive_podman_compos
         test = s.get("healthcheck", {}).get("test")
         if test:
             assert test[0] == "CMD-SHELL" and len(test) == 2, (name, test)
+
+
+CELERY = REPO / "docker-compose.celery.yaml"
+WORKERS = ("airflow-worker-1", "airflow-worker-2")
+CELERY_ENV = {**ENV, "REDIS_PASSWORD": "test-redis"}
+
+
+def _resolved(tmp_path: Path, *files: Path, env: dict[str, str]) -> dict:
+    """docker-compose's own merge and interpolation of ``files`` (``config``)."""
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        pytest.fail("docker-compose missing: `make node` installs Debian's docker-compose (tools/node/deps.sh)")
+    argv = [tool, *(a for f in files for a in ("-f", str(f))), "--project-directory", str(REPO), "config"]
+    out = subprocess.run(argv, env={**os.environ, **env, "KUBECONFIG_FILE": str(tmp_path / "kubeconfig")},
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    return yaml.safe_load(out.stdout)
+
+
+def test_the_celery_file_is_valid_and_adds_redis_and_two_workers(tmp_path: Path) -> None:
+    """docker-compose.celery.yaml on top of docker-compose.yaml: valid against the schema; Redis
+    and two workers with hostnames of their own on the host network; every Airflow component on
+    the CeleryExecutor and the same broker; REDIS_PASSWORD required; nothing beyond loopback."""
+    import jsonschema
+
+    jsonschema.validate(yaml.safe_load(CELERY.read_text()), json.loads(SCHEMA.read_text()))
+    services = _resolved(tmp_path, COMPOSE, CELERY, env=CELERY_ENV)["services"]
+    assert set(services) == SERVICES | {"redis", *WORKERS}
+    assert all(s.get("network_mode") == "host" for s in services.values())
+    airflow = {n: s["environment"] for n, s in services.items() if n.startswith("airflow-")}
+    assert {e["AIRFLOW__CORE__EXECUTOR"] for e in airflow.values()} == {"CeleryExecutor"}
+    assert {e["AIRFLOW__CELERY__BROKER_URL"] for e in airflow.values()} == {"redis://:test-redis@127.0.0.1:6379/0"}
+    assert {services[w]["hostname"] for w in WORKERS} == {"iadeep-worker-1", "iadeep-worker-2"}
+    for w in WORKERS:
+        assert services[w]["command"][:2] == ["celery", "worker"] and "--skip-serve-logs" in services[w]["command"]
+        assert airflow[w]["AIRFLOW__CORE__HOSTNAME_CALLABLE"] == "socket.gethostname"
+    redis = services["redis"]["command"]
+    assert redis[redis.index("--bind") + 1] == "127.0.0.1" and redis[redis.index("--requirepass") + 1] == "test-redis"
+    # the executor is the variable's: LocalExecutor by default without the Celery file
+    base = _resolved(tmp_path, COMPOSE, env=ENV)["services"]
+    assert {s["environment"]["AIRFLOW__CORE__EXECUTOR"] for n, s in base.items() if n.startswith("airflow-")} == {
+        "LocalExecutor"}
+    chosen = _resolved(tmp_path, COMPOSE, env={**ENV, "AIRFLOW_EXECUTOR": "KubernetesExecutor"})["services"]
+    assert chosen["airflow-scheduler"]["environment"]["AIRFLOW__CORE__EXECUTOR"] == "KubernetesExecutor"
+    text = CELERY.read_text()
+    assert "0.0.0.0" not in text and not re.search(r"\b(?!127\.)\d+\.\d+\.\d+\.\d+\b", text)
+    tool = shutil.which("docker-compose")
+    missing = subprocess.run([tool, "-f", str(COMPOSE), "-f", str(CELERY), "config", "-q"], env={**os.environ, **ENV},
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert missing.returncode != 0 and "REDIS_PASSWORD" in missing.stderr + missing.stdout  # no password baked in
+
+
+def test_the_workers_run_airflow_as_the_scheduler_does(tmp_path: Path) -> None:
+    """The workers' settings repeat docker-compose.yaml's (a second file cannot use its anchors):
+    image, entrypoint (waiting for the migrations), volumes and every environment variable are the
+    scheduler's, but for the worker's own hostname callable."""
+    services = _resolved(tmp_path, COMPOSE, CELERY, env=CELERY_ENV)["services"]
+    scheduler = services["airflow-scheduler"]
+    for w in WORKERS:
+        worker = services[w]
+        for key in ("image", "entrypoint", "restart"):
+            assert worker[key] == scheduler[key], (w, key)
+        assert sorted(worker["volumes"], key=str) == sorted(scheduler["volumes"], key=str), w
+        extra = {k: v for k, v in worker["environment"].items() if scheduler["environment"].get(k) != v}
+        assert extra == {"AIRFLOW__CORE__HOSTNAME_CALLABLE": "socket.gethostname"}, w
+        assert set(scheduler["environment"]) <= set(worker["environment"]), w

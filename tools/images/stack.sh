@@ -5,8 +5,9 @@
 #             builds it, with the `airflow` extra: the package, Airflow and its providers);
 #   postgres  images/postgres/Dockerfile, Debian's PostgreSQL (stand-in for docker.io/library/postgres);
 #   etcd      images/etcd/Dockerfile, Debian's etcd (stand-in for quay.io/coreos/etcd);
+#   redis     images/redis/Dockerfile, Debian's Redis (the Celery broker of docker-compose.celery.yaml);
 #
-# the last two on the Debian root filesystem image that build.sh makes. They stay in build.sh's
+# the last three on the Debian root filesystem image that build.sh makes. They stay in build.sh's
 # buildah storage (no export: podman reads them from there as an additional, read-only image
 # store) and are tagged with this build's content hash, so that checkouts with different trees do
 # not retag each other's images. Cached by content hash: build.sh's hash (the package, images/,
@@ -14,8 +15,8 @@
 #
 #   ${IADEEP_IMAGES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/iadeep/images}/stack/<hash>/images.env
 #
-# holding AIRFLOW_IMAGE=..., POSTGRES_IMAGE=..., ETCD_IMAGE=... (the variables docker-compose.yaml
-# reads) and IMAGE_STORE=<the storage folder>. Usage: stack.sh [--print-env|--force]
+# holding AIRFLOW_IMAGE=..., POSTGRES_IMAGE=..., ETCD_IMAGE=..., REDIS_IMAGE=... (the variables
+# docker-compose.yaml and docker-compose.celery.yaml read) and IMAGE_STORE=<the storage folder>. Usage: stack.sh [--print-env|--force]
 # Env: those of build.sh (IADEEP_IMAGES_DIR, IADEEP_IMAGES_STORAGE_DRIVER, IADEEP_IMAGE_PREFIX,
 # IADEEP_IMAGE_TAG, IADEEP_BUILD_NICE).
 set -euo pipefail
@@ -79,11 +80,13 @@ build() { # name dockerfile base context [build-arg...]
 build base-airflow images/base/Dockerfile "$os_image" . EXTRAS=services,airflow
 build postgres images/postgres/Dockerfile "$os_image" images/postgres
 build etcd images/etcd/Dockerfile "$os_image" images/etcd
+build redis images/redis/Dockerfile "$os_image" images/redis
 build airflow images/airflow/Dockerfile "$PREFIX/base-airflow:$HASH" images/airflow
 cat > "$ENVFILE" <<EOF
 AIRFLOW_IMAGE=$PREFIX/airflow:$HASH
 POSTGRES_IMAGE=$PREFIX/postgres:$HASH
 ETCD_IMAGE=$PREFIX/etcd:$HASH
+REDIS_IMAGE=$PREFIX/redis:$HASH
 IMAGE_STORE=$STORE
 EOF
 touch "$OUT/DONE"
@@ -91,7 +94,7 @@ touch "$OUT/DONE"
 ls -1dt "$CACHE"/stack/*/ 2>/dev/null | tail -n +5 | while read -r old; do
   old="${old%/}"; h="$(basename "$old")"
   [[ "$old" == "$OUT" ]] && continue
-  for n in airflow postgres etcd base-airflow base; do "${BUILDAH[@]}" rmi "$PREFIX/$n:$h" >/dev/null 2>&1 || true; done
+  for n in airflow postgres etcd redis base-airflow base; do "${BUILDAH[@]}" rmi "$PREFIX/$n:$h" >/dev/null 2>&1 || true; done
   rm -rf "$old" && echo "stack images: removed old build $h"
 done
 printf 'stack images: %s in %ss\n' "$ENVFILE" "$(secs_since "$t0")"
