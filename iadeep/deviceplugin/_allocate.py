@@ -2,7 +2,7 @@
 
 The kubelet's ``Allocate`` names device IDs only, never the pod. The extender's bind marks the
 pod it placed (``iadeep.io/bind-phase: allocating``, the GPUs' indexes and UUIDs, the memory per
-GPU and the assume time in ns; see :mod:`iadeep.extender._pods`), so a container request is
+GPU and the assume time in ns; see :mod:`iadeep.podspec`), so a container request is
 matched to the pods bound to this node in that phase, **oldest assume time first**, and among
 them to the first whose next unserved container asks for exactly as many ``iadeep.io/gpu-mem``
 units as there are device IDs. When the device IDs lie on GPUs (device IDs carry their GPU's
@@ -45,17 +45,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from iadeep.podspec import (
+    ANNOTATION_ASSUME_TIME, ANNOTATION_BIND_PHASE, ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MEM, ANNOTATION_GPU_UUID,
+    ANNOTATION_NODE, BIND_PHASE_ALLOCATED, BIND_PHASE_ALLOCATING, GPU_COUNT_RESOURCE, GPU_MEM_RESOURCE,
+)
+
 __all__ = ["BoundPod", "PodApi", "KubernetesPodApi", "NoMatchingPod", "Allocator", "device_gpu",
            "BIND_PHASE", "ALLOCATING", "ALLOCATED", "COUNT_RESOURCE"]
 
 log = logging.getLogger(__name__)
 
-BIND_PHASE = "iadeep.io/bind-phase"
-ALLOCATING = "allocating"
-ALLOCATED = "allocated"
-_GPU_INDEX, _GPU_UUID, _GPU_MEM = "iadeep.io/gpu-index", "iadeep.io/gpu-uuid", "iadeep.io/gpu-mem-gib"
-_ASSUME, _NODE = "iadeep.io/assume-time", "iadeep.io/node"
-COUNT_RESOURCE = "iadeep.io/gpu-count"
+BIND_PHASE = ANNOTATION_BIND_PHASE
+ALLOCATING = BIND_PHASE_ALLOCATING
+ALLOCATED = BIND_PHASE_ALLOCATED
+_GPU_INDEX, _GPU_UUID, _GPU_MEM = ANNOTATION_GPU_INDEX, ANNOTATION_GPU_UUID, ANNOTATION_GPU_MEM
+_ASSUME, _NODE = ANNOTATION_ASSUME_TIME, ANNOTATION_NODE
+COUNT_RESOURCE = GPU_COUNT_RESOURCE
 _DEVICE_SUFFIX = re.compile(r"-(?:mem|slot)-\d+$")
 _OWED_MAX = 256  # containers whose gpu-mem was served and slots not yet (the kubelet admits one pod at a time)
 
@@ -141,7 +146,7 @@ class KubernetesPodApi:
         count_resource: the slot resource name (``iadeep.io/gpu-count``).
     """
 
-    def __init__(self, api_client: Any, resource: str = "iadeep.io/gpu-mem", count_resource: str = COUNT_RESOURCE) -> None:
+    def __init__(self, api_client: Any, resource: str = GPU_MEM_RESOURCE, count_resource: str = COUNT_RESOURCE) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)

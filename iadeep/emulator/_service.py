@@ -64,7 +64,7 @@ from iadeep.emulator._gpus import EmulatedGpus, RateChange
 from iadeep.emulator._kube import KubeApi, KubeCallError
 from iadeep.emulator._metrics import EmulatorMetrics
 from iadeep.emulator._settings import EmulatorSettings
-from iadeep.extender import (
+from iadeep.podspec import (
     ANNOTATION_ASSUME_TIME,
     ANNOTATION_BATCH_SIZE,
     ANNOTATION_DURATION,

@@ -31,7 +31,8 @@ from iadeep.extender._pods import (
 from iadeep.extender._podwatch import PendingPods
 from iadeep.extender._service import ExtenderService
 from iadeep.extender._settings import CacheSettings, ExtenderSettings, JobDefaults, KubeSettings
-from iadeep.extender._view import Snapshot, TypeResolver, ViewBase, build_view
+from iadeep.extender._view import Snapshot, ViewBase, build_view
+from iadeep.podspec import TypeResolver
 from iadeep.extender._wire import Pod
 
 __all__ = [

@@ -36,7 +36,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from iadeep.extender._view import Snapshot, TypeResolver, ViewBase, add_reservation, remove_pod
+from iadeep.extender._view import Snapshot, ViewBase, add_reservation, remove_pod
+from iadeep.podspec import TypeResolver
 from iadeep.state import (
     Assignment,
     ChangeBatch,

@@ -36,6 +36,11 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 from iadeep.extender._wire import Container, Pod
+from iadeep.podspec import (
+    ANNOTATION_ASSUME_TIME, ANNOTATION_BATCH_SIZE, ANNOTATION_BIND_PHASE, ANNOTATION_DURATION, ANNOTATION_GPU_INDEX,
+    ANNOTATION_GPU_MEM, ANNOTATION_GPU_MODELS, ANNOTATION_GPU_UUID, ANNOTATION_MODEL, ANNOTATION_NODE, ANNOTATION_REASON,
+    BIND_ANNOTATIONS, BIND_PHASE_ALLOCATING, MAX_GPUS_PER_POD, PodSpecError,
+)
 from iadeep.state import JobRecord
 
 __all__ = [
@@ -57,41 +62,6 @@ __all__ = [
     "PodSpecError",
     "pod_demand",
 ]
-
-ANNOTATION_MODEL = "iadeep.io/model"
-ANNOTATION_BATCH_SIZE = "iadeep.io/batch-size"
-ANNOTATION_DURATION = "iadeep.io/duration-s"
-ANNOTATION_GPU_MODELS = "iadeep.io/gpu-models"
-
-ANNOTATION_GPU_INDEX = "iadeep.io/gpu-index"
-"""GPU index(es) on the node reserved for the pod, comma-separated in gang order (e.g. ``"0,3"``)."""
-ANNOTATION_GPU_UUID = "iadeep.io/gpu-uuid"
-"""The same GPUs' UUIDs as published in the node inventory, comma-separated (empty when unknown)."""
-ANNOTATION_GPU_MEM = "iadeep.io/gpu-mem-gib"
-"""GPU memory reserved on each of those GPUs, GiB (decimal)."""
-ANNOTATION_ASSUME_TIME = "iadeep.io/assume-time"
-"""When the reservation was made: Unix time in nanoseconds (integer), as gpushare does."""
-ANNOTATION_BIND_PHASE = "iadeep.io/bind-phase"
-"""``allocating`` when the extender bound the pod; the device plugin sets ``allocated`` once its
-``Allocate`` has served the pod (it picks, among pods on its node in ``allocating`` with the
-requested memory, the one with the oldest assume time)."""
-ANNOTATION_NODE = "iadeep.io/node"
-"""The node the reservation is on (lets the device plugin reject a pod bound elsewhere)."""
-ANNOTATION_REASON = "iadeep.io/placement-reason"
-"""The policy's justification of the GPU choice, for humans."""
-
-BIND_PHASE_ALLOCATING = "allocating"
-BIND_ANNOTATIONS = (ANNOTATION_GPU_INDEX, ANNOTATION_GPU_UUID, ANNOTATION_GPU_MEM, ANNOTATION_ASSUME_TIME,
-                    ANNOTATION_BIND_PHASE, ANNOTATION_NODE, ANNOTATION_REASON)
-
-
-#: More GPUs than any node has; larger counts are rejected before any arithmetic on them.
-MAX_GPUS_PER_POD = 64
-
-
-class PodSpecError(ValueError):
-    """The pod asks for our resource in a way we cannot serve; the message says what to fix."""
-
 
 @dataclass(frozen=True)
 class PodDemand:

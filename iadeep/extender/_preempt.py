@@ -28,7 +28,8 @@ from collections import ChainMap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from iadeep.extender._view import Snapshot, TypeResolver, ViewBase
+from iadeep.extender._view import Snapshot, ViewBase
+from iadeep.podspec import TypeResolver
 from iadeep.state import GpuState, JobRecord
 
 __all__ = ["Nomination", "Nominations", "with_nominations"]

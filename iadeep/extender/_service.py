@@ -48,13 +48,14 @@ from iadeep.extender._pods import (
 from iadeep.extender._settings import ExtenderSettings
 from iadeep.extender._undo import UndoApplier
 from iadeep.extender._upkeep import Upkeep
-from iadeep.extender._view import TypeResolver, ViewBase
+from iadeep.extender._view import ViewBase
 from iadeep.extender._wire import (
     ExtenderArgs,
     ExtenderFilterResult,
     HostPriorityList,
     Pod,
 )
+from iadeep.podspec import TypeResolver
 from iadeep.interference import InterferenceModel, InterferenceSample
 from iadeep.policy import POLICIES, ClusterView, FilterResult, JobRequest, Preemption, Wait, make_policy
 from iadeep.state import (

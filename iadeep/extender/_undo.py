@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 
 from iadeep.extender._bind import KubeError, PodApi
 from iadeep.extender._pods import PodSpecError
-from iadeep.extender._view import TypeResolver
+from iadeep.podspec import TypeResolver
 from iadeep.policy import Policy
 from iadeep.state import RecordError, StateStore, StoreUnavailable, UndoRecord
 

@@ -31,9 +31,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from iadeep.extender._pods import PodSpecError, job_of
-from iadeep.interference import InterferenceModel
-from iadeep.jobtypes import JobType
+from iadeep.extender._pods import job_of
+from iadeep.podspec import TypeResolver
 from iadeep.policy import ClusterView, JobRequest
 from iadeep.state import Assignment, GpuState, JobRecord, NodeInventory
 
@@ -102,57 +101,6 @@ class Snapshot:
         if inv is None:
             return []
         return [self.gpu_states.get((node, g.index), GpuState(node, g.index)) for g in inv.gpus]
-
-
-class TypeResolver:
-    """Maps a job's (model family, batch size) to the interference model's type id.
-
-    An unmeasured batch size of a known family maps to the nearest measured one (ties to the
-    smaller); an unknown family is an error for a new pod and the default type for a stored record.
-
-    Args:
-        model: the interference model.
-        default_model / default_batch_size: the type of pods without annotations.
-    """
-
-    def __init__(self, model: InterferenceModel, default_model: str, default_batch_size: int):
-        self.model = model
-        self._sizes: dict[str, tuple[int, ...]] = {}
-        for t in model.types:
-            self._sizes.setdefault(t.model, ())
-        for fam in self._sizes:
-            self._sizes[fam] = model.batch_sizes(fam)
-        self._cache: dict[tuple[str, int], int] = {}
-        self.default_type = self.resolve(default_model, default_batch_size)
-
-    @property
-    def families(self) -> tuple[str, ...]:
-        return tuple(sorted(self._sizes))
-
-    def resolve(self, family: str, batch_size: int) -> int:
-        """Type id of ``family`` at (the measured batch size nearest to) ``batch_size``.
-
-        Raises:
-            PodSpecError: ``family`` was not measured (the message lists the known families).
-        """
-        key = (family, batch_size)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        sizes = self._sizes.get(family)
-        if not sizes:
-            raise PodSpecError(f"model {family!r} is not in the interference model; known: {', '.join(self.families)}")
-        nearest = min(sizes, key=lambda b: (abs(b - batch_size), b))
-        tid = self.model.type_id(JobType(family, nearest))
-        if len(self._cache) < 4096:
-            self._cache[key] = tid
-        return tid
-
-    def resolve_or_default(self, family: str, batch_size: int) -> int:
-        try:
-            return self.resolve(family, batch_size)
-        except PodSpecError:
-            return self.default_type
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from iadeep.interference import memory_gib
 from iadeep.jobtypes import JobType
+from iadeep.podspec import ANNOTATION_BATCH_SIZE, ANNOTATION_DURATION, ANNOTATION_MODEL, GPU_COUNT_RESOURCE, GPU_MEM_RESOURCE
 from iadeep.training._spec import defaults_of
 
 __all__ = ["VolumeSettings", "JobTemplateSettings", "render_job", "render_trace_jobs", "job_manifest", "job_name",
@@ -169,13 +170,13 @@ def render_job(
     container = client.V1Container(
         name="train", image=settings.image_ref, image_pull_policy=settings.image_pull_policy,
         command=["iadeep"], args=args, env=env,
-        resources=client.V1ResourceRequirements(limits={"iadeep.io/gpu-mem": units, "iadeep.io/gpu-count": "1"},
-                                                requests={"iadeep.io/gpu-mem": units, "iadeep.io/gpu-count": "1"}),
+        resources=client.V1ResourceRequirements(limits={GPU_MEM_RESOURCE: units, GPU_COUNT_RESOURCE: "1"},
+                                                requests={GPU_MEM_RESOURCE: units, GPU_COUNT_RESOURCE: "1"}),
         volume_mounts=[client.V1VolumeMount(name="datasets", mount_path=DATA_MOUNT, read_only=True),
                        client.V1VolumeMount(name="checkpoint", mount_path=CHECKPOINT_MOUNT)])
-    annotations = {"iadeep.io/model": d.gavel_family, "iadeep.io/batch-size": str(bs), "iadeep.io/workload": model}
+    annotations = {ANNOTATION_MODEL: d.gavel_family, ANNOTATION_BATCH_SIZE: str(bs), "iadeep.io/workload": model}
     if duration_s is not None:
-        annotations["iadeep.io/duration-s"] = f"{duration_s:.10g}"  # whole seconds of multi-day jobs kept
+        annotations[ANNOTATION_DURATION] = f"{duration_s:.10g}"  # whole seconds of multi-day jobs kept
     labels = {"app.kubernetes.io/name": "iadeep-workload", "app.kubernetes.io/component": model, "iadeep.io/job-id": name[-63:]}
     pod = client.V1PodTemplateSpec(
         metadata=client.V1ObjectMeta(labels=labels, annotations=annotations),
