@@ -4,7 +4,8 @@ Notation: for the job ``n`` asking and a candidate partner ``p`` alone on a GPU,
 are their predicted normalised throughputs together, ``R_n``, ``R_p`` their remaining work at
 dedicated speed (s), ``k_p`` the partner's GPUs, ``W`` the expected wait for free GPUs
 (:meth:`IADeep.expected_wait_s`: GPUs free up in order of remaining time, after the ``gpus_ahead``
-that pending jobs ahead take), ``B`` the jobs blocked behind ``n`` (``jobs_behind``; 0 under
+that pending jobs ahead take; for a job of several GPUs in pods of ``pod_gpus``, until its pods
+fit, each on one node), ``B`` the jobs blocked behind ``n`` (``jobs_behind``; 0 under
 kube-scheduler's queue), ``Q`` the other queued jobs (``jobs_queued``), ``G`` the cluster's GPUs.
 
 Reserve phase (:meth:`IADeep.reserve`), in order:
@@ -39,7 +40,7 @@ table with ``predictor="oracle"``). A session whose best configuration still sum
 evicted and the pair of job types banned (:meth:`~iadeep.policy.Policy.avoid`).
 
 The measurements behind each rule and the alternatives tried: ``docs/design/``
-(2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md).
+(2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md, 2026-12-04-a-gangs-wait-on-nodes.md).
 """
 
 from __future__ import annotations
