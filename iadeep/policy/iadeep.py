@@ -4,7 +4,8 @@ Notation: for the job ``n`` asking and a candidate partner ``p`` alone on a GPU,
 are their predicted normalised throughputs together, ``R_n``, ``R_p`` their remaining work at
 dedicated speed (s), ``k_p`` the partner's GPUs, ``W`` the expected wait for free GPUs
 (:meth:`IADeep.expected_wait_s`: GPUs free up in order of remaining time, after the ``gpus_ahead``
-that pending jobs ahead take), ``B`` the jobs blocked behind ``n`` (``jobs_behind``; 0 under
+that pending jobs ahead take; for a job of several GPUs in pods of ``pod_gpus``, until its pods
+fit, each on one node), ``B`` the jobs blocked behind ``n`` (``jobs_behind``; 0 under
 kube-scheduler's queue), ``Q`` the other queued jobs (``jobs_queued``), ``G`` the cluster's GPUs.
 
 Reserve phase (:meth:`IADeep.reserve`), in order:
@@ -39,7 +40,7 @@ table with ``predictor="oracle"``). A session whose best configuration still sum
 evicted and the pair of job types banned (:meth:`~iadeep.policy.Policy.avoid`).
 
 The measurements behind each rule and the alternatives tried: ``docs/design/``
-(2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md).
+(2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md, 2026-12-04-a-gangs-wait-on-nodes.md).
 """
 
 from __future__ import annotations
@@ -192,15 +193,54 @@ class IADeep(Policy):
         util[shared] = 0.5 * (a[shared] + b[shared]) * 0.9  # a free GPU always ranks above sharing
         return util
 
-    def expected_wait_s(self, job: JobRequest, view: ClusterView, n_free: int) -> float:
-        """Expected time until ``job`` could start alone (s): GPUs free up in order of remaining time."""
-        left = view.gpu_free_in_s[view.njobs > 0]
+    def expected_wait_s(self, job: JobRequest, view: ClusterView, n_free: int, free: np.ndarray | None = None) -> float:
+        """Expected time until ``job`` could start alone (s): GPUs free up in order of remaining time.
+
+        The ``need = max(num_gpus - n_free, 1) + gpus_ahead``-th GPU to free up, the pending pods
+        ahead taking the first ones. For a job of several GPUs whose pods each need one node
+        (``job.pod_gpus``) and given ``free`` (its eligible free GPUs, boolean of shape ``(G,)``),
+        at least the time by which its pods fit: :meth:`_pods_ready_s`.
+        """
+        busy = view.njobs > 0
+        left = view.gpu_free_in_s[busy]
         if len(left) == 0:
             return 0.0
         need = max(job.num_gpus - n_free, 1) + job.gpus_ahead
         kth = min(need, len(left)) - 1
+        if free is not None and job.pod_gpus and job.num_gpus > 1:
+            return max(float(np.partition(left, kth)[kth]), self._pods_ready_s(job, view, free, busy, left))
         left.partition(kth)  # in place (left is a copy): np.partition's value, without a second copy
         return float(left[kth])
+
+    @staticmethod
+    def _pods_ready_s(job: JobRequest, view: ClusterView, free: np.ndarray, busy: np.ndarray, left: np.ndarray) -> float:
+        """Time (s) until the ``num_gpus / pod_gpus`` pods of ``job`` fit, each on one node.
+
+        A node's GPUs become available in order of remaining time (its ``free`` GPUs at 0, its busy
+        ones at :attr:`ClusterView.gpu_free_in_s`), but the ``gpus_ahead`` busy GPUs of the whole
+        cluster that free up first are the pending pods' ahead of it; the node holds its ``j``-th
+        pod once its ``j * pod_gpus``-th GPU is available. The answer is the pods' count-th
+        smallest such time over all nodes (the latest one when the cluster holds fewer).
+        Args: ``busy`` the GPUs holding a job, ``left`` their times until free (``gpu_free_in_s[busy]``).
+        """
+        p, n_pods = job.pod_gpus, job.num_gpus // job.pod_gpus
+        busy_ids = busy.nonzero()[0]
+        if job.gpus_ahead:  # taken by the pods ahead: not available to this job within its wait
+            keep = np.argsort(left, kind="stable")[job.gpus_ahead:]
+            busy_ids, left = busy_ids[keep], left[keep]
+        nodes = view.gpu_node
+        ready: list[float] = []
+        free_on = np.bincount(nodes[free], minlength=len(view.node_names))
+        busy_node = nodes[busy_ids]
+        for k in range(len(view.node_names)):
+            times = np.sort(left[busy_node == k])
+            n_free_k = int(free_on[k])
+            avail = np.concatenate([np.zeros(n_free_k), times])
+            ready.extend(avail[p - 1::p].tolist())
+        if not ready:  # no node holds a pod beside the pods ahead: the GPU count alone decides
+            return 0.0
+        ready.sort()
+        return ready[min(n_pods, len(ready)) - 1]
 
     def _wait_within(self, job: JobRequest, view: ClusterView, n_free: int, factor: int, ceiling: float) -> bool:
         """Whether ``expected_wait_s(job, view, n_free) * factor <= ceiling`` follows from the GPUs
@@ -321,7 +361,7 @@ class IADeep(Policy):
         else:
             # Waiting also holds back the queue: under FIFO no job behind starts before the head,
             # so each of them starts up to ``W`` later (module docstring: all of them count).
-            wait = self.expected_wait_s(job, view, n_free)
+            wait = self.expected_wait_s(job, view, n_free, free)
             blocked = job.jobs_behind
             bad_weight = (1.0 + blocked / need if n_free else 1.0) if self.bad_pairs_when_waiting else 0.0
             credit = wait * np.where(good, 1.0 + blocked / need, bad_weight)
@@ -389,9 +429,9 @@ class IADeep(Policy):
             # Most calls end at the check below (93 % on the first 20,000 jobs). An upper bound of
             # the expected wait that passes it decides the same without every GPU's time until free
             # (measured: that computation was 60 us of a 100 us call).
-            if self._wait_within(job, view, n_free, 1 + b, ceiling):
+            if not (job.pod_gpus and job.num_gpus > 1) and self._wait_within(job, view, n_free, 1 + b, ceiling):
                 return holds(ANY_BEHIND if job.jobs_behind >= roomy else job.jobs_behind)
-            w = self.expected_wait_s(job, view, n_free)
+            w = self.expected_wait_s(job, view, n_free, free)
             self._remember_soonest(view)
         else:
             w = wait_s

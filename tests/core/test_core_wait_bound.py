@@ -73,43 +73,46 @@ def test_the_bound_never_decides_otherwise(model, busy, queue):
 
 
 def test_the_slice_reaches_waits_for_several_gpus(model, busy):
-    """So that a bound ignoring ``need`` is exercised."""
-    _, seen, _ = _run(model, busy)
+    """So that a bound ignoring ``need`` is exercised: with gangs on any GPUs (a gang of pods on
+    single nodes is never asked, its wait counts where its pods fit), and the decisions the same
+    as without the shortcut there too."""
+    decisions, seen, summary = _run(model, busy, gang_placement="any-gpus")
     assert seen["need>1"] > 0, seen
+    base, _, base_summary = _run(model, busy, shortcut=False, gang_placement="any-gpus")
+    assert decisions == base and summary == base_summary
 
 
-def _idle_counted(self, job, view, n_free, factor, ceiling):
-    return bool(self._soonest) and ceiling >= 0  # as if a remembered GPU were idle (time until free 0)
+def _two_node_view(ends_h):
+    """2 nodes x 4 GPUs; GPUs 0 and 4 free, each other GPU ``g`` alone holds a 1-GPU job that
+    ends in ``ends_h[g]`` hours (handles 0-5 in GPU order; handle 6 is the waiting job)."""
+    import numpy as np
+    from iadeep.policy import ClusterView
+
+    busy = [g for g in range(8) if g not in (0, 4)]
+    slots = np.full((8, 2), -1)
+    for h, g in enumerate(busy):
+        slots[g, 0] = h
+    n = len(busy) + 1
+    work = np.array([ends_h[g] * 3600.0 for g in busy] + [3600.0])
+    return ClusterView(0.0, ("n0", "n1"), np.repeat([0, 1], 4), np.tile(np.arange(4), 2), np.full(8, 24.0),
+                       np.where(slots[:, 0] >= 0, 2.0, 0.0), slots, np.zeros(n, dtype=int), np.zeros(n, dtype=int),
+                       np.ones(n, dtype=int), work, np.zeros(n), np.r_[np.ones(n - 1), 0.0])
 
 
-def _need_ignored(self, job, view, n_free, factor, ceiling):
-    one = job.__class__(**{**job.__dict__, "num_gpus": 1, "gpus_ahead": 0, "pod_gpus": 0})
-    return _ORIGINAL(self, one, view, 1, factor, ceiling)
+@pytest.mark.parametrize(("pod_gpus", "ahead", "wait_h"), [(4, 0, 3.0), (2, 0, 2.0), (0, 0, 2.0), (4, 1, 4.0)])
+def test_a_gang_of_pods_waits_for_room_on_nodes(model, pod_gpus, ahead, wait_h):
+    """The expected wait of a 4-GPU job counts where its pods fit. Node 0's busy GPUs end in 1, 3
+    and 3 h, node 1's in 2, 2 and 4 h, one GPU free on each. As one pod of 4 GPUs it needs a whole
+    node: node 0 at 3 h (the GPU count alone would say the second busy GPU to free, 2 h); as two
+    pods of 2 it fits at 2 h (node 0's free GPU with the 1-h one, node 1's free GPU with a 2-h one);
+    without a pod rule, 2 h. With one GPU's worth of pods ahead (they take the 1-h GPU), node 0
+    holds 3 GPUs at most and the pod of 4 fits on node 1 at 4 h."""
+    import numpy as np
+    from iadeep.policy import JobRequest
+    from iadeep.policy.iadeep import IADeep
 
-
-def _first_occupant(self, job, view, n_free, factor, ceiling):
-    """A GPU's time until free taken from its first occupant only (not the last to finish)."""
-    need = max(job.num_gpus - n_free, 1) + job.gpus_ahead
-    passed = 0
-    for g in self._soonest:
-        h = int(view.slots[g, 0])
-        if h < 0:
-            continue
-        r = float(view.job_rate[h])
-        left = float(view.job_work_left_s[h]) - r * (view.now_s - float(view.job_updated_s[h]))
-        passed += max(left, 0.0) / max(r, 1e-6) * factor <= ceiling
-    return passed >= need
-
-
-_ORIGINAL = IADeep._wait_within
-
-
-@pytest.mark.parametrize("plant", [_idle_counted, _need_ignored, _first_occupant])
-def test_a_wrong_bound_is_caught(model, busy, monkeypatch, plant):
-    """On any GPUs: with gangs placed as pods this slice reaches no wait where a bound ignoring
-    ``need`` passes wrongly (the plant goes unnoticed there)."""
-    monkeypatch.setattr(IADeep, "_wait_within", plant)
-    with pytest.raises(AssertionError):
-        decisions, _, summary = _run(model, busy, gang_placement="any-gpus")
-        base, _, base_summary = _run(model, busy, shortcut=False, gang_placement="any-gpus")
-        assert decisions == base and summary == base_summary
+    view = _two_node_view([0, 1, 3, 3, 0, 2, 2, 4])
+    job = JobRequest(6, "gang", 0, 4, 2.0, 3600.0, ahead, 0, pod_gpus=pod_gpus)
+    free = view.njobs == 0
+    wait = IADeep(model).expected_wait_s(job, view, int(np.count_nonzero(free)), free)
+    assert wait == pytest.approx(wait_h * 3600.0)
