@@ -220,6 +220,9 @@ class BindPipeline:
             uuids = {int(nb.gpu_local_index[g]): nb.gpu_uuid[g] for g in range(nb.n_gpus)}
             if existing:  # a retried bind of a pod already reserved here: reuse the reservation
                 return existing, "reservation already held", uuids, existing[0].assumed_at
+            if demand.gang:  # its gang's reservation was released meanwhile: never placed alone
+                return (f"gang {demand.gang!r} member {demand.gang_index} holds no reservation on {node} (its gang was "
+                        "released; kube-scheduler places the gang again)")
             now = self.clock()
             job = self._job_record(demand, now)
             view, request = self._request(demand, type_id, nb, now)

@@ -259,7 +259,8 @@ class GangScheduling:
                     gangs.add((job.namespace, job.gang))
         released = self.release_pods(uids)
         for namespace, gang in sorted(gangs):
-            released += self._release_gang(namespace, gang, "a member ended before the gang was bound")
+            more = self._release_gang(namespace, gang, "a member ended before the gang was bound")
+            released += [u for u in more if u not in released]
         return released
 
     def gang_peers(self, uids: set[str], unbound: set[str]) -> set[str]:

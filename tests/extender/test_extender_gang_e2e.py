@@ -105,9 +105,10 @@ def test_a_gang_that_only_partly_fits_binds_nothing_until_it_fits_whole(k8s_clie
                  timeout=30, what="filler Running")
     batch.create_namespaced_job(k8s_namespace, _gang_job("fill"))
 
-    def refused(ps):
-        return len(ps) == 4 and all(any(c.type == "PodScheduled" and c.status == "False" and "gang of 4 pod(s)" in
-                                        (c.message or "") for c in p.status.conditions or []) for p in ps)
+    def refused(ps):  # every member unschedulable, at least one of them for the extender's reason
+        conds = [next((c for c in p.status.conditions or [] if c.type == "PodScheduled"), None) for p in ps]
+        return (len(ps) == 4 and all(c is not None and c.status == "False" for c in conds)
+                and any("gang of 4 pod(s)" in (c.message or "") for c in conds))
 
     pods = wait_for(lambda: _members(core, k8s_namespace, "fill"), refused, timeout=60,
                     what="every member refused as a gang")
@@ -116,8 +117,8 @@ def test_a_gang_that_only_partly_fits_binds_nothing_until_it_fits_whole(k8s_clie
     assert [p.spec.node_name for p in pods] == [None] * 4
     assert {a.pod_uid for a in store.assignments()} == {f.metadata.uid}  # nothing of the gang stays reserved
     assert not [j for j in store.jobs().values() if j.gang == "fill"]
-    message = next(c.message for c in pods[0].status.conditions if c.type == "PodScheduled")
-    assert "do not split into pods" in message or "eligible" in message, message
+    messages = [c.message or "" for p in pods for c in p.status.conditions or [] if c.type == "PodScheduled"]
+    assert any("gang of 4 pod(s)" in m and ("do not split into pods" in m or "eligible" in m) for m in messages), messages
 
     core.delete_namespaced_pod("filler", k8s_namespace, grace_period_seconds=0)
     pods = wait_for(lambda: _members(core, k8s_namespace, "fill"),
