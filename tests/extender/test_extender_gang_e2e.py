@@ -4,6 +4,7 @@ all, and its reservations are released together (the decision, the permit wait, 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -82,6 +83,14 @@ def test_a_16_gpu_job_runs_as_4_pods_placed_together(k8s_client, k8s_namespace, 
         assert {a.node for a in held if a.pod_uid == p.metadata.uid} == {p.spec.node_name}
         assert p.metadata.annotations[ANNOTATION_GPU_INDEX] == "0,1,2,3"
     assert {j.gang for u, j in store.jobs().items() if u in {p.metadata.uid for p in pods}} == {"big"}
+    # kube-scheduler's own gang scheduling ran in front of the extender (iadeep.dev.GANG_FEATURE_GATES):
+    # the Job controller made the gang's PodGroup, the members name it, and it was scheduled whole
+    raw = [json.loads(core.read_namespaced_pod(p.metadata.name, k8s_namespace, _preload_content=False).data) for p in pods]
+    groups = {r["spec"]["schedulingGroup"]["podGroupName"] for r in raw}
+    (group,) = client.CustomObjectsApi(k8s_client).list_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", k8s_namespace, "podgroups")["items"]
+    assert groups == {group["metadata"]["name"]} and group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
+    assert ("PodGroupScheduled", "True") in [(c["type"], c["status"]) for c in group["status"]["conditions"]]
     # bound together: the four Bindings within the permit wait of one another
     times = [next(c.last_transition_time for c in p.status.conditions if c.type == "PodScheduled") for p in pods]
     assert (max(times) - min(times)).total_seconds() <= 4
