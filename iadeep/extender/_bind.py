@@ -278,7 +278,10 @@ class KubernetesPodApi:
             status = _pod_status(p)
             if (p.get("metadata") or {}).get("deletionTimestamp") or status.phase in ("Succeeded", "Failed"):
                 continue
-            out.append((status, Pod.model_validate(p)))
+            try:
+                out.append((status, Pod.model_validate(p)))
+            except ValueError as exc:  # a member the wire model cannot read: the gang waits, named in the log
+                log.warning("pod %s/%s of gang %s is unreadable, left out: %s", namespace, status.name, gang, exc)
         return out
 
     def list_pods(self) -> tuple[list[PodStatus], str]:

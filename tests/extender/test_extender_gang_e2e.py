@@ -9,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from extender_support import SCHEDULER, ThreadServer, extender_args, publish, wait_for, wire
+from extender_support import SCHEDULER, ThreadServer, extender_args, publish, wait_for
 
 from iadeep.extender import ANNOTATION_GPU_INDEX, KubernetesPodApi, KubeSettings, create_app
 from iadeep.extender._wire import ExtenderArgs, ExtenderBindingArgs
@@ -139,13 +139,13 @@ def test_a_gang_that_only_partly_fits_binds_nothing_until_it_fits_whole(k8s_clie
 
 # -- the phases, called directly on the service (real API server and etcd; no kube-scheduler) ------
 
-def _bare_member(core, ns: str, gang: str, index: int, size: int):
+def _bare_member(core, ns: str, gang: str, index: int, size: int, gpus: int = 4):
     """A gang pod made by hand (its completion index set as the Job controller would), for a
     scheduler that does not exist: kube-scheduler leaves it alone and the test calls the verbs."""
     body = {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{gang}-{index}", "labels": {GANG_LABEL: gang},
                          "annotations": {**R18, ANNOTATION_GANG_SIZE: str(size), ANNOTATION_GANG_INDEX: str(index)}},
-            "spec": {"schedulerName": "nobody", "restartPolicy": "Never", "containers": [_container(8, 4)]}}
+            "spec": {"schedulerName": "nobody", "restartPolicy": "Never", "containers": [_container(8, gpus)]}}
     return core.create_namespaced_pod(ns, body)
 
 
@@ -178,6 +178,18 @@ def test_filter_waits_for_every_member_then_reserves_all_in_one_decision(k8s_cli
     for p in pods:
         assert _filter(svc, p, nodes).node_names == [by_pod[p.metadata.uid]]
     assert len(store.assignments()) == 16
+
+
+def test_members_that_disagree_on_their_demand_wait_with_the_reason_and_reserve_nothing(
+        k8s_client, k8s_namespace, nodes, store, make_service, api):
+    core = client.CoreV1Api(k8s_client)
+    svc = make_service(pod_api=api)
+    svc.cache.refresh()
+    pods = _bare_members(core, k8s_namespace, "odd", 3, size=4) + [_bare_member(core, k8s_namespace, "odd", 3, 4, gpus=2)]
+    out = _filter(svc, pods[0], nodes)
+    assert out.node_names == [] and out.error == ""
+    assert all("the members of gang 'odd' disagree" in m for m in out.failed_nodes.values()), out
+    assert store.assignments() == [] and store.jobs() == {}
 
 
 def test_a_bind_whose_gang_did_not_all_pass_filter_releases_the_whole_gang(k8s_client, k8s_namespace, nodes, store,
