@@ -18,7 +18,8 @@ from iadeep.jobtypes import JobType
 __all__ = ["ANNOTATION_MODEL", "ANNOTATION_BATCH_SIZE", "ANNOTATION_DURATION", "ANNOTATION_GPU_MODELS",
            "ANNOTATION_GPU_INDEX", "ANNOTATION_GPU_UUID", "ANNOTATION_GPU_MEM", "ANNOTATION_ASSUME_TIME",
            "ANNOTATION_BIND_PHASE", "ANNOTATION_NODE", "ANNOTATION_REASON", "BIND_ANNOTATIONS", "BIND_PHASE_ALLOCATING",
-           "BIND_PHASE_ALLOCATED", "GPU_MEM_RESOURCE", "GPU_COUNT_RESOURCE", "MAX_GPUS_PER_POD", "PodSpecError",
+           "BIND_PHASE_ALLOCATED", "GANG_LABEL", "ANNOTATION_GANG_SIZE", "ANNOTATION_GANG_INDEX", "ENV_MASTER_ADDR",
+           "ENV_MASTER_PORT", "ENV_WORLD_SIZE", "ENV_RANK", "GPU_MEM_RESOURCE", "GPU_COUNT_RESOURCE", "MAX_GPUS_PER_POD", "PodSpecError",
            "TypeResolver"]
 
 #: The extended resources a pod requests: GPU memory (whole GiB) and GPUs (the device plugin's).
@@ -46,6 +47,27 @@ ANNOTATION_NODE = "iadeep.io/node"
 """The node the reservation is on (lets the device plugin reject a pod bound elsewhere)."""
 ANNOTATION_REASON = "iadeep.io/placement-reason"
 """The policy's justification of the GPU choice, for humans."""
+
+GANG_LABEL = "iadeep.io/gang"
+"""Label (on the pod, so that the extender can list a gang's members by selector) naming the gang
+the pod is a member of: a job of more GPUs than one node has runs as ``n_pods`` pods of
+``pod_gpus`` each (:func:`iadeep.policy.pod_size`), placed all or nothing. The gang is
+``(namespace, label value)``; the live backend uses the Job's name."""
+ANNOTATION_GANG_SIZE = "iadeep.io/gang-size"
+"""Members of the gang (``n_pods``, an integer >= 1); each member asks for ``pod_gpus`` GPUs."""
+ANNOTATION_GANG_INDEX = "batch.kubernetes.io/job-completion-index"
+"""The member's index ``0 .. n_pods - 1``: the completion index the Job controller writes on the
+pods of an Indexed Job (``completionMode: Indexed``). Member ``i`` holds the gang's GPUs
+``Placement.gpus[i*p:(i+1)*p]``; it is the member's DDP rank (:data:`ENV_RANK`)."""
+
+ENV_MASTER_ADDR = "MASTER_ADDR"
+"""Rendezvous of a gang (PyTorch ``env://``): the DNS name of member 0, ``<job>-0.<service>``
+through the gang's headless Service."""
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+"""Processes of the gang: ``n_pods`` (one process per member; a member's process uses its GPUs)."""
+ENV_RANK = "RANK"
+"""The member's rank, from :data:`ANNOTATION_GANG_INDEX` (the Downward API)."""
 
 BIND_PHASE_ALLOCATING = "allocating"
 #: What the device plugin sets once ``Allocate`` served the pod.

@@ -52,6 +52,14 @@ SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 POD_CIDR = "10.244.0.0/16"
 SCHEDULER_CONFIG_API = "kubescheduler.config.k8s.io/v1"
+GANG_FEATURE_GATES: Mapping[str, bool] = {"GenericWorkload": True, "GangScheduling": True, "WorkloadWithJob": True}
+"""Kubernetes 1.36's alpha gang scheduling, on by default on the local control plane: the
+``scheduling.k8s.io/v1alpha2`` Workload and PodGroup API (``GenericWorkload``), the Job
+controller's PodGroup for an Indexed Job of ``completions == parallelism > 1``
+(``WorkloadWithJob``), and kube-scheduler's ``GangScheduling`` plugin (PreEnqueue until the
+group's members exist, Permit until all are assumed), in front of the extender's own gangs
+(docs/design/2026-12-04-live-gangs.md)."""
+_GATED = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 SchedulerConfig = str | os.PathLike[str] | Mapping[str, Any] | None
 
@@ -116,6 +124,9 @@ class ControlPlane:
             exits (Linux ``PR_SET_PDEATHSIG``): call :meth:`start` from the main thread or one
             that outlives the cluster. False only for ``iadeep dev cluster up`` (detached).
         ready_timeout: seconds to wait for every component and node to be ready.
+        feature_gates: ``--feature-gates`` of kube-apiserver, kube-controller-manager and
+            kube-scheduler (default :data:`GANG_FEATURE_GATES`; ``{}``: none); with
+            ``GenericWorkload`` on, kube-apiserver also serves ``scheduling.k8s.io/v1alpha2``.
     """
 
     COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -133,7 +144,9 @@ class ControlPlane:
         die_with_parent: bool = True,
         ready_timeout: float = 60.0,
         binaries: Binaries | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> None:
+        self.feature_gates = dict(GANG_FEATURE_GATES if feature_gates is None else feature_gates)
         self.initial_nodes = nodes
         self.gpus_per_node = gpus_per_node
         self.gpu_mem_gib = gpu_mem_gib
@@ -382,6 +395,11 @@ class ControlPlane:
             (self._dir / f"{ident}.kubeconfig").write_text(yaml.safe_dump(kc, sort_keys=False))
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        gates = self.feature_gates if name in _GATED else {}
+        if gates:
+            argv = argv + ["--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(gates.items()))]
+        if name == "kube-apiserver" and gates.get("GenericWorkload"):
+            argv = argv + ["--runtime-config=scheduling.k8s.io/v1alpha2=true"]
         argv = argv + self.extra_args.get(name, [])
         self.procs[name] = spawn(
             name, argv, self.log_dir, env=env, cwd=self._dir, die_with_parent=self.die_with_parent

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from iadeep.emulator._kube import KubeApi, KubeCallError
+from iadeep.podspec import ANNOTATION_GANG_INDEX, GANG_LABEL
 from iadeep.state import JobCheckpoint, RecordError, StateStore, StoreUnavailable
 
 __all__ = ["ANNOTATION_EMULATED_EVICTED", "ANNOTATION_EMULATED_EVICTIONS", "ANNOTATION_EMULATED_FIRST_START", "job_key",
@@ -33,10 +34,16 @@ work (an evicted pod is gone by then: its Job removes it once it has failed)."""
 
 def job_key(pod: dict[str, Any]) -> str | None:
     """The key of the job a pod runs for, ``<namespace>.<Job name>`` (its owning Job: a replacement
-    pod has the same), ``None`` for a pod no Job owns (its progress is its own)."""
+    pod has the same), ``<namespace>.<Job name>.<index>`` for a gang member (each member's progress
+    is its own; a member's replacement has its index), ``None`` for a pod no Job owns (its
+    progress is its own)."""
     meta = pod.get("metadata") or {}
     owners = [o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job" and o.get("name")]
-    return f"{meta.get('namespace', '')}.{owners[0]}" if owners else None
+    if not owners:
+        return None
+    index = (meta.get("annotations") or {}).get(ANNOTATION_GANG_INDEX)
+    member = f".{index}" if (meta.get("labels") or {}).get(GANG_LABEL) and index else ""
+    return f"{meta.get('namespace', '')}.{owners[0]}{member}"
 
 
 def read_checkpoint(store: StateStore, pod: dict[str, Any]) -> JobCheckpoint | None:

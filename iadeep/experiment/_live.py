@@ -46,13 +46,18 @@ import pandas as pd
 from iadeep.experiment._readback import JOB_ID_ANNOTATION, live_result
 from iadeep.experiment._replay import ARRIVAL_GATE, SUBMIT_ANNOTATION, GatedSubmitter, api_json, watch_jobs
 from iadeep.interference import InterferenceModel
+from iadeep.podspec import (
+    ANNOTATION_GANG_INDEX, ANNOTATION_GANG_SIZE, ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_RANK, ENV_WORLD_SIZE, GANG_LABEL,
+)
 from iadeep.sim import ClusterSpec, SimResult
 
-__all__ = ["LiveSettings", "TUNED_POLICIES", "job_manifest", "run_live_policy", "live_result"]
+__all__ = ["LiveSettings", "TUNED_POLICIES", "gang_service_manifest", "job_manifest", "run_live_policy", "live_result"]
 
 log = logging.getLogger("iadeep.experiment")
 
 SCHEDULER = "iadeep-scheduler"
+RENDEZVOUS_PORT = 29500
+"""The gang's rendezvous port (``MASTER_PORT``; PyTorch's default)."""
 RUN_LABEL = "iadeep.io/run"
 TUNED_POLICIES = frozenset({"iadeep"})
 """Policies whose tuning the live system runs (coordinator and tuner: batch-size sessions). The
@@ -91,10 +96,21 @@ def job_name(index: int, job_id: str) -> str:
 
 
 def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: float, speedup: float,
-                 submit_time_s: float | None = None, pin_nodes: bool = True, gated: bool = False) -> dict[str, Any]:
+                 submit_time_s: float | None = None, pin_nodes: bool = True, gated: bool = False,
+                 pod_gpus: int | None = None) -> dict[str, Any]:
     """The ``batch/v1`` Job for one trace job (a pure function; see the module docstring). A pod
     the extender evicts (to preempt the job, or to undo a co-location) is replaced, not counted as a failure (the Job's
     ``podFailurePolicy`` ignores the ``DisruptionTarget`` condition that the Eviction API sets).
+
+    A job of more GPUs than one node has is a gang (``pod_gpus`` below ``num_gpus``): an Indexed
+    Job (``completionMode: Indexed``, ``completions = parallelism = n_pods = num_gpus // pod_gpus``)
+    whose pods of ``pod_gpus`` GPUs each carry the gang's label and size
+    (:data:`~iadeep.podspec.GANG_LABEL` = the Job's name, :data:`~iadeep.podspec.ANNOTATION_GANG_SIZE`),
+    which the extender places all or nothing, and the rendezvous of PyTorch's ``env://``:
+    ``MASTER_ADDR`` (member 0 through the headless Service of :func:`gang_service_manifest`, the
+    pods' ``subdomain``), ``MASTER_PORT``, ``WORLD_SIZE = n_pods`` and ``RANK`` = the completion
+    index (Downward API). The Job succeeds when every member has (the Job controller counts the
+    indexes).
 
     Args:
         row: the job's row of the job table (job_id, duration, num_gpus, model, batch_size).
@@ -108,8 +124,18 @@ def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: flo
         gated: the pod carries the scheduling gate :data:`~iadeep.experiment._replay.ARRIVAL_GATE`
             (the Job is created ahead of its arrival and the gate removed at the arrival:
             :class:`~iadeep.experiment._replay.GatedSubmitter`).
+        pod_gpus: GPUs of each pod (:func:`iadeep.policy.pod_size` of the cluster's nodes);
+            ``None`` or ``num_gpus``: one pod.
+
+    Raises:
+        ValueError: ``pod_gpus`` does not divide ``num_gpus``.
     """
-    gpus = int(row.num_gpus)
+    total = int(row.num_gpus)
+    gpus = total if pod_gpus is None else int(pod_gpus)
+    if gpus < 1 or total % gpus:
+        raise ValueError(f"job {row.job_id}: pod_gpus={pod_gpus} does not divide num_gpus={total}")
+    n_pods = total // gpus
+    name = job_name(index, row.job_id)
     res = {"iadeep.io/gpu-mem": str(int(math.ceil(mem_gib - 1e-9)) * gpus), "iadeep.io/gpu-count": str(gpus)}
     annotations = {
         "iadeep.io/model": str(row.model),
@@ -120,10 +146,24 @@ def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: flo
         JOB_ID_ANNOTATION: str(row.job_id),
     }
     labels = {RUN_LABEL: run}
+    pod_labels = dict(labels)
+    container: dict[str, Any] = {"name": "train", "image": "registry.invalid/iadeep/emulated-trainer:0",
+                                 "resources": {"limits": dict(res), "requests": dict(res)}}
+    gang: dict[str, Any] = {}
+    if n_pods > 1:
+        pod_labels[GANG_LABEL] = name
+        annotations[ANNOTATION_GANG_SIZE] = str(n_pods)
+        container["env"] = [
+            {"name": ENV_MASTER_ADDR, "value": f"{name}-0.{name}"},  # the Indexed Job's pod hostname, in the Service
+            {"name": ENV_MASTER_PORT, "value": str(RENDEZVOUS_PORT)},
+            {"name": ENV_WORLD_SIZE, "value": str(n_pods)},
+            {"name": ENV_RANK, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_GANG_INDEX}']"}}},
+        ]
+        gang = {"completionMode": "Indexed"}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": job_name(index, row.job_id), "namespace": namespace, "labels": labels,
+        "metadata": {"name": name, "namespace": namespace, "labels": labels,
                      "annotations": {JOB_ID_ANNOTATION: str(row.job_id),
                                      **({SUBMIT_ANNOTATION: f"{submit_time_s:.6f}"} if submit_time_s is not None else {})}},
         "spec": {
@@ -133,20 +173,40 @@ def job_manifest(row: Any, index: int, *, namespace: str, run: str, mem_gib: flo
             # (Job API, batch/v1 podFailurePolicy: needs restartPolicy Never; the replacement is made
             # once the evicted pod has failed, podReplacementPolicy Failed)
             "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
-            "completions": 1,
-            "parallelism": 1,
+            "completions": n_pods,
+            "parallelism": n_pods,
+            **gang,
             "template": {
-                "metadata": {"labels": labels, "annotations": annotations},
+                "metadata": {"labels": pod_labels, "annotations": annotations},
                 "spec": {
                     "schedulerName": SCHEDULER,
                     **({"schedulingGates": [{"name": ARRIVAL_GATE}]} if gated else {}),
                     "restartPolicy": "Never",
+                    **({"subdomain": name} if n_pods > 1 else {}),
                     **({"nodeSelector": {RUN_LABEL: run}} if pin_nodes else {}),
-                    "containers": [{"name": "train", "image": "registry.invalid/iadeep/emulated-trainer:0",
-                                    "resources": {"limits": dict(res), "requests": dict(res)}}],
+                    "containers": [container],
                 },
             },
         },
+    }
+
+
+def gang_service_manifest(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The headless Service of a gang's Job (:func:`job_manifest`), ``None`` for a one-pod Job:
+    named as the Job and the pods' ``subdomain``, selecting the Job's pods, so that member ``i``
+    resolves as ``<job>-<i>.<job>`` (the Indexed Job's pod hostnames) and ``MASTER_ADDR`` names
+    member 0. ``publishNotReadyAddresses``: the members rendezvous before they are ready."""
+    spec = job["spec"]
+    if spec.get("completionMode") != "Indexed":
+        return None
+    meta = job["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": dict(meta.get("labels") or {})},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": {"batch.kubernetes.io/job-name": meta["name"]},
+                 "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}]},
     }
 
 
@@ -177,6 +237,7 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
     from kubernetes import client
 
     from iadeep.jobtypes import JobType
+    from iadeep.policy import pod_size
 
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     ns = settings.namespace or f"live-{run}"
@@ -206,13 +267,17 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
     import threading
 
     selector = f"{RUN_LABEL}={run}"
+    node_gpus = [g.gpus_per_node for g in cluster.node_groups() for _ in range(g.count)]
     named = []
     for i in order:
         row = jobs.iloc[i]
         mem = float(model.mem_gib[model.type_id(JobType(str(row.model), int(row.batch_size)))])
-        named.append(((float(row.submit_time) - submit0) / speedup,
-                      job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, pin_nodes=pin_nodes,
-                                   gated=True)))
+        body = job_manifest(row, int(i), namespace=ns, run=run, mem_gib=mem, speedup=speedup, pin_nodes=pin_nodes,
+                            gated=True, pod_gpus=pod_size(int(row.num_gpus), node_gpus))
+        service = gang_service_manifest(body)
+        if service is not None:  # before the Job: the members' names resolve from their start
+            core.create_namespaced_service(ns, service)
+        named.append(((float(row.submit_time) - submit0) / speedup, body))
     submitter = GatedSubmitter(api_client, ns, selector, ahead_s=settings.ahead_s)
     errors: list[BaseException] = []
     try:

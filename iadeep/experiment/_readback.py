@@ -79,13 +79,17 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
         i = by_id[jid]
         s_wall, e_wall = float(ann["iadeep.io/emulated-start"]), float(ann["iadeep.io/emulated-end"])
         first = min(s_wall, first_wall.get(jid, math.inf), float(ann.get("iadeep.io/emulated-first-start") or math.inf))
-        start[i], end[i], submit[i] = emu(first), emu(e_wall), emu(submit_wall.get(jid, math.nan))
+        # a gang's members (pods of one Job): the job starts with its first member and ends with its last
+        s_emu, e_emu = emu(first), emu(e_wall)
+        start[i] = s_emu if np.isnan(start[i]) else min(start[i], s_emu)
+        end[i] = e_emu if np.isnan(end[i]) else max(end[i], e_emu)
+        submit[i] = emu(submit_wall.get(jid, math.nan))
         final_batch[i] = int(ann.get("iadeep.io/emulated-batch-size") or final_batch[i])
-        trials[i] = int(ann.get("iadeep.io/emulated-trials") or 0)
-        evictions[i] = int(ann.get("iadeep.io/emulated-evictions") or 0)
+        trials[i] += int(ann.get("iadeep.io/emulated-trials") or 0)
+        evictions[i] += int(ann.get("iadeep.io/emulated-evictions") or 0)
         node, gpus = where(p, ann)
-        placement[i] = ";".join(f"{node}/{g}" for g in gpus)
-        runs += [(i, f"{node}/{g}", emu(s_wall), end[i]) for g in gpus]
+        placement[i] = ";".join(x for x in (placement[i], *(f"{node}/{g}" for g in gpus)) if x)
+        runs += [(i, f"{node}/{g}", emu(s_wall), e_emu) for g in gpus]
         if "iadeep.io/assume-time" in ann:
             bound = int(ann["iadeep.io/assume-time"]) / 1e9
             bind_lat.append(bound - submit_wall.get(jid, math.nan))

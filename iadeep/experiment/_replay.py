@@ -160,7 +160,8 @@ class GatedSubmitter:
 
         self.core, self.batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
         self.namespace, self.selector, self.ahead_s = namespace, selector, ahead_s
-        self._pods: dict[str, str] = {}  # Job name -> pod name
+        self._pods: dict[str, list[str]] = {}  # Job name -> its first pods' names (a gang's: n_pods)
+        self._want: dict[str, int] = {}  # Job name -> its pods (parallelism; 1 unless a gang)
         self._opened: dict[str, float] = {}  # Job -> when its arrival came (wall s)
         self._replaced: set[str] = set()  # replacement pods opened
         self._seen = threading.Condition()
@@ -180,10 +181,13 @@ class GatedSubmitter:
         reopen = False
         if job and not meta.get("deletionTimestamp"):
             with self._seen:
-                if job not in self._pods:
-                    self._pods[job] = name
+                first = self._pods.setdefault(job, [])
+                if name in first:
+                    pass
+                elif job not in self._opened and len(first) < self._want.get(job, 1):
+                    first.append(name)
                     self._seen.notify_all()
-                elif (job in self._opened and name != self._pods[job] and name not in self._replaced
+                elif (job in self._opened and name not in self._replaced
                       and (pod.get("spec") or {}).get("schedulingGates")):
                     # the Job replaced its pod (e.g. evicted for a preemption): the template's gate is
                     # on the new pod too, and the job's arrival has come already
@@ -215,7 +219,13 @@ class GatedSubmitter:
             with self._seen:
                 self._seen.notify_all()
 
+    def _complete(self, job: str) -> bool:
+        """Whether all of the Job's first pods were seen (call with ``_seen`` held)."""
+        return len(self._pods.get(job, ())) >= self._want.get(job, 1)
+
     def _create(self, body: dict[str, Any]) -> None:
+        with self._seen:
+            self._want[body["metadata"]["name"]] = int((body.get("spec") or {}).get("parallelism") or 1)
         if not self._stop.is_set():
             api_json(self.batch.create_namespaced_job, self.namespace, body)
 
@@ -263,24 +273,30 @@ class GatedSubmitter:
             f.result()
         names = [b["metadata"]["name"] for b in head]
         with self._seen:
-            while not all(n in self._pods for n in names):
+            while not all(self._complete(n) for n in names):
                 if self.errors:
                     raise self.errors[0]
                 if time.time() > deadline:
-                    raise TimeoutError(f"{sum(n not in self._pods for n in names)} of the {len(names)} pods created "
+                    raise TimeoutError(f"{sum(not self._complete(n) for n in names)} of the {len(names)} Jobs' pods created "
                                        f"ahead of the replay were not there by the deadline")
                 self._seen.wait(0.5)
         return len(head)
 
     def _open(self, job: str, target: float, deadline: float) -> float:
-        """Wait for the Job's pod, remove its gate at ``target``; returns the lag (s)."""
+        """Wait for the Job's pods (a gang's: all of them), remove their gates at ``target``;
+        returns the lag (s)."""
         with self._seen:
-            while job not in self._pods:
+            while not self._complete(job):
                 if self._stop.is_set() or time.time() > deadline:
-                    raise TimeoutError(f"the pod of Job {job} was not created by the deadline")
+                    raise TimeoutError(f"the pod(s) of Job {job} were not created by the deadline")
                 self._seen.wait(0.5)
-            pod = self._pods[job]
+            pods = list(self._pods[job])
         now = time.time()
+        for pod in pods:
+            self._open_pod(job, pod, now)
+        return now - target
+
+    def _open_pod(self, job: str, pod: str, now: float) -> None:
         # a merge patch (null deletes the gates): the same answer when sent twice, so a request
         # that failed in transit is simply sent again
         patch = {"metadata": {"annotations": {SUBMIT_ANNOTATION: f"{now:.6f}"}}, "spec": {"schedulingGates": None}}
@@ -297,7 +313,6 @@ class GatedSubmitter:
                     raise
                 log.warning("opening the pod of Job %s: %s (attempt %d)", job, exc, attempt)
                 time.sleep(0.1 * attempt)
-        return now - target
 
     def run(self, bodies: Sequence[tuple[float, dict[str, Any]]], deadline: float, *, created: int = 0) -> list[float]:
         """Create every Job (``(arrival wall time, Job body)``, in arrival order; the first

@@ -50,6 +50,7 @@ from iadeep.extender._pods import (
 )
 from iadeep.extender._settings import KubeSettings
 from iadeep.extender._wire import Pod
+from iadeep.podspec import GANG_LABEL
 from iadeep.state import Assignment, StateStore, StoreUnavailable
 
 __all__ = [
@@ -151,6 +152,10 @@ class PodApi(Protocol):
 
     def annotate_node(self, name: str, annotations: Mapping[str, str]) -> None:
         """Merge ``annotations`` into the Node's (JSON merge patch; status 404: no such node)."""
+
+    def gang_pods(self, namespace: str, gang: str) -> list[tuple[PodStatus, Pod]]:
+        """The live members of a gang: the namespace's pods labelled ``iadeep.io/gang=<gang>``
+        that are neither being deleted nor ended, each as its status and its wire model."""
 
 
 def bind_annotations(assignments: Sequence[Assignment], *, node: str, uuids: Mapping[int, str], reason: str,
@@ -264,6 +269,20 @@ class KubernetesPodApi:
         body = {"metadata": {"annotations": dict(annotations)}}
         self._call(f"annotate node {name}", self.core.patch_node, name, body,
                    _content_type="application/merge-patch+json")
+
+    def gang_pods(self, namespace: str, gang: str) -> list[tuple[PodStatus, Pod]]:
+        resp = self._call(f"list the pods of gang {namespace}/{gang}", self.core.list_namespaced_pod, namespace,
+                          label_selector=f"{GANG_LABEL}={gang}")
+        out = []
+        for p in json.loads(resp.data).get("items") or []:
+            status = _pod_status(p)
+            if (p.get("metadata") or {}).get("deletionTimestamp") or status.phase in ("Succeeded", "Failed"):
+                continue
+            try:
+                out.append((status, Pod.model_validate(p)))
+            except ValueError as exc:  # a member the wire model cannot read: the gang waits, named in the log
+                log.warning("pod %s/%s of gang %s is unreadable, left out: %s", namespace, status.name, gang, exc)
+        return out
 
     def list_pods(self) -> tuple[list[PodStatus], str]:
         """Every pod of the cluster and the list's ``resourceVersion`` (from the API server's watch

@@ -116,6 +116,11 @@ class BindPipeline:
         too_wide = self._too_wide(demand)
         if too_wide is not None:  # as filter said: no node can ever take it
             return self._bind_result("failed", too_wide)
+        if demand.gang:  # a member binds only on its gang's reservation, once all members passed filter
+            refused = self._gang_permit(demand, node)
+            if refused:
+                self._release_gang(demand.namespace, demand.gang, refused)
+                return self._bind_result("gang_released", refused)
         inventory = self.cache.current()[0].inventories.get(node)
         if inventory is None or not inventory.allocates:
             return self._reserve_and_bind(demand, type_id, ns, name, uid, node, None)
@@ -165,9 +170,13 @@ class BindPipeline:
                 with self._memo_lock:
                     self._pending_release.add(uid)
             self.pod_api.event(ns, name, uid, "IadeepBindFailed", str(exc), warning=True)
+            if demand.gang:
+                self._release_gang(demand.namespace, demand.gang, f"member {name} failed to bind: {exc}")
             return self._bind_result("released", str(exc))
         if turn is not None:
             turn.bound(uid, ns, name)
+        if demand.gang:
+            self._gang_bound_one(demand)
         with self._memo_lock:
             self._pending_release.discard(uid)  # bound: no earlier failed attempt's release applies
         self.nominations.drop(uid)
@@ -211,6 +220,9 @@ class BindPipeline:
             uuids = {int(nb.gpu_local_index[g]): nb.gpu_uuid[g] for g in range(nb.n_gpus)}
             if existing:  # a retried bind of a pod already reserved here: reuse the reservation
                 return existing, "reservation already held", uuids, existing[0].assumed_at
+            if demand.gang:  # its gang's reservation was released meanwhile: never placed alone
+                return (f"gang {demand.gang!r} member {demand.gang_index} holds no reservation on {node} (its gang was "
+                        "released; kube-scheduler places the gang again)")
             now = self.clock()
             job = self._job_record(demand, now)
             view, request = self._request(demand, type_id, nb, now)

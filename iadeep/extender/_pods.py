@@ -39,7 +39,8 @@ from iadeep.extender._wire import Container, Pod
 from iadeep.podspec import (
     ANNOTATION_ASSUME_TIME, ANNOTATION_BATCH_SIZE, ANNOTATION_BIND_PHASE, ANNOTATION_DURATION, ANNOTATION_GPU_INDEX,
     ANNOTATION_GPU_MEM, ANNOTATION_GPU_MODELS, ANNOTATION_GPU_UUID, ANNOTATION_MODEL, ANNOTATION_NODE, ANNOTATION_REASON,
-    BIND_ANNOTATIONS, BIND_PHASE_ALLOCATING, MAX_GPUS_PER_POD, PodSpecError,
+    ANNOTATION_GANG_INDEX, ANNOTATION_GANG_SIZE, BIND_ANNOTATIONS, BIND_PHASE_ALLOCATING, GANG_LABEL, MAX_GPUS_PER_POD,
+    PodSpecError,
 )
 from iadeep.state import JobRecord
 
@@ -60,6 +61,7 @@ __all__ = [
     "BIND_PHASE_ALLOCATING",
     "PodDemand",
     "PodSpecError",
+    "gang_of",
     "pod_demand",
 ]
 
@@ -77,6 +79,9 @@ class PodDemand:
         priority: ``spec.priority`` (0 when absent).
         created_s: ``metadata.creationTimestamp`` (Unix seconds; 0 when absent): with the
             priority, the pod's place in kube-scheduler's queue (:class:`~iadeep.extender.PendingPods`).
+        gang: the gang's name (label :data:`~iadeep.podspec.GANG_LABEL`); empty: a pod of its own.
+        gang_size: members of the gang (``n_pods``; 1 without a gang).
+        gang_index: this member's index ``0 .. gang_size - 1`` (0 without a gang).
     """
 
     namespace: str
@@ -90,11 +95,15 @@ class PodDemand:
     gpu_models: tuple[str, ...] = ()
     priority: int = 0
     created_s: float = 0.0
+    gang: str = ""
+    gang_size: int = 1
+    gang_index: int = 0
 
     def job_record(self, now_s: float) -> JobRecord:
         """The :class:`~iadeep.state.JobRecord` stored with the reservation."""
         return JobRecord(self.uid, self.namespace, self.name, self.model, self.batch_size, self.num_gpus,
-                         self.mem_gib, remaining_s=self.duration_s, submitted_at=now_s, gpu_models=self.gpu_models)
+                         self.mem_gib, remaining_s=self.duration_s, submitted_at=now_s, gpu_models=self.gpu_models,
+                         gang=self.gang)
 
 
 def job_of(namespace: str, pod_name: str) -> tuple[str, str]:
@@ -207,5 +216,32 @@ def pod_demand(pod: Pod, *, gpu_mem_resource: str, gpu_count_resource: str, defa
         created_s = api_time_s(created) if created else 0.0
     except ValueError:
         raise PodSpecError(f"metadata.creationTimestamp={created!r} is not an RFC 3339 time") from None
+    gang, size, index = gang_of(pod)
     return PodDemand(pod.namespace, pod.metadata.name, pod.uid, per_gpu, num_gpus, model, batch, duration, models,
-                     pod.spec.priority or 0, created_s)
+                     pod.spec.priority or 0, created_s, gang, size, index)
+
+
+_MAX_GANG = 1024
+
+
+def gang_of(pod: Pod) -> tuple[str, int, int]:
+    """``(gang, size, index)`` of a gang member (label :data:`~iadeep.podspec.GANG_LABEL`,
+    annotations :data:`~iadeep.podspec.ANNOTATION_GANG_SIZE` and the Job controller's completion
+    index :data:`~iadeep.podspec.ANNOTATION_GANG_INDEX`); ``("", 1, 0)`` for a pod of its own.
+
+    Raises:
+        PodSpecError: a gang label without a size in ``1..1024``, or without an index in
+            ``0..size-1`` (the pod is not an Indexed Job's); the message names the key.
+    """
+    gang = ((pod.metadata.labels or {}).get(GANG_LABEL) or "").strip()
+    if not gang:
+        return "", 1, 0
+    size = _int_annotation(pod, ANNOTATION_GANG_SIZE, 0)
+    if not 1 <= size <= _MAX_GANG:
+        raise PodSpecError(f"pod of gang {gang!r}: annotation {ANNOTATION_GANG_SIZE} must be an integer in "
+                           f"1..{_MAX_GANG}, got {pod.annotations.get(ANNOTATION_GANG_SIZE)!r}")
+    raw = (pod.annotations.get(ANNOTATION_GANG_INDEX) or "").strip()
+    if not raw.isdigit() or int(raw) >= size:
+        raise PodSpecError(f"pod of gang {gang!r}: annotation {ANNOTATION_GANG_INDEX} must be an integer in "
+                           f"0..{size - 1} (the pods of an Indexed Job carry it), got {raw or None!r}")
+    return gang, size, int(raw)

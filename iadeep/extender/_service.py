@@ -10,7 +10,8 @@ up in the wire format's ``Error`` field. The node coordinators' undo records are
 
 This module holds the service's shell (lifecycle, learning, the pods' demands) and the filter,
 prioritize and preemption verbs; the bind verb is :class:`~iadeep.extender._binding.BindPipeline`,
-the releases, sweep and inspection :class:`~iadeep.extender._upkeep.Upkeep` (its base classes).
+the gangs' phases :class:`~iadeep.extender._gang.GangScheduling`, the releases, sweep and
+inspection :class:`~iadeep.extender._upkeep.Upkeep` (its base classes).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from iadeep.extender._bind import (
 from iadeep.extender._admission import AdmissionGate
 from iadeep.extender._binding import NO_INVENTORY, BindPipeline
 from iadeep.extender._cache import StateCache
+from iadeep.extender._gang import GangScheduling
 from iadeep.extender._metrics import ExtenderMetrics
 from iadeep.extender._nodestate import NodeStatePublisher, reservations_annotation
 from iadeep.extender._podwatch import PendingPods, PodFollower
@@ -76,7 +78,7 @@ _ASSESSED = 8  # pods whose filter scores are kept for their prioritize (it foll
 _ASSESSED_TTL_S = 10.0
 
 
-class ExtenderService(BindPipeline, Upkeep):
+class ExtenderService(BindPipeline, GangScheduling, Upkeep):
     """Filter, prioritize and bind for kube-scheduler, plus inspection and upkeep.
 
     Args:
@@ -146,6 +148,7 @@ class ExtenderService(BindPipeline, Upkeep):
         # take turns (iadeep.extender._admission); fed by the pod follower
         self.admissions = AdmissionGate(self._still_allocating if pod_api is not None else None)
         self._placement_published = False
+        self._init_gangs()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -171,7 +174,7 @@ class ExtenderService(BindPipeline, Upkeep):
         self.cache.start()
         self.undos.start()
         if self.settings.cache.pod_watch and self.pod_api is not None:
-            self.pod_follower = PodFollower(self.pod_api, self.release_pods,  # type: ignore[arg-type]
+            self.pod_follower = PodFollower(self.pod_api, self.release_ended,  # type: ignore[arg-type]
                                             timeout_s=self.settings.cache.pod_watch_timeout_s, pending=self.pending,
                                             admissions=self.admissions)
             self.pod_follower.start()
@@ -394,6 +397,8 @@ class ExtenderService(BindPipeline, Upkeep):
             self.metrics.filter_nodes.labels("unresolvable").inc(len(names))
             return ExtenderFilterResult.for_args(args, [], {}, {n: f"iadeep: {too_wide}" for n in names})
         self.await_releases()
+        if demand.gang:  # a gang member: all or nothing (iadeep.extender._gang)
+            return self._gang_filter(args, demand, type_id)
         self.await_binds(demand.uid)
         try:
             snap, base = self.cache.current()

@@ -153,6 +153,17 @@ class ExtenderSettings(BaseSettings):
             Node event, on which kube-scheduler retries the pods the extender refused: without it,
             a pod refused while the release of an ended pod was still in flight waits for
             kube-scheduler's periodic retry (5 min). RBAC: ``nodes`` patch.
+        gang_permit_wait_s: how long a gang member's bind waits for the gang's other members to
+            pass their filter (wall s; at most half the bind's time left), as kube-scheduler's
+            Permit phase waits for a gang: the members bind only once all are on their reserved
+            nodes. A wait that ends unsatisfied releases the gang, and kube-scheduler places it
+            again (:mod:`iadeep.extender._gang`). 3 s: kube-scheduler retries members that were
+            refused while the gang was incomplete within its 1 s initial backoff of the Node
+            events the reservation makes; it must stay below ``call_budget_s``.
+        gang_timeout_s: a gang member left unbound this long after its gang's reservation has it,
+            and every other unbound member of its gang, released by the sweep (wall s; checked
+            every ``cache.sweep_interval_s``). 60 s: a gang binds within seconds, or a member
+            cannot be bound where it is reserved (kube-scheduler's own filters refuse the node).
         log_level: uvicorn and ``iadeep`` log level.
         workers: server processes (uvicorn workers) sharing the port. Each keeps its own copy of
             the state; etcd's transactions keep them (like several replicas) from taking the same
@@ -182,6 +193,8 @@ class ExtenderSettings(BaseSettings):
     admission_wait_s: float = Field(3.0, ge=0)
     undo_below: float = Field(1.0, ge=0)
     annotate_nodes: bool = True
+    gang_permit_wait_s: float = Field(3.0, ge=0)
+    gang_timeout_s: float = Field(60.0, gt=0)
     log_level: LogLevel = "INFO"
     workers: int = Field(1, ge=1)
     defaults: JobDefaults = Field(default_factory=JobDefaults)

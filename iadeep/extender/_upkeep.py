@@ -42,7 +42,8 @@ class Upkeep:
 
     def sweep(self) -> list[str]:
         """Release reservations of pods that are gone, finished, bound elsewhere, or left unbound
-        longer than ``sweep_grace_s``; returns the released pod UIDs.
+        longer than ``sweep_grace_s`` (a gang member: ``gang_timeout_s``, and then the gang's
+        other unbound members with it); returns the released pod UIDs.
 
         Raises:
             KubeError, StoreUnavailable: the pods or the reservations could not be listed.
@@ -53,12 +54,22 @@ class Upkeep:
         pods = {p.uid: p for p in self.pod_api.pods()}
         now = self.clock()
         grace = self.settings.cache.sweep_grace_s
+        try:
+            jobs = self.cache.current()[0].jobs
+        except StoreUnavailable:
+            jobs = {}
         stale: set[str] = set()
+        unbound: set[str] = set()
         for a in assignments:
             p = pods.get(a.pod_uid)
+            job = jobs.get(a.pod_uid)
+            limit = min(grace, self.settings.gang_timeout_s) if job is not None and job.gang else grace
+            if p is not None and not p.node:
+                unbound.add(a.pod_uid)
             if p is None or p.phase in ("Succeeded", "Failed") or (p.node and p.node != a.node) \
-                    or (not p.node and now - a.assumed_at > grace):
+                    or (not p.node and now - a.assumed_at > limit):
                 stale.add(a.pod_uid)
+        stale |= self.gang_peers(stale, unbound)  # a gang is released together
         with self._memo_lock:
             stale |= self._pending_release
         released = self.release_pods(sorted(stale), why="sweep", attempts=1)

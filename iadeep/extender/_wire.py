@@ -65,6 +65,7 @@ class ObjectMeta(_Kube):
     name: str = Field(min_length=1)
     namespace: str = ""
     uid: str = ""
+    labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     creationTimestamp: str | None = None
 

@@ -9,7 +9,7 @@ with :func:`local_endpoint` and started with :func:`ensure_local_etcd` (both rai
 from iadeep.state._etcd import EtcdStateStore
 from iadeep.state._local import LocalEtcdError, ensure_local_etcd, local_endpoint
 from iadeep.state._memory import MemoryStateStore
-from iadeep.state._rules import reservation_gpu_limit
+from iadeep.state._rules import GangMember, reservation_gpu_limit
 from iadeep.state._protocol import (
     AllocationConflict,
     Change,
@@ -65,6 +65,7 @@ __all__ = [
     "NodeRecords",
     "StateListing",
     "EtcdStateStore",
+    "GangMember",
     "LocalEtcdError",
     "LocalEtcdSettings",
     "MemoryStateStore",

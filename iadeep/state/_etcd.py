@@ -30,7 +30,9 @@ How the guarantees of the protocol are met:
   ``timeout_s`` without an event.
 
 The transport (HTTP sessions, retries, failover, auth, watch streams) is
-:class:`iadeep.state._etcdwire.EtcdWire`, this store's base class.
+:class:`iadeep.state._etcdwire.EtcdWire`, this store's base class; a gang's reservation
+(:meth:`~EtcdStateStore.reserve_gang`, one transaction for all members) is
+:class:`iadeep.state._etcdgang.EtcdGangReserve`, the other.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from iadeep.state._etcdwire import (
     _KV, EtcdWire, _b64, _delete_op, _delete_prefix_op, _first, _put_op, _range_end, _range_op, _same_rev,
     _same_value,
 )
+from iadeep.state._etcdgang import EtcdGangReserve
 from iadeep.state._keys import Keys, check_name, new_seqs, reservation_from_json, reservation_json
 from iadeep.state._rules import (
     ReleasePlan, check_gpu_count, check_resize, checked_undo, plan_release, plan_reserve, plan_resize,
@@ -69,7 +72,7 @@ def _parse(cls: type[R], kv: _KV) -> R:
     return from_json(cls, kv.value)
 
 
-class EtcdStateStore(EtcdWire):
+class EtcdStateStore(EtcdGangReserve, EtcdWire):
     """:class:`iadeep.state.StateStore` backed by etcd (thread-safe).
 
     Args:

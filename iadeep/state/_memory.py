@@ -44,7 +44,9 @@ from iadeep.state._records import (
 
 from iadeep.state._keys import Keys, check_name, new_seqs, reservation_json
 from iadeep.state._rules import (
+    GangMember,
     check_gpu_count,
+    plan_gang,
     checked_undo,
     plan_release,
     plan_reserve,
@@ -287,6 +289,30 @@ class MemoryStateStore:
                 "put", self.keys.reservation(job.pod_uid), reservation_json(plan.assignments, secrets.token_hex(8))
             )
             return list(plan.assignments)
+
+    def reserve_gang(self, members: Sequence[GangMember], *, colocation_limit: int,
+                     now_s: float) -> list[list[Assignment]]:
+        """See :meth:`StateStore.reserve_gang` (one lock: all members or none)."""
+        for m in members:
+            check_gpu_count(m.job, m.gpus, self.max_reservation_gpus, self.max_txn_ops)
+        with self._lock:
+            self._expire()
+            plans = plan_gang(members, inventories={m.node: self._inventories.get(m.node) for m in members},
+                              states={(m.node, int(g)): self._gpus.get((m.node, int(g))) for m in members for g in m.gpus},
+                              held={m.job.pod_uid: self._reservations.get(m.job.pod_uid) for m in members},
+                              colocation_limit=colocation_limit, now_s=now_s, max_txn_ops=self.max_txn_ops)
+            for m, plan in zip(members, plans, strict=True):
+                self._jobs[m.job.pod_uid] = m.job
+                self._emit("put", self.keys.job(m.job.pod_uid), to_json(m.job))
+                for a, st, t in zip(plan.assignments, plan.gpu_states, plan.tuning, strict=True):
+                    self._assignments[(a.node, a.gpu, a.pod_uid)] = a
+                    self._emit("put", self.keys.assignment(a.node, a.gpu, a.pod_uid), to_json(a))
+                    self._put_gpu(st)
+                    self._put_tuning(t)
+                self._reservations[m.job.pod_uid] = list(plan.assignments)
+                self._emit("put", self.keys.reservation(m.job.pod_uid),
+                           reservation_json(plan.assignments, secrets.token_hex(8)))
+            return [list(p.assignments) for p in plans]
 
     def release(self, pod_uid: str, *, now_s: float) -> list[Assignment]:
         check_name("pod_uid", pod_uid)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from iadeep.state._records import (
     Assignment,
@@ -35,6 +35,9 @@ from iadeep.state._records import (
     TuningRequest,
     UndoRecord,
 )
+
+if TYPE_CHECKING:
+    from iadeep.state._rules import GangMember
 
 __all__ = ["StateStore", "StoreUnavailable", "AllocationConflict", "TransactionTooLarge", "HistoryCompacted",
            "Change", "ChangeBatch", "StateListing", "NodeRecords"]
@@ -193,6 +196,21 @@ class StateStore(Protocol):
             AllocationConflict: memory or co-location limit exceeded, unknown node/GPU, more GPUs
                 than :attr:`max_reservation_gpus`, or the pod already has a reservation (without
                 ``supersede``; the exception's ``held`` lists it).
+        """
+
+    def reserve_gang(self, members: Sequence[GangMember], *, colocation_limit: int,
+                     now_s: float) -> list[list[Assignment]]:
+        """Atomically reserve every member of a gang (:class:`~iadeep.state.GangMember`: its job,
+        node and GPUs) and store their jobs: one transaction, all members or none, decided by
+        :func:`~iadeep.state._rules.plan_gang`. Each member gets its own reservation record
+        (released by :meth:`release` of its pod UID, as any pod's). Returns each member's
+        assignments, in member order.
+
+        Raises:
+            AllocationConflict: any member's reservation would not fit (as :meth:`reserve`; the
+                message names the member), a member already holds a reservation, or the gang's
+                transaction would exceed the backend's operation limit (``3 n + 2`` per member of
+                ``n`` GPUs; 4 members of 4 GPUs are 56 of etcd's default 128).
         """
 
     def release(self, pod_uid: str, *, now_s: float) -> list[Assignment]:

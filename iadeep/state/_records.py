@@ -139,6 +139,10 @@ class JobRecord:
         remaining_s: remaining work at dedicated speed (s), as estimated from reported progress.
         submitted_at: submission time (Unix seconds).
         gpu_models: GPU models the pod accepts (empty: any).
+        gang: the gang the pod is a member of (its ``iadeep.io/gang`` label; with ``namespace``
+            it names the gang, :data:`iadeep.podspec.GANG_LABEL`); empty: a pod of its own. The
+            members' reservations are made in one transaction (:meth:`StateStore.reserve_gang`)
+            and released together.
     """
 
     pod_uid: str
@@ -151,6 +155,7 @@ class JobRecord:
     remaining_s: float = 0.0
     submitted_at: float = 0.0
     gpu_models: tuple[str, ...] = ()
+    gang: str = ""
 
 
 @dataclass(frozen=True)

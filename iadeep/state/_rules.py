@@ -31,7 +31,8 @@ from iadeep.state._records import (
 from iadeep.state._keys import check_name
 
 __all__ = ["MEM_EPSILON_GIB", "reservation_gpu_limit", "checked_undo", "settled_undo", "ReservePlan", "ReleasePlan",
-           "ResizePlan", "plan_reserve", "plan_release", "plan_resize", "check_resize", "check_gpu_count"]
+           "ResizePlan", "plan_reserve", "plan_release", "plan_resize", "check_resize", "check_gpu_count", "GangMember",
+           "plan_gang", "gang_ops"]
 
 
 MEM_EPSILON_GIB = 1e-9
@@ -228,6 +229,85 @@ def plan_release(
             gone.append((a.node, a.gpu))
             delete.append((a.node, a.gpu))
     return ReleasePlan(list(held), new_states, put, delete, gone)
+
+
+@dataclass(frozen=True)
+class GangMember:
+    """One member of a gang reservation (:meth:`StateStore.reserve_gang`).
+
+    Attributes:
+        job: the member's pod (``job.num_gpus == len(gpus)``; ``job.gang`` names the gang).
+        node: the node of all its GPUs.
+        gpus: GPU indices on ``node``.
+    """
+
+    job: JobRecord
+    node: str
+    gpus: tuple[int, ...]
+
+
+def gang_ops(members: Sequence[GangMember]) -> int:
+    """Operations of a gang's reservation in one transaction: per member ``3 n_i + 2`` (its
+    GPUs' assignments, states and tuning requests; its job and reservation records), as
+    :func:`reservation_gpu_limit` counts one pod's."""
+    return sum(3 * len(m.gpus) + RESERVE_OPS_FIXED for m in members)
+
+
+def plan_gang(
+    members: Sequence[GangMember],
+    *,
+    inventories: Mapping[str, NodeInventory | None],
+    states: Mapping[tuple[str, int], GpuState | None],
+    held: Mapping[str, Sequence[Assignment] | None],
+    colocation_limit: int,
+    now_s: float,
+    max_txn_ops: int,
+) -> list[ReservePlan]:
+    """Decide a gang's reservations, all or none: :func:`plan_reserve` for each member in turn,
+    each seeing the GPU states the members before it made (two members on one node, or on one
+    GPU, count against each other's memory and co-location limit).
+
+    Args:
+        members: the gang, in member order (distinct pod UIDs, at least one).
+        inventories: node -> its inventory (absent or ``None``: not published).
+        states: ``(node, gpu)`` -> its state (absent or ``None``: unused).
+        held: pod UID -> what it holds already (any reservation is a conflict).
+        colocation_limit, now_s: as :func:`plan_reserve`.
+        max_txn_ops: the most operations of one transaction (etcd's ``--max-txn-ops``).
+
+    Returns:
+        One plan per member, in member order; the GPU states of a GPU two members share are the
+        later member's (the last plan's state of a GPU is what the transaction writes).
+
+    Raises:
+        AllocationConflict: no member, a pod named twice, more operations than ``max_txn_ops``
+            (:func:`gang_ops`), or any member's :func:`plan_reserve` conflict (the message names
+            the member).
+        RecordError: a malformed job or node name.
+    """
+    if not members:
+        raise AllocationConflict("a gang reservation needs at least one member")
+    uids = [m.job.pod_uid for m in members]
+    if len(set(uids)) != len(uids):
+        raise AllocationConflict(f"gang {members[0].job.gang!r}: a pod is named twice among {uids}")
+    ops = gang_ops(members)
+    if ops > max_txn_ops:
+        raise AllocationConflict(
+            f"gang {members[0].job.gang!r}: {len(members)} pods, {sum(len(m.gpus) for m in members)} GPUs are "
+            f"{ops} operations in one etcd transaction; etcd's --max-txn-ops is {max_txn_ops} (IADEEP_ETCD_MAX_TXN_OPS)")
+    current = dict(states)
+    plans = []
+    for k, m in enumerate(members):
+        try:
+            plan = plan_reserve(m.job, m.node, m.gpus, inventory=inventories.get(m.node),
+                                states={g: current.get((m.node, int(g))) for g in m.gpus},
+                                held=held.get(m.job.pod_uid), colocation_limit=colocation_limit, now_s=now_s)
+        except AllocationConflict as exc:
+            raise AllocationConflict(f"gang {m.job.gang!r} member {k} ({m.job.pod_uid}): {exc}", held=exc.held) from None
+        for st in plan.gpu_states:
+            current[(st.node, st.gpu)] = st
+        plans.append(plan)
+    return plans
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from iadeep.experiment._compare import harness_overheads, parity, parity_table
-from iadeep.experiment._live import job_manifest, job_name, live_result
+from iadeep.experiment._live import gang_service_manifest, job_manifest, job_name, live_result
 from iadeep.sim import ClusterSpec
 
 
@@ -59,6 +59,55 @@ def test_job_manifest_asks_for_whole_gib_on_each_gpu():
     g = job_manifest(row, 7, namespace="ns", run="r1", mem_gib=5.2, speedup=500, gated=True)
     assert g["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "iadeep.io/arrival"}]
     assert "iadeep.io/submit-time" not in g["metadata"]["annotations"]
+
+
+def test_a_job_wider_than_a_node_is_an_indexed_job_of_equal_pods_with_the_rendezvous():
+    row = pd.Series({"job_id": "g16", "duration": 600.0, "num_gpus": 16, "model": "ResNet-50", "batch_size": 64})
+    m = job_manifest(row, 3, namespace="ns", run="r1", mem_gib=5.2, speedup=500, pod_gpus=4)
+    name = m["metadata"]["name"]
+    spec = m["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["completionMode"]) == (4, 4, "Indexed")
+    pod = spec["template"]
+    (c,) = pod["spec"]["containers"]
+    assert c["resources"]["limits"] == {"iadeep.io/gpu-mem": "24", "iadeep.io/gpu-count": "4"}  # 6 GiB x 4 per pod
+    assert pod["metadata"]["labels"]["iadeep.io/gang"] == name
+    assert pod["metadata"]["annotations"]["iadeep.io/gang-size"] == "4"
+    assert pod["spec"]["subdomain"] == name
+    env = {e["name"]: e for e in c["env"]}
+    assert env["MASTER_ADDR"]["value"] == f"{name}-0.{name}" and env["WORLD_SIZE"]["value"] == "4"
+    assert env["MASTER_PORT"]["value"] == "29500"
+    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    svc = gang_service_manifest(m)
+    assert svc["metadata"]["name"] == name and svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {"batch.kubernetes.io/job-name": name}
+    # a job that fits a node stays one pod, without a gang or a Service
+    one = job_manifest(row, 3, namespace="ns", run="r1", mem_gib=5.2, speedup=500, pod_gpus=16)
+    assert (one["spec"]["completions"], "completionMode" in one["spec"]) == (1, False)
+    assert "iadeep.io/gang" not in one["spec"]["template"]["metadata"]["labels"]
+    assert "env" not in one["spec"]["template"]["spec"]["containers"][0] and gang_service_manifest(one) is None
+    with pytest.raises(ValueError, match="pod_gpus=3 does not divide num_gpus=16"):
+        job_manifest(row, 3, namespace="ns", run="r1", mem_gib=5.2, speedup=500, pod_gpus=3)
+
+
+def test_live_result_reads_a_gang_as_one_job_from_its_first_start_to_its_last_end(model):
+    jobs = pd.DataFrame({"job_id": ["g"], "submit_time": [100.0], "duration": [1000.0], "num_gpus": [4],
+                         "model": ["ResNet-50"], "batch_size": [64]})
+
+    def member(node, start, end):
+        return {"metadata": {"annotations": {"iadeep.io/job-id": "g", "iadeep.io/gpu-index": "0,1",
+                                             "iadeep.io/emulated-start": str(start), "iadeep.io/emulated-end": str(end)},
+                             "ownerReferences": [{"kind": "Job", "name": "job-g"}]},
+                "spec": {"nodeName": f"r1-{node}"}}
+
+    pods = [member("node-01", 1000.1, 1011.0), member("node-00", 1000.2, 1010.0)]
+    jobs_doc = [{"metadata": {"annotations": {"iadeep.io/job-id": "g", "iadeep.io/submit-time": "1000.0"}}}]
+    result, _ = live_result(jobs, jobs_doc, pods, {"job-g": ("Complete", 1011.5)}, cluster=ClusterSpec(2, 2, 24.0),
+                            policy="p", run="r1", t0=1000.0, submit0=100.0, speedup=100.0, model=model)
+    j = result.jobs.set_index("job_id").loc["g"]
+    assert j["start_s"] == pytest.approx(100.0 + 0.1 * 100) and j["end_s"] == pytest.approx(100.0 + 11.0 * 100)
+    assert j["placement"] == "node-01/0;node-01/1;node-00/0;node-00/1"
+    assert j["colocations"] == 0  # its own members are not partners
 
 
 def test_live_result_converts_wall_times_and_finds_partners(model):

@@ -162,6 +162,24 @@ def test_pod_demand_defaults_and_not_ours():
     assert _demand(gpu_pod("cpu-only", mem=None, uid="u")) is None
 
 
+def test_pod_demand_of_a_gang_member_and_the_errors_of_a_malformed_one():
+    def member(**ann):
+        data = wire(gpu_pod("m", mem=32, gpus=4, uid="u", annotations=ann))
+        data["metadata"]["labels"] = {"iadeep.io/gang": "big"}
+        return Pod.model_validate(data)
+
+    d = pod_demand(member(**{"iadeep.io/gang-size": "4", "batch.kubernetes.io/job-completion-index": "2"}), **DEFAULTS)
+    assert (d.gang, d.gang_size, d.gang_index, d.num_gpus, d.mem_gib) == ("big", 4, 2, 4, 8.0)
+    assert d.job_record(1.0).gang == "big"
+    assert (_demand(gpu_pod("p", mem=8, uid="u")).gang, _demand(gpu_pod("p", mem=8, uid="u")).gang_size) == ("", 1)
+    with pytest.raises(PodSpecError, match="iadeep.io/gang-size must be an integer in 1..1024, got None"):
+        pod_demand(member(**{"batch.kubernetes.io/job-completion-index": "0"}), **DEFAULTS)
+    with pytest.raises(PodSpecError, match=r"job-completion-index must be an integer in 0..3 .*got '4'"):
+        pod_demand(member(**{"iadeep.io/gang-size": "4", "batch.kubernetes.io/job-completion-index": "4"}), **DEFAULTS)
+    with pytest.raises(PodSpecError, match="the pods of an Indexed Job carry it"):
+        pod_demand(member(**{"iadeep.io/gang-size": "4"}), **DEFAULTS)
+
+
 def test_pod_demand_sums_containers_and_takes_the_larger_init_container():
     data = wire(gpu_pod("p", mem=4, uid="u"))
     data["spec"]["containers"].append({"name": "side", "resources": {"requests": {"iadeep.io/gpu-mem": "2"}}})

@@ -150,8 +150,20 @@ def test_the_settings_values_reach_the_services_configuration(helm: Path) -> Non
     assert plugin["spec"]["template"]["spec"]["nodeSelector"] == {"iadeep.io/gpu-node": "true", "pool": "a100"}
 
 
+def test_the_schedulers_feature_gates_turn_on_kubernetes_gang_scheduling(helm: Path) -> None:
+    def command(values):
+        docs = template(values, helm=helm)
+        sched = next(d for d in docs if d["metadata"]["name"] == "iadeep-scheduler" and d["kind"] == "Deployment")
+        return sched["spec"]["template"]["spec"]["containers"][0]["command"]
+
+    assert not [a for a in command({}) if a.startswith("--feature-gates")]
+    gates = command({"scheduler": {"featureGates": {"GenericWorkload": True, "GangScheduling": True}}})
+    assert "--feature-gates=GangScheduling=true,GenericWorkload=true" in gates
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ({"deviceplugin": {"backend": "cuda"}}, "at '/deviceplugin/backend': value must be one of 'nvml', 'emulated'"),
+    ({"scheduler": {"featureGates": {"GangScheduling": "yes"}}}, "at '/scheduler/featureGates/GangScheduling'"),
     ({"extender": {"prot": 8888}}, "at '/extender': additional properties 'prot' not allowed"),
     ({"etcd": {"endpoints": ["127.0.0.1:2379"]}}, "at '/etcd/endpoints/0'"),
     ({"colocationLimit": 0}, "at '/colocationLimit'"),
