@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from iadeep.experiment._live import LiveSettings, run_live_policy
+from iadeep.experiment._live import TUNED_POLICIES, LiveSettings, run_live_policy
 from iadeep.experiment._livecluster import LocalCluster
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
@@ -37,7 +37,8 @@ def replay(controlplane_binaries, throughputs_path, tmp_path_factory):
     model = InterferenceModel.from_file(throughputs_path, "v100")
     jobs = _jobs(model)
     with LocalCluster(CLUSTER, Path(throughputs_path), workdir=tmp_path_factory.mktemp("gandiva")) as lc:
-        prefix = lc.prepare("rgandiva", "gandiva", seed=0, speedup=SPEEDUP, tuning=True)
+        # the coordinator runs where the live backend runs it (run_live, compare)
+        prefix = lc.prepare("rgandiva", "gandiva", seed=0, speedup=SPEEDUP, tuning="gandiva" in TUNED_POLICIES)
         store = EtcdStateStore(StateSettings(endpoints=[lc.etcd.endpoint], prefix=prefix))
         try:
             result, metrics = run_live_policy(lc.api, jobs, model, CLUSTER, policy="gandiva", run="rgandiva",
