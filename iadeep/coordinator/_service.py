@@ -3,6 +3,9 @@
 A session whose best measured progress is below the extender's ``undo_below`` (read from its
 :class:`~iadeep.state.PlacementPolicy` at each session) is undone: the session records an
 :class:`~iadeep.state.UndoRecord`, which the extender carries out (:mod:`iadeep.coordinator._session`).
+The record's ``session`` says which session runs: ``tune`` (:func:`~iadeep.coordinator.run_session`,
+with the tuner; also without a record) or ``profile`` (:func:`~iadeep.coordinator.run_profile`, one
+round at the current sizes, no tuner).
 
 Loop (one thread): list the node's pending :class:`~iadeep.state.TuningRequest` records and
 start a session thread for each GPU that has none running; then wait for a change under
@@ -27,6 +30,7 @@ from fastapi import FastAPI
 from iadeep._serving import probe_app
 
 from iadeep.coordinator._metrics import CoordinatorMetrics
+from iadeep.coordinator._profile import run_profile
 from iadeep.coordinator._session import SessionResult, TunerApi, run_session
 from iadeep.coordinator._settings import CoordinatorSettings
 from iadeep.interference import InterferenceModel
@@ -114,8 +118,13 @@ class CoordinatorService:
     def _session(self, req: TuningRequest) -> None:
         self.metrics.active_sessions.inc()
         try:
-            result = run_session(req, store=self.store, tuner=self.tuner, model=self.model,
-                                 rounds=self.settings.round, metrics=self.metrics, undo_below=self._undo_below())
+            undo_below, kind = self._placement()
+            if kind == "profile":
+                result = run_profile(req, store=self.store, model=self.model, rounds=self.settings.round,
+                                     metrics=self.metrics, undo_below=undo_below)
+            else:
+                result = run_session(req, store=self.store, tuner=self.tuner, model=self.model,
+                                     rounds=self.settings.round, metrics=self.metrics, undo_below=undo_below)
             self.metrics.sessions.labels(result.outcome).inc()
             if result.applied:
                 self.metrics.best_progress.labels(str(req.gpu) if self.settings.node else f"{req.node}/{req.gpu}").set(result.progress)
@@ -135,16 +144,18 @@ class CoordinatorService:
         finally:
             self.metrics.active_sessions.dec()
 
-    def _undo_below(self) -> float | None:
-        """The extender's undo threshold (:class:`~iadeep.state.PlacementPolicy`), ``None`` (never
-        undo) when no extender published one or its record is malformed (logged): a session is
-        never held back by it."""
+    def _placement(self) -> tuple[float | None, str]:
+        """The extender's undo threshold and session kind (:class:`~iadeep.state.PlacementPolicy`):
+        ``(None, "tune")`` (never undo; tune) when no extender published one or its record is
+        malformed (logged): a session is never held back by it."""
         try:
             placement = self.store.placement()
         except RecordError as exc:
-            log.warning("the extender's placement record is malformed; sessions do not undo: %s", exc)
-            return None
-        return placement.undo_below if placement is not None and placement.undo_below > 0 else None
+            log.warning("the extender's placement record is malformed; sessions tune and do not undo: %s", exc)
+            return None, "tune"
+        if placement is None:
+            return None, "tune"
+        return (placement.undo_below if placement.undo_below > 0 else None), placement.session
 
     def _back_off(self, req: TuningRequest) -> float:
         """Hold ``req``'s GPU back from dispatch for an exponentially growing wait (s, at most 30;

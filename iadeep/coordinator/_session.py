@@ -101,7 +101,8 @@ class SessionResult:
 
     Attributes:
         outcome: ``converged``, ``undone`` (converged below ``undo_below``: :attr:`undo` was
-            recorded), ``single_job``, ``job_left``, ``superseded``, ``deadline``,
+            recorded), ``profiled`` (a profile session kept the packing:
+            :func:`iadeep.coordinator._profile.run_profile`), ``single_job``, ``job_left``, ``superseded``, ``deadline``,
             ``untunable`` (a job whose model or batch size the measurements do not cover) or
             ``no_inventory`` (the node publishes no such GPU: nothing ran, the request stays and the
             service retries it with back-off).
@@ -109,7 +110,9 @@ class SessionResult:
         restored: pod UID -> batch size written back when the session was superseded: the size
             the job ran at before the session, for the jobs a trial had moved (empty otherwise).
         rounds: rounds measured by this run of the session.
-        progress: summed progress rate of the applied configuration as measured (NaN if not).
+        progress: summed progress rate of the applied configuration as measured (NaN if not); of
+            an undone or profiled session, the measured sum it was judged on.
+        undo: the undo recorded (``undone`` only), else ``None``.
     """
 
     outcome: str
@@ -242,7 +245,8 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         else:
             log.warning("session %s: the jobs keep the trial's sizes %s: the memory of the earlier ones was taken",
                         name, running)
-    elif (undo := _undo(request, ending, outcome, pods, records, undo_below, name, clock)) is not None:
+    elif (undo := _undo(request, ending, outcome.best_objective if outcome is not None else math.nan, pods, records,
+                        undo_below, name, clock)) is not None:
         # the simulator's undo applies no configuration: back to the sizes from before the session
         if _resize(store, request, _cover(space, running, space.current())):
             result.restored = _restore(jobs, store, name, clock)
@@ -272,15 +276,17 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
     return result
 
 
-def _undo(request: TuningRequest, ending: str, outcome: Outcome | None, pods: Sequence[str], records: Mapping[str, JobRecord],
+def _undo(request: TuningRequest, ending: str, progress: float, pods: Sequence[str], records: Mapping[str, JobRecord],
           undo_below: float | None, name: str, clock: Callable[[], float]) -> UndoRecord | None:
-    """The undo record of a session that ended ``ending`` with ``outcome`` (module docstring), or
-    ``None``: :func:`iadeep.policy.undo_rule` over the session's pods in reservation order, their
-    job types as submitted, and the best measured progress; only a converged session is judged."""
-    if ending != "converged" or outcome is None or not undo_below:
+    """The undo record of a session that ended ``ending`` with the best measured summed
+    ``progress`` (NaN: nothing measured; module docstring), or ``None``:
+    :func:`iadeep.policy.undo_rule` over the session's pods in reservation order, their job types
+    as submitted, and ``progress``; only a converged session is judged (a profile session's
+    measured round counts as converged, :mod:`iadeep.coordinator._profile`)."""
+    if ending != "converged" or not undo_below:
         return None
     types = [BannedType(records[p].model, int(records[p].batch_size)) for p in pods]
-    undo = undo_rule(float(outcome.best_objective), list(pods), types, undo_below)
+    undo = undo_rule(float(progress), list(pods), types, undo_below)
     if undo is None:
         return None
     newest = records[undo.evict]

@@ -59,10 +59,11 @@ SCHEDULER = "iadeep-scheduler"
 RENDEZVOUS_PORT = 29500
 """The gang's rendezvous port (``MASTER_PORT``; PyTorch's default)."""
 RUN_LABEL = "iadeep.io/run"
-TUNED_POLICIES = frozenset({"iadeep"})
-"""Policies whose tuning the live system runs (coordinator and tuner: batch-size sessions). The
-others' tuning in the simulator is either the default no-op or, for gandiva, undoing a packing
-by eviction, which no live component does."""
+TUNED_POLICIES = frozenset({"iadeep", "gandiva"})
+"""Policies whose tuning the live system runs with the node coordinator (and the tuner): iadeep's
+batch-size sessions and gandiva's profile of a packing (one round at the current sizes, its undo by
+eviction; :func:`iadeep.coordinator.run_profile`). The others' tuning in the simulator is the
+default no-op."""
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@ The cluster around it (:class:`LocalCluster`, the default): the local control pl
 ``iadeep-scheduler`` profile, kube-controller-manager, kwok), a local etcd, and per policy a
 fresh set of kwok GPU nodes, the extender (``iadeep extender serve``) and the GPU emulator
 (``iadeep emulator serve``) as processes. With tuning, for the policies in
-:data:`TUNED_POLICIES` (those whose tuning is IADeep's batch-size tuning), also the tuner
-(``iadeep tuner serve``, SQLite in the work folder) and one coordinator for the set of kwok nodes
-(``iadeep coordinator serve --all-nodes``): the extender's bind writes a tuning request per GPU
-whose co-located set changed, the coordinator runs the session with the tuner, and the emulator
+:data:`TUNED_POLICIES` (iadeep's batch-size tuning, gandiva's profile of a packing), also the
+tuner (``iadeep tuner serve``, SQLite in the work folder) and one coordinator for the set of kwok
+nodes (``iadeep coordinator serve --all-nodes``): the extender's bind writes a tuning request per
+GPU whose co-located set changed, the coordinator runs the session the extender's policy publishes
+(a tuning session with the tuner, or gandiva's one profile round without it), and the emulator
 applies the batch sizes it writes and reports the jobs' throughput as the SDK would.
 """
 

@@ -200,12 +200,15 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
     def _publish_placement(self) -> bool:
         """Publish the policy and its co-location limit (:class:`~iadeep.state.PlacementPolicy`): the
         device plugins advertise that many ``gpu-count`` slots per GPU, so the kubelet admits as
-        many pods per GPU as this extender places there. False when the store did not answer."""
+        many pods per GPU as this extender places there; the node coordinators read the undo
+        threshold and the session kind (:attr:`iadeep.policy.Policy.node_session`). False when the
+        store did not answer."""
         if self._placement_published:
             return True
         try:
             self.store.put_placement(PlacementPolicy(self.policy.name, self.policy.limit, self.clock(),
-                                                     undo_below=float(getattr(self.policy, "undo_below", None) or 0.0)))
+                                                     undo_below=float(getattr(self.policy, "undo_below", None) or 0.0),
+                                                     session=self.policy.node_session))
         except StoreUnavailable as exc:
             log.warning("placement not published yet (state store unreachable): %s", exc)
             return False

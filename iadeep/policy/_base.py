@@ -91,6 +91,11 @@ class Policy(ABC):
 
     name: ClassVar[str] = ""
     colocation_limit: ClassVar[int] = 1
+    #: What the live node coordinator runs for a GPU whose co-location set changed
+    #: (:attr:`iadeep.state.PlacementPolicy.session`): ``tune`` (batch-size tuning with the tuner)
+    #: or ``profile`` (one measurement round at the jobs' current sizes, as :meth:`tune` of a
+    #: policy that only profiles measures one trial).
+    node_session: ClassVar[str] = "tune"
 
     def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None):
         self.model = model

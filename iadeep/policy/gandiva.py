@@ -5,6 +5,11 @@ GPU, profile the packed jobs, and undo the packing when the combined normalised 
 1 (worse than time-slicing). Here: a free GPU is always preferred; otherwise the GPU with the fewest
 jobs and least memory used; after a packing one trial measures the jobs and, if the measured sum is
 below 1, the newest job is evicted back to the queue and the pair is remembered as bad.
+
+Both drivers apply the decision when the profile ends (one ``trial_s`` in the simulator; in the
+live system the node coordinator's profile session, :attr:`~iadeep.policy.Policy.node_session`
+``profile``, measures one round at the jobs' current sizes and records the undo, then the extender
+bans the pair and evicts the pod): the ban and the eviction together, as for iadeep's undo.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ class Gandiva(Policy):
 
     name = "gandiva"
     colocation_limit = 2
+    node_session = "profile"
+    #: The packing is undone when the profiled normalised throughputs sum below this (1: worse
+    #: than taking turns; Xiao et al., Sec. 4); the extender publishes it to the node coordinators.
+    undo_below: float = 1.0
 
     def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
         """Fewer jobs first, then less memory used."""
@@ -37,10 +46,9 @@ class Gandiva(Policy):
         config = {h: int(view.job_type[h]) for h in handles}
         observed = measure(config)
         total = sum(observed.values())
-        undo = undo_rule(total, handles, [config[h] for h in handles], 1.0)  # the rule iadeep's undo shares
+        undo = undo_rule(total, handles, [config[h] for h in handles], self.undo_below)  # the rule iadeep's undo shares
         if undo is None:
             return TuningDecision(gpu, trials=1, reason=f"packing kept: measured sum {total:.2f}")
-        # Gandiva's own timing, kept: the ban at once, when the packing is profiled (iadeep's undo
-        # bans when its session ends, as the live system does; gandiva's undo has no live counterpart)
-        self.avoid(list(undo.avoid))
-        return TuningDecision(gpu, trials=1, evict=(undo.evict,), reason=f"packing undone: measured sum {total:.2f} < 1")
+        # the driver bans the types and evicts when the profile ends (module docstring)
+        return TuningDecision(gpu, trials=1, evict=(undo.evict,), avoid=undo.avoid,
+                              reason=f"packing undone: measured sum {total:.2f} < {self.undo_below:g}")

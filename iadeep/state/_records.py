@@ -76,6 +76,7 @@ __all__ = [
     "JobCheckpoint",
     "WORKLOAD_STATES",
     "PlacementPolicy",
+    "SESSION_KINDS",
     "BannedType",
     "UndoRecord",
     "UNDO_OUTCOMES",
@@ -299,14 +300,23 @@ class PlacementPolicy:
         at: when the extender published it (Unix seconds).
         undo_below: the policy's undo threshold (its ``undo_below``; 0: the policy never undoes):
             the node coordinators undo a session whose best measured summed progress is below it
-            (:func:`iadeep.policy.undo_rule`, :class:`UndoRecord`). A record written before this
-            field existed reads as 0.
+            (:func:`iadeep.policy.undo_rule`, :class:`UndoRecord`). A record without the field
+            reads as 0.
+        session: what the node coordinators run after a GPU's co-location set changed, one of
+            :data:`SESSION_KINDS`: ``tune`` (IADeep's batch-size tuning with the tuner) or
+            ``profile`` (one measurement round at the jobs' current batch sizes, no tuner: Gandiva's
+            profile of a packing). A record without the field reads as ``tune``.
     """
 
     policy: str
     colocation_limit: int
     at: float = 0.0
     undo_below: float = 0.0
+    session: str = "tune"
+
+
+#: Kinds of node session (:attr:`PlacementPolicy.session`): batch-size tuning, or one profile round.
+SESSION_KINDS = ("tune", "profile")
 
 
 @dataclass(frozen=True)
@@ -484,6 +494,8 @@ def _checkpoint_rules(c: JobCheckpoint) -> str | None:
 def _placement_rules(p: PlacementPolicy) -> str | None:
     if p.colocation_limit < 1:
         return f"$.colocation_limit: must be >= 1, got {p.colocation_limit}"
+    if p.session not in SESSION_KINDS:
+        return f"$.session: must be one of {', '.join(SESSION_KINDS)}, got {p.session!r}"
     return None if p.undo_below >= 0 else f"$.undo_below: must be >= 0, got {p.undo_below}"
 
 

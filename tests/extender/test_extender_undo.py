@@ -197,3 +197,16 @@ def test_undo_below_zero_publishes_no_undo_and_a_policy_without_undo_publishes_z
     other._placement_published = False
     other._publish_placement()
     assert store.placement().policy == "antman" and store.placement().undo_below == 0.0
+
+
+def test_gandiva_publishes_its_profile_session_and_threshold(store, make_service):
+    """The node side learns from the placement record to profile gandiva's packings (one round, no
+    tuner) and to undo below gandiva's 1.0; iadeep's record names the tuning session."""
+    svc = make_service(policy="gandiva")
+    svc._publish_placement()
+    p = store.placement()
+    assert (p.policy, p.session, p.undo_below, p.colocation_limit) == ("gandiva", "profile", 1.0, 2)
+    iadeep = make_service()
+    iadeep._placement_published = False
+    iadeep._publish_placement()
+    assert store.placement().session == "tune"

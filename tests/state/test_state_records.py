@@ -198,3 +198,12 @@ def test_any_undo_record_text_parses_or_is_a_record_error(value):
     except RecordError:
         return
     assert len(u.types) >= 2 and 0 <= u.progress < u.undo_below and u.outcome in UNDO_OUTCOMES
+
+
+def test_a_placement_record_names_its_session_kind_and_reads_as_tune_without_it():
+    """The node coordinators run the session kind the extender names; a record without it tunes."""
+    assert from_json(PlacementPolicy, '{"policy":"iadeep","colocation_limit":2}').session == "tune"
+    p = PlacementPolicy("gandiva", 2, 1.0, undo_below=1.0, session="profile")
+    assert from_json(PlacementPolicy, to_json(p)) == p
+    with pytest.raises(RecordError, match=r"\$\.session: must be one of tune, profile, got 'search'"):
+        from_json(PlacementPolicy, '{"policy":"gandiva","colocation_limit":2,"session":"search"}')
