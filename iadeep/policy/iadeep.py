@@ -327,19 +327,15 @@ class IADeep(Policy):
         b = pred[:, job.type_id].take(occ_t)
         np.maximum(b, 1e-3, out=b)
         r_p = view.remaining_s(first)
-        # change of the two jobs' summed completion times versus both running on as now; waiting
+        t_new, t_part = finish_times(job.remaining_s, r_p, a, b)
+        # change of the two jobs' summed completion times versus both running alone now; waiting
         # ``W`` for a free GPU would add ``W`` to it (the new job starts later)
         # a gang partner holds all its GPUs while it is slowed: weight its delay by its GPU count
         k_p = view.job_num_gpus.take(first)
         rate = view.job_rate.take(first)
         np.maximum(rate, 1e-6, out=rate)
-        # the partner's time at its current rate, and its share of that rate while together: a
-        # gang progresses at its slowest GPU, so one already slowed elsewhere to ``rate`` runs at
-        # min(b, rate) (module docstring: a gang partner's pace)
-        r_p_now = r_p / rate
-        t_new, t_part = finish_times(job.remaining_s, r_p_now, a, np.minimum(b, rate) / rate)
         own = t_new - job.remaining_s
-        part = k_p * (t_part - r_p_now)
+        part = k_p * (t_part - r_p / rate)
         if self.queue_pressure and job.jobs_queued > 0:
             # the queue's share (module docstring: queue pressure): while both run, the pair does
             # a + k_p b GPU-seconds of work a second on the partner's GPUs instead of k_p, and each
