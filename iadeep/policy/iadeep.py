@@ -14,9 +14,7 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
 2. free GPUs, when enough are eligible;
 3. otherwise every eligible GPU holding one job is priced by :func:`finish_times` (both progress
    at ``a``/``b`` until one ends, then the survivor runs alone): the change of completion times is
-   ``d_n = t_n - R_n`` for the job and ``d_p = k_p (t_p - R_p / rate_p)`` for the partner
-   (**a gang partner's pace**: a gang progresses at its slowest GPU, so a partner already running
-   at ``rate_p`` runs at ``min(b, rate_p)`` beside the job: never faster than now), minus
+   ``d_n = t_n - R_n`` for the job and ``d_p = k_p (t_p - R_p / rate_p)`` for the partner, minus
    the **queue pressure** ``Q / G * max(a - k_p (1 - b), 0) * min(t_n, t_p)`` when ``queue_pressure``
    is on (off by default: it did not hold on a draw it was not designed on): the work the pair adds
    on the partner's GPUs while both run moves every queued job's start earlier, spread over the

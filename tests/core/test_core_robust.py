@@ -406,33 +406,3 @@ def test_iadeep_is_never_much_worse_than_every_baseline_on_small_traces(model, j
         kw = {"preempt_unblocked": True} if name == "iadeep" and queue == "kube" else {}
         jct[name] = simulate(workload, make_policy(name, model, **kw), model, cluster, sim).summary()["avg_jct_s"]
     assert jct["iadeep"] <= 1.02 * max(jct["antman"], jct["gandiva"], jct["exclusive"]), jct
-
-
-def test_a_gang_slowed_elsewhere_is_not_priced_as_sped_up_by_a_new_partner(model):
-    """A gang progresses at its slowest GPU. A 2-GPU gang already shares GPU 0 and runs at half
-    speed; its GPU 1 is the only shareable one. A pair predicted at ``b >= 0.75`` for the gang does
-    not slow it further (it stays at ``min(b, 0.5)``), so sharing costs only the new job's own
-    delay, ``6 h (1 - a)`` for a 10-h job beside a gang that frees its GPU in 6 h, more than the
-    0.2 h it waits for GPU 2. Priced as if the gang ran at ``b`` beside it (faster than now), the
-    partner's "delay" was negative, a credit for slowing it, and the job co-located."""
-    from iadeep.policy import ClusterView, JobRequest, Wait
-    from iadeep.policy.iadeep import IADeep
-
-    norm, mem = model.norm, model.mem_gib
-    n = len(norm)
-    pair = next(((t, g) for g in range(n) for t in range(n)
-                 if norm[g, t] >= 0.75 and norm[t, g] <= 0.9 and norm[t, g] + norm[g, t] >= 1.0
-                 and 2 * mem[g] + mem[t] <= 24.0 and 2 * mem[t] <= 24.0), None)
-    assert pair is not None, "no measured pair fits the case"
-    t, g = pair
-    # handles: 0 the gang (GPUs 0, 1), 1 its partner on GPU 0, 2 and 3 on GPU 2, 4 the new job
-    types = np.array([g, g, t, t, t])
-    slots = np.array([[0, 1], [0, -1], [2, 3]])
-    used = np.array([mem[g] + mem[g], mem[g], 2 * mem[t]])
-    view = ClusterView(0.0, ("n0",), np.zeros(3, dtype=int), np.arange(3), np.full(3, 24.0), used, slots, types,
-                       types.copy(), np.array([2, 1, 1, 1, 1]), np.array([3, 10, 0.2, 0.2, 10]) * HOUR, np.zeros(5),
-                       np.array([0.5, 1.0, 1.0, 1.0, 0.0]))
-    job = JobRequest(4, "new", t, 1, float(mem[t]), 10 * HOUR)
-    decision = IADeep(model, predictor="oracle").reserve(job, view)
-    assert isinstance(decision, Wait), decision
-    assert decision.expected_wait_s == pytest.approx(0.2 * HOUR)
