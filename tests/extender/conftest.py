@@ -96,6 +96,20 @@ def control_plane_options(extender_port: int) -> dict[str, Any]:
 
 
 @pytest.fixture
+def extender(control_plane, make_service, extender_port):
+    """The extender in a thread on the port kube-scheduler calls: ``(server, service)``."""
+    from extender_support import ThreadServer
+
+    from iadeep.extender import create_app
+
+    api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())
+    svc = make_service(pod_api=api)
+    with ThreadServer(create_app(service=svc), port=extender_port) as srv:
+        yield srv, svc
+    api.close()
+
+
+@pytest.fixture
 def api(control_plane) -> Iterator[KubernetesPodApi]:
     """The extender's Kubernetes client against the local control plane's API server, closed after."""
     pod_api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())

@@ -39,16 +39,6 @@ def nodes(control_plane, store):
     return names
 
 
-@pytest.fixture
-def extender(control_plane, make_service, extender_port):
-    """The extender in a thread on the port kube-scheduler calls."""
-    api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())
-    svc = make_service(pod_api=api)
-    with ThreadServer(create_app(service=svc), port=extender_port) as srv:
-        yield srv, svc
-    api.close()
-
-
 def _pod(ns, name, mem, annotations=R18):
     return gpu_pod(name, mem=mem, namespace=ns, scheduler=SCHEDULER, annotations=annotations)
 

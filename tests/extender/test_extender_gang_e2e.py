@@ -9,9 +9,9 @@ import time
 import uuid
 
 import pytest
-from extender_support import SCHEDULER, ThreadServer, extender_args, publish, wait_for
+from extender_support import SCHEDULER, extender_args, publish, wait_for
 
-from iadeep.extender import ANNOTATION_GPU_INDEX, KubernetesPodApi, KubeSettings, create_app
+from iadeep.extender import ANNOTATION_GPU_INDEX
 from iadeep.extender._wire import ExtenderArgs, ExtenderBindingArgs
 from iadeep.dev import FAKE_RUN_DURATION_ANNOTATION
 from iadeep.podspec import ANNOTATION_GANG_INDEX, ANNOTATION_GANG_SIZE, GANG_LABEL
@@ -30,15 +30,6 @@ def nodes(control_plane, store):
     names = control_plane.add_nodes(4, gpus=4, gpu_mem_gib=16, prefix=f"g{uuid.uuid4().hex[:6]}-")
     publish(store, names, gpus=4, gpu_mem_gib=16.0)
     return names
-
-
-@pytest.fixture
-def extender(control_plane, make_service, extender_port):
-    api = KubernetesPodApi(KubeSettings(), api_client=control_plane.api_client())
-    svc = make_service(pod_api=api)
-    with ThreadServer(create_app(service=svc), port=extender_port) as srv:
-        yield srv, svc
-    api.close()
 
 
 def _container(mem_gib: int, gpus: int) -> dict:

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from live_support import assert_newcomer_undone
 
 from iadeep.experiment._live import LiveSettings, run_live_policy
 from iadeep.experiment._livecluster import LocalCluster
 from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
 from iadeep.sim import ClusterSpec, SimSettings, simulate
-from iadeep.state import BannedType, EtcdStateStore, StateSettings
+from iadeep.state import EtcdStateStore, StateSettings
 
 pytestmark = pytest.mark.slow
 
@@ -61,12 +62,7 @@ def replay(controlplane_binaries, throughputs_path, tmp_path_factory):
 
 def test_the_session_undoes_the_pair_and_the_extender_evicts_the_newcomer(replay):
     out, metrics, undos = replay
-    assert metrics["failed_jobs"] == 0 and metrics["reservations_left"] == 0  # the evicted pod failed no Job
-    assert metrics["replacement_pods"] == 1
-    assert out.loc["newcomer", "evictions"] == 1 and out.loc["survivor", "evictions"] == 0
-    (record,) = undos.values()
-    assert record.outcome == "evicted" and record.progress < 1.0 == record.undo_below
-    assert record.types[1] == BannedType("ResNet-50", 64) and record.types[0].model == "CycleGAN"
+    assert_newcomer_undone(out, metrics, undos)
 
 
 def test_the_replacement_waits_for_the_banned_partner_and_resumes_its_work(replay):
