@@ -76,6 +76,12 @@ class NullPodApi:
     def event(self, *args: Any, **kwargs: Any) -> None:
         pass
 
+    def annotate_node(self, name: str, annotations: Any) -> None:
+        pass  # the benchmark's nodes have no Node objects
+
+    def gang_pods(self, namespace: str, gang: str) -> list:
+        return []  # the benchmark's pods are single-pod jobs
+
 
 def null_uid(namespace: str, name: str) -> str:
     """The UID of a benchmark pod without Kubernetes (``--kube null``): derived from its name, so

@@ -1,16 +1,32 @@
 """The pod contract iadeep's components share: the annotations a pod carries (what it asks for,
 and what the extender reserved for it), the extended resources, the error for a pod that asks in a
-way iadeep cannot serve, and the mapping of a pod's (model family, batch size) to the interference
-model's job type.
+way iadeep cannot serve, the mapping of a pod's (model family, batch size) to the interference
+model's job type, and the translation of a pod into its demand (:func:`pod_demand`, over
+:class:`PodFacts`: what the demand reads of a pod, however the pod arrived).
 
 The extender writes the reservation annotations at bind (:mod:`iadeep.extender`), the device
 plugin reads them in ``Allocate`` (:mod:`iadeep.deviceplugin`), the GPU emulator reads the job's
 annotations and the reserved GPUs (:mod:`iadeep.emulator`), and the trace submitter and the
 training Jobs write the job's annotations. One definition, so that a renamed key cannot drift
-between them.
+between them; the extender (from kube-scheduler's wire pod) and the GPU emulator (from the
+API's pod object) compute a pod's demand with the same :func:`pod_demand`.
+
+A pod is a GPU job of ours when its containers request the GPU-memory extended resource
+(default :data:`GPU_MEM_RESOURCE`, one unit = 1 GiB). Its demand is computed as kube-scheduler
+computes resource requests: the sum over its containers, or the largest init container if that
+is larger; for an extended resource limits and requests are equal, the limit is read first.
 """
 
 from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import msgspec
 
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
@@ -20,7 +36,8 @@ __all__ = ["ANNOTATION_MODEL", "ANNOTATION_BATCH_SIZE", "ANNOTATION_DURATION", "
            "ANNOTATION_BIND_PHASE", "ANNOTATION_NODE", "ANNOTATION_REASON", "BIND_ANNOTATIONS", "BIND_PHASE_ALLOCATING",
            "BIND_PHASE_ALLOCATED", "GANG_LABEL", "ANNOTATION_GANG_SIZE", "ANNOTATION_GANG_INDEX", "ENV_MASTER_ADDR",
            "ENV_MASTER_PORT", "ENV_WORLD_SIZE", "ENV_RANK", "GPU_MEM_RESOURCE", "GPU_COUNT_RESOURCE", "MAX_GPUS_PER_POD", "PodSpecError",
-           "TypeResolver"]
+           "TypeResolver", "ContainerFacts", "PodFacts", "PodJob", "PodDemand", "pod_job", "pod_demand", "gang_of", "api_time_s",
+           "load_quantity_parser"]
 
 #: The extended resources a pod requests: GPU memory (whole GiB) and GPUs (the device plugin's).
 GPU_MEM_RESOURCE = "iadeep.io/gpu-mem"
@@ -133,3 +150,267 @@ class TypeResolver:
             return self.resolve(family, batch_size)
         except PodSpecError:
             return self.default_type
+
+
+# -- a pod's demand --------------------------------------------------------------------------
+
+
+class ContainerFacts(msgspec.Struct, frozen=True):
+    """One container's extended resources as the pod states them.
+
+    Attributes:
+        name: the container's name (for messages; empty when unknown).
+        limits / requests: resource name -> quantity (a Kubernetes quantity string such as
+            ``"8"`` or ``"1Ki"``, or a number).
+    """
+
+    name: str = ""
+    limits: Mapping[str, Any] = {}
+    requests: Mapping[str, Any] = {}
+
+
+class PodFacts(msgspec.Struct, frozen=True):
+    """What :func:`pod_demand` reads of a pod, independent of how the pod arrived (kube-scheduler's
+    wire pod in the extender, the API's pod object in the GPU emulator: :meth:`from_api`).
+
+    Attributes:
+        namespace / name / uid: the pod.
+        labels / annotations: its metadata's (empty when absent).
+        containers / init_containers: their resources.
+        priority: ``spec.priority`` (0 when absent).
+        created: ``metadata.creationTimestamp`` (RFC 3339; empty when absent).
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str] = {}
+    annotations: Mapping[str, str] = {}
+    containers: tuple[ContainerFacts, ...] = ()
+    init_containers: tuple[ContainerFacts, ...] = ()
+    priority: int = 0
+    created: str = ""
+
+    @classmethod
+    def from_api(cls, pod: Mapping[str, Any]) -> PodFacts:
+        """The facts of a pod object as the Kubernetes API returns it (JSON, as a dict): namespace
+        ``default`` when absent, UID ``<namespace>/<name>`` when absent (as the extender's wire pod)."""
+        meta, spec = _mapping(pod.get("metadata")), _mapping(pod.get("spec"))
+        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        priority = spec.get("priority")
+        return cls(ns, name, str(meta.get("uid") or f"{ns}/{name}"), _mapping(meta.get("labels")),
+                   _mapping(meta.get("annotations")), _containers(spec.get("containers")),
+                   _containers(spec.get("initContainers")), priority if isinstance(priority, int) else 0,
+                   str(meta.get("creationTimestamp") or ""))
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _containers(value: Any) -> tuple[ContainerFacts, ...]:
+    out = []
+    for c in value if isinstance(value, list) else ():
+        c = _mapping(c)
+        res = _mapping(c.get("resources"))
+        out.append(ContainerFacts(str(c.get("name") or ""), _mapping(res.get("limits")), _mapping(res.get("requests"))))
+    return tuple(out)
+
+
+class PodJob(msgspec.Struct, frozen=True):
+    """The job a pod runs, as its annotations and gang label say (:func:`pod_job`).
+
+    Attributes:
+        model / batch_size: the job type as annotated (or the defaults).
+        duration_s: expected run time at dedicated speed (s).
+        gpu_models: GPU models it accepts (empty: any).
+        gang / gang_size / gang_index: :func:`gang_of`.
+    """
+
+    model: str
+    batch_size: int
+    duration_s: float
+    gpu_models: tuple[str, ...] = ()
+    gang: str = ""
+    gang_size: int = 1
+    gang_index: int = 0
+
+
+class PodDemand(msgspec.Struct, frozen=True):
+    """What one pod of ours asks for.
+
+    Attributes:
+        namespace / name / uid: the pod.
+        mem_gib: GPU memory per GPU (GiB).
+        num_gpus: GPUs needed on one node.
+        model / batch_size: the job type as annotated (or the defaults).
+        duration_s: expected run time at dedicated speed (s).
+        gpu_models: GPU models it accepts (empty: any).
+        priority: ``spec.priority`` (0 when absent).
+        created_s: ``metadata.creationTimestamp`` (Unix seconds; 0 when absent): with the
+            priority, the pod's place in kube-scheduler's queue (:class:`~iadeep.extender.PendingPods`).
+        gang: the gang's name (label :data:`GANG_LABEL`); empty: a pod of its own.
+        gang_size: members of the gang (``n_pods``; 1 without a gang).
+        gang_index: this member's index ``0 .. gang_size - 1`` (0 without a gang).
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    mem_gib: float
+    num_gpus: int
+    model: str
+    batch_size: int
+    duration_s: float
+    gpu_models: tuple[str, ...] = ()
+    priority: int = 0
+    created_s: float = 0.0
+    gang: str = ""
+    gang_size: int = 1
+    gang_index: int = 0
+
+
+def api_time_s(value: str) -> float:
+    """A time of the Kubernetes API (RFC 3339, e.g. ``2026-11-30T14:56:47Z``) as Unix seconds.
+
+    Raises:
+        ValueError: not such a time.
+    """
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def load_quantity_parser() -> None:
+    """Import the quantity parser now (it pulls in the whole ``kubernetes`` client, about 1,000
+    modules): a service calls this at start, not inside its first request."""
+    from kubernetes.utils import parse_quantity  # noqa: F401
+
+
+_MAX_QUANTITY_DIGITS = 18
+_MAX_GANG = 1024
+
+
+def _quantity(value: object, what: str) -> Decimal:
+    from kubernetes.utils import parse_quantity  # Kubernetes' own suffix rules (Ki, M, m, e3, ...)
+
+    try:
+        q = Decimal(repr(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else parse_quantity(str(value).strip())
+    except (InvalidOperation, ValueError, TypeError, ArithmeticError):
+        raise PodSpecError(f"{what}: {value!r} is not a quantity") from None
+    if not q.is_finite():
+        raise PodSpecError(f"{what}: {value!r} is not a finite quantity")
+    if q and q.adjusted() > _MAX_QUANTITY_DIGITS:  # Kubernetes' own quantities stop at 2^63
+        raise PodSpecError(f"{what}: {value!r} is out of range")
+    return q
+
+
+def _resource(containers: tuple[ContainerFacts, ...], resource: str, role: str) -> list[Decimal]:
+    out = []
+    for c in containers:
+        value = c.limits.get(resource, c.requests.get(resource))
+        out.append(Decimal(0) if value is None else _quantity(value, f"{role} {c.name or '?'} {resource}"))
+    return out
+
+
+def _effective(pod: PodFacts, resource: str) -> Decimal:
+    main = sum(_resource(pod.containers, resource, "container"), Decimal(0))
+    init = _resource(pod.init_containers, resource, "init container")
+    return max([main, *init])
+
+
+def _int_annotation(annotations: Mapping[str, str], key: str, default: int) -> int:
+    raw = annotations.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise PodSpecError(f"annotation {key}={raw!r} is not an integer") from None
+    if value < 1:
+        raise PodSpecError(f"annotation {key}={raw!r} must be >= 1")
+    return value
+
+
+def pod_demand(pod: PodFacts, *, gpu_mem_resource: str = GPU_MEM_RESOURCE, gpu_count_resource: str = GPU_COUNT_RESOURCE,
+               default_model: str, default_batch_size: int, default_duration_s: float) -> PodDemand | None:
+    """The pod's GPU demand, or ``None`` when it does not ask for ``gpu_mem_resource``.
+
+    Memory (GiB) and GPUs are the pod's effective requests (module docstring), the memory spread
+    evenly over the GPUs (``gpu_count_resource``, default 1); the job, its type, duration, GPU
+    models and gang, is :func:`pod_job`.
+
+    Raises:
+        PodSpecError: a malformed quantity or annotation, or a demand that cannot be served (zero
+            GPUs, memory not a positive number); the message names the field.
+    """
+    mem = _effective(pod, gpu_mem_resource)
+    if mem == 0:
+        return None
+    if mem < 0:
+        raise PodSpecError(f"{gpu_mem_resource} must be positive, got {mem}")
+    count = _effective(pod, gpu_count_resource)
+    if count == 0:
+        count = Decimal(1)
+    if not 1 <= count <= MAX_GPUS_PER_POD or count != count.to_integral_value():
+        raise PodSpecError(f"{gpu_count_resource} must be an integer in 1..{MAX_GPUS_PER_POD}, got {count}")
+    num_gpus = int(count)
+    per_gpu = float(mem) / num_gpus
+    if not math.isfinite(per_gpu) or per_gpu <= 0:
+        raise PodSpecError(f"{gpu_mem_resource}={mem} is not a usable amount of GPU memory")
+    job = pod_job(pod, default_model=default_model, default_batch_size=default_batch_size,
+                  default_duration_s=default_duration_s)
+    try:
+        created_s = api_time_s(pod.created) if pod.created else 0.0
+    except ValueError:
+        raise PodSpecError(f"metadata.creationTimestamp={pod.created!r} is not an RFC 3339 time") from None
+    return PodDemand(pod.namespace, pod.name, pod.uid, per_gpu, num_gpus, job.model, job.batch_size, job.duration_s,
+                     job.gpu_models, pod.priority, created_s, job.gang, job.gang_size, job.gang_index)
+
+
+def pod_job(pod: PodFacts, *, default_model: str, default_batch_size: int, default_duration_s: float) -> PodJob:
+    """The job ``pod`` runs: its annotations :data:`ANNOTATION_MODEL`, :data:`ANNOTATION_BATCH_SIZE`
+    (an integer >= 1), :data:`ANNOTATION_DURATION` (seconds, finite, >= 0) and
+    :data:`ANNOTATION_GPU_MODELS` (``|``- or comma-separated), each the default when absent or
+    empty, and its gang (:func:`gang_of`).
+
+    Raises:
+        PodSpecError: a malformed annotation (the message names the key).
+    """
+    ann = pod.annotations
+    model = (ann.get(ANNOTATION_MODEL) or "").strip() or default_model
+    batch = _int_annotation(ann, ANNOTATION_BATCH_SIZE, default_batch_size)
+    raw_duration = ann.get(ANNOTATION_DURATION)
+    duration = default_duration_s
+    if raw_duration:
+        try:
+            duration = float(raw_duration)
+        except ValueError:
+            raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} is not a number") from None
+        if not math.isfinite(duration) or duration < 0:
+            raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} must be a finite number >= 0")
+    models = tuple(m.strip() for m in re.split(r"[|,]", ann.get(ANNOTATION_GPU_MODELS) or "") if m.strip())
+    gang, size, index = gang_of(pod)
+    return PodJob(model, batch, duration, models, gang, size, index)
+
+
+def gang_of(pod: PodFacts) -> tuple[str, int, int]:
+    """``(gang, size, index)`` of a gang member (label :data:`GANG_LABEL`, annotations
+    :data:`ANNOTATION_GANG_SIZE` and the Job controller's completion index
+    :data:`ANNOTATION_GANG_INDEX`); ``("", 1, 0)`` for a pod of its own.
+
+    Raises:
+        PodSpecError: a gang label without a size in ``1..1024``, or without an index in
+            ``0..size-1`` (the pod is not an Indexed Job's); the message names the key.
+    """
+    gang = (pod.labels.get(GANG_LABEL) or "").strip()
+    if not gang:
+        return "", 1, 0
+    size = _int_annotation(pod.annotations, ANNOTATION_GANG_SIZE, 0)
+    if not 1 <= size <= _MAX_GANG:
+        raise PodSpecError(f"pod of gang {gang!r}: annotation {ANNOTATION_GANG_SIZE} must be an integer in "
+                           f"1..{_MAX_GANG}, got {pod.annotations.get(ANNOTATION_GANG_SIZE)!r}")
+    raw = (pod.annotations.get(ANNOTATION_GANG_INDEX) or "").strip()
+    if not raw.isdigit() or int(raw) >= size:
+        raise PodSpecError(f"pod of gang {gang!r}: annotation {ANNOTATION_GANG_INDEX} must be an integer in "
+                           f"0..{size - 1} (the pods of an Indexed Job carry it), got {raw or None!r}")
+    return gang, size, int(raw)

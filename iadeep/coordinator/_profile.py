@@ -38,15 +38,8 @@ from iadeep.jobtypes import JobType
 from iadeep.state import StateStore, TuningRequest
 from iadeep.tuner import Proposal, TunedJob
 from iadeep.coordinator._metrics import CoordinatorMetrics
-from iadeep.coordinator._session import (
-    SessionResult,
-    _check_still_valid,
-    _measure,
-    _samples,
-    _Superseded,
-    _undo,
-    session_name,
-)
+from iadeep.coordinator._rounds import Superseded, check_still_valid, measure_round, pair_samples, undo_record
+from iadeep.coordinator._session import SessionResult, session_name
 from iadeep.coordinator._settings import RoundSettings
 
 __all__ = ["run_profile"]
@@ -99,10 +92,10 @@ def run_profile(request: TuningRequest, *, store: StateStore, model: Interferenc
             for p in pods]
     result = SessionResult("profiled")
     try:
-        _check_still_valid(request, store, pods)
-        normalised = _measure(name, Proposal(0, dict(sizes)), jobs, store, model, rounds, clock, metrics)
-        _check_still_valid(request, store, pods)  # a round the GPU's set changed under measured another packing
-    except _Superseded as exc:
+        check_still_valid(request, store, pods)
+        normalised = measure_round(name, Proposal(0, dict(sizes)), jobs, store, model, rounds, clock, metrics)
+        check_still_valid(request, store, pods)  # a round the GPU's set changed under measured another packing
+    except Superseded as exc:
         log.info("profile %s ends early: %s", name, exc)
         if exc.outcome != "superseded":  # superseded: the new request is the one to acknowledge
             store.complete_tuning(request)
@@ -118,8 +111,8 @@ def run_profile(request: TuningRequest, *, store: StateStore, model: Interferenc
     if metrics:
         metrics.rounds.inc()
         metrics.round_seconds.observe(time.monotonic() - t0)
-    store.add_samples(_samples(sizes, jobs, normalised, clock()))
-    undo = _undo(request, "converged", result.progress, pods, records, undo_below, name, clock)
+    store.add_samples(pair_samples(sizes, jobs, normalised, clock()))
+    undo = undo_record(request, "converged", result.progress, pods, records, undo_below, name, clock)
     if undo is not None:
         store.put_undo(undo)
         result.outcome, result.undo = "undone", undo

@@ -27,6 +27,7 @@ import time
 
 from fastapi import FastAPI
 
+from iadeep._host import HeldClock
 from iadeep._serving import probe_app
 
 from iadeep.coordinator._metrics import CoordinatorMetrics
@@ -57,6 +58,8 @@ class CoordinatorService:
         self.store = store
         self.tuner = tuner
         self.model = model
+        self.held = HeldClock(settings.clock_file) if settings.clock_file is not None else None
+        self.clock = self.held.now if self.held is not None else time.time
         self.metrics = CoordinatorMetrics()
         self.results: list[tuple[TuningRequest, SessionResult]] = []
         self._running: dict[tuple[str, int], threading.Thread] = {}
@@ -117,14 +120,17 @@ class CoordinatorService:
 
     def _session(self, req: TuningRequest) -> None:
         self.metrics.active_sessions.inc()
+        if self.held is not None:
+            self.held.hold()
         try:
             undo_below, kind = self._placement()
             if kind == "profile":
                 result = run_profile(req, store=self.store, model=self.model, rounds=self.settings.round,
-                                     metrics=self.metrics, undo_below=undo_below)
+                                     metrics=self.metrics, undo_below=undo_below, clock=self.clock)
             else:
                 result = run_session(req, store=self.store, tuner=self.tuner, model=self.model,
-                                     rounds=self.settings.round, metrics=self.metrics, undo_below=undo_below)
+                                     rounds=self.settings.round, metrics=self.metrics, undo_below=undo_below,
+                                     clock=self.clock)
             self.metrics.sessions.labels(result.outcome).inc()
             if result.applied:
                 self.metrics.best_progress.labels(str(req.gpu) if self.settings.node else f"{req.node}/{req.gpu}").set(result.progress)
@@ -142,6 +148,8 @@ class CoordinatorService:
                 wait = self._back_off(req)
             log.warning("GPU %d: session failed, retrying in %.1f s: %s: %s", req.gpu, wait, type(exc).__name__, exc)
         finally:
+            if self.held is not None:
+                self.held.release()
             self.metrics.active_sessions.dec()
 
     def _placement(self) -> tuple[float | None, str]:

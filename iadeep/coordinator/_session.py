@@ -51,7 +51,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,22 +59,25 @@ import numpy as np
 
 from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
 from iadeep.jobtypes import JobType
-from iadeep.policy import undo_rule
 from iadeep.state import (
     AllocationConflict,
-    BannedType,
     BatchSizeAssignment,
     InterferenceSampleRecord,
-    JobRecord,
-    Measurement,
-    RecordError,
     StateStore,
     TuningRequest,
     UndoRecord,
-    from_json,
 )
 from iadeep.tuner import Outcome, Proposal, SearchSpace, SpaceError, StopRule, TunedJob, predicted_warm_start
 from iadeep.coordinator._metrics import CoordinatorMetrics
+from iadeep.coordinator._rounds import (
+    Superseded,
+    alive,
+    assign_sizes,
+    check_still_valid,
+    measure_round,
+    pair_samples,
+    undo_record,
+)
 from iadeep.coordinator._settings import RoundSettings
 
 __all__ = ["TunerApi", "SessionResult", "run_session", "session_name"]
@@ -131,12 +134,6 @@ def session_name(request: TuningRequest) -> str:
 def _nearest(model: InterferenceModel, family: str, batch: int) -> int:
     sizes = model.batch_sizes(family)
     return min(sizes, key=lambda b: (abs(b - batch), b)) if sizes else batch
-
-
-class _Superseded(Exception):
-    def __init__(self, outcome: str, why: str) -> None:
-        super().__init__(why)
-        self.outcome = outcome
 
 
 def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, model: InterferenceModel,
@@ -203,36 +200,36 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
     running = space.current()  # the sizes the jobs run at (their reservations cover them)
     try:
         while True:
-            _check_still_valid(request, store, pods)
+            check_still_valid(request, store, pods)
             proposal, outcome = tuner.ask(name)
             if proposal is None:
                 break
             r0 = time.monotonic()
             # both sizes covered while the jobs switch (module docstring); refused: nothing written
             if not _resize(store, request, _cover(space, running, proposal.config)):
-                _check_still_valid(request, store, pods)
-                raise _Superseded("superseded", "the GPU's memory changed under the session")
-            normalised = _measure(name, proposal, jobs, store, model, rounds, clock, metrics)
+                check_still_valid(request, store, pods)
+                raise Superseded("superseded", "the GPU's memory changed under the session")
+            normalised = measure_round(name, proposal, jobs, store, model, rounds, clock, metrics)
             running = dict(proposal.config)
             if normalised is not None:  # every job reported at its new size: it switched
                 _resize(store, request, space.reservations_gib(running))
             if normalised is None:
                 if metrics:
                     metrics.measurement_timeouts.inc()
-                _check_still_valid(request, store, pods)  # a job that left explains the silence
+                check_still_valid(request, store, pods)  # a job that left explains the silence
                 ending = "deadline"
                 log.warning("session %s: trial %d got no measurement from every job within %.0f s; "
                             "applying the best measured so far", name, proposal.trial, rounds.deadline_s)
                 break
             outcome = tuner.tell(name, proposal.trial, normalised)
             done_rounds += 1
-            samples += _samples(proposal.config, jobs, normalised, clock())
+            samples += pair_samples(proposal.config, jobs, normalised, clock())
             if metrics:
                 metrics.rounds.inc()
                 metrics.round_seconds.observe(time.monotonic() - r0)
             log.info("session %s: trial %d %s -> %s (best %.3f after %d)", name, proposal.trial, proposal.config,
                      {k: round(v, 3) for k, v in normalised.items()}, outcome.best_objective, outcome.trials)
-    except _Superseded as exc:
+    except Superseded as exc:
         ending = exc.outcome
         log.info("session %s ends early: %s", name, exc)
     if samples:
@@ -245,7 +242,7 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         else:
             log.warning("session %s: the jobs keep the trial's sizes %s: the memory of the earlier ones was taken",
                         name, running)
-    elif (undo := _undo(request, ending, outcome.best_objective if outcome is not None else math.nan, pods, records,
+    elif (undo := undo_record(request, ending, outcome.best_objective if outcome is not None else math.nan, pods, records,
                         undo_below, name, clock)) is not None:
         # the simulator's undo applies no configuration: back to the sizes from before the session
         if _resize(store, request, _cover(space, running, space.current())):
@@ -257,7 +254,7 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
         store.complete_tuning(request)
     else:
         best = outcome.best if outcome is not None else running
-        live = [j for j in jobs if j.key in best and _alive(store, j.key)]
+        live = [j for j in jobs if j.key in best and alive(store, j.key)]
         target = {**running, **{j.key: best[j.key] for j in live}}
         keys = [j.key for j in live]
         cover, after = _cover(space, running, target), space.reservations_gib(target)
@@ -276,24 +273,6 @@ def run_session(request: TuningRequest, *, store: StateStore, tuner: TunerApi, m
     return result
 
 
-def _undo(request: TuningRequest, ending: str, progress: float, pods: Sequence[str], records: Mapping[str, JobRecord],
-          undo_below: float | None, name: str, clock: Callable[[], float]) -> UndoRecord | None:
-    """The undo record of a session that ended ``ending`` with the best measured summed
-    ``progress`` (NaN: nothing measured; module docstring), or ``None``:
-    :func:`iadeep.policy.undo_rule` over the session's pods in reservation order, their job types
-    as submitted, and ``progress``; only a converged session is judged (a profile session's
-    measured round counts as converged, :mod:`iadeep.coordinator._profile`)."""
-    if ending != "converged" or not undo_below:
-        return None
-    types = [BannedType(records[p].model, int(records[p].batch_size)) for p in pods]
-    undo = undo_rule(float(progress), list(pods), types, undo_below)
-    if undo is None:
-        return None
-    newest = records[undo.evict]
-    return UndoRecord(newest.pod_uid, newest.namespace, newest.name, request.node, request.gpu, undo.avoid,
-                      max(undo.progress, 0.0), undo.below, session=name, reason=undo.reason, at=clock())
-
-
 def _restore(jobs: Sequence[TunedJob], store: StateStore, name: str, clock: Callable[[], float]) -> dict[str, int]:
     """Put the jobs a superseded session's trials moved back to the sizes they ran at before it.
 
@@ -305,7 +284,7 @@ def _restore(jobs: Sequence[TunedJob], store: StateStore, name: str, clock: Call
     restored = {}
     for j in jobs:
         now = store.batch_size(j.key)
-        if _alive(store, j.key) and now is not None and now.batch_size != j.batch_size:
+        if alive(store, j.key) and now is not None and now.batch_size != j.batch_size:
             store.set_batch_size(BatchSizeAssignment(j.key, j.batch_size, name, -1, clock()))
             restored[j.key] = j.batch_size
     return restored
@@ -345,7 +324,7 @@ def _switch(store: StateStore, request: TuningRequest, name: str, trial: int, cl
         _resize(store, request, after)
         return True
     left = set(sizes)
-    with contextlib.closing(_assign(store, name, trial, sizes, clock, deadline_s)) as reports:
+    with contextlib.closing(assign_sizes(store, name, trial, sizes, clock, deadline_s)) as reports:
         for m in reports:
             if m is not None:
                 left.discard(m.pod_uid)
@@ -375,21 +354,6 @@ def _resize(store: StateStore, request: TuningRequest, sizes: Mapping[str, float
     return True
 
 
-def _alive(store: StateStore, pod: str) -> bool:
-    st = store.workload(pod)
-    return st is None or st.state == "running"
-
-
-def _check_still_valid(request: TuningRequest, store: StateStore, pods: Sequence[str]) -> None:
-    """Raise :class:`_Superseded` when the request changed or a job finished."""
-    current = next((t for t in store.tuning_requests() if (t.node, t.gpu) == (request.node, request.gpu)), None)
-    if current != request:
-        raise _Superseded("superseded", "the GPU's co-location set changed")
-    for p in pods:
-        if not _alive(store, p):
-            raise _Superseded("job_left", f"job {p} finished")
-
-
 def _warm_start(space: SearchSpace, store: StateStore, model: InterferenceModel, n: int) -> list[dict[str, int]]:
     """The ``n`` configurations the online learner (fed with every stored sample) predicts best:
     :func:`iadeep.tuner.predicted_warm_start`, as the simulator's sessions (the policy core's
@@ -406,83 +370,3 @@ def _warm_start(space: SearchSpace, store: StateStore, model: InterferenceModel,
     return predicted_warm_start(space, predicted, n)
 
 
-def _assign(store: StateStore, name: str, trial: int, sizes: Mapping[str, int], clock: Callable[[], float],
-            deadline_s: float) -> Generator[Measurement | None, None, None]:
-    """Write the jobs' batch sizes (``sizes``, pod -> size) and follow their reports for at most
-    ``deadline_s``: per event of the watch, the report it carries when it is one of these jobs'
-    at its new size made after the write, else ``None`` (so a caller sees every event).
-
-    Only the session's jobs are watched (``measurements/<pod>/``, one etcd watch each on one
-    stream): other jobs' reports never reach a round; the watch is opened before the writes, so
-    no report is missed."""
-    deadline = time.monotonic() + deadline_s
-    events = store.watch([f"measurements/{p}/" for p in sizes], timeout_s=deadline_s)
-    t_set = clock()
-    for p, b in sizes.items():
-        store.set_batch_size(BatchSizeAssignment(p, b, name, trial, t_set))
-    return _reports(events, sizes, t_set, deadline)
-
-
-def _reports(events: Iterator[Mapping[str, str]], sizes: Mapping[str, int], t_set: float,
-             deadline: float) -> Generator[Measurement | None, None, None]:
-    """The generator half of :func:`_assign` (the writes happen before its first step)."""
-    try:
-        for ev in events:
-            if time.monotonic() > deadline:
-                return
-            m = None
-            if ev.get("type") == "put":
-                try:
-                    m = from_json(Measurement, ev["value"])
-                except RecordError:
-                    m = None
-            if m is not None and (m.pod_uid not in sizes or m.batch_size != sizes[m.pod_uid] or m.at <= t_set):
-                m = None
-            yield m
-    finally:
-        if hasattr(events, "close"):
-            events.close()  # type: ignore[union-attr]
-
-
-def _measure(name: str, proposal: Proposal, jobs: Sequence[TunedJob], store: StateStore, model: InterferenceModel,
-             rounds: RoundSettings, clock: Callable[[], float],
-             metrics: CoordinatorMetrics | None = None) -> dict[str, float] | None:
-    """Write the trial's batch sizes and wait for the jobs' normalised throughputs at them.
-
-    Returns:
-        job key -> normalised throughput, or ``None`` when the deadline passed first.
-    """
-    switched: dict[str, float] = {}  # pod -> time of its first report at the new size
-    collected: dict[str, list[float]] = {j.key: [] for j in jobs}
-    keys = {j.key for j in jobs}
-    sizes = {j.key: proposal.config[j.key] for j in jobs}
-    with contextlib.closing(_assign(store, name, proposal.trial, sizes, clock, rounds.deadline_s)) as reports:
-        for m in reports:
-            if metrics:
-                metrics.measurement_events.inc()
-            if m is None:
-                continue
-            if len(switched) < len(keys):
-                switched.setdefault(m.pod_uid, m.at)
-                continue
-            if m.at > max(switched.values()):  # every job had switched before this window began
-                collected[m.pod_uid].append(m.steps_per_s)
-            if all(len(v) >= rounds.reports for v in collected.values()):
-                break
-    if not all(collected.values()):
-        return None
-    out = {}
-    for j in jobs:
-        tid = model.type_id(JobType(j.model, proposal.config[j.key]))
-        out[j.key] = float(np.mean(collected[j.key][: rounds.reports])) / float(model.isolated_steps_per_s[tid])
-    return out
-
-
-def _samples(config: Mapping[str, int], jobs: Sequence[TunedJob], normalised: Mapping[str, float],
-             at: float) -> list[InterferenceSampleRecord]:
-    """One sample per ordered pair of a two-job configuration (more jobs: not a pair measurement)."""
-    if len(jobs) != 2:
-        return []
-    a, b = jobs
-    return [InterferenceSampleRecord(x.model, config[x.key], y.model, config[y.key], float(normalised[x.key]), at)
-            for x, y in ((a, b), (b, a))]

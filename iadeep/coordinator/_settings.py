@@ -59,6 +59,10 @@ class CoordinatorSettings(BaseSettings):
             listed again): the bound on every wait for etcd.
         retry_backoff_s: first back-off after etcd or the tuner failed (doubles up to 30 s).
         round: round timing.
+        clock_file: a live replay's shared clock (:class:`iadeep.emulator.HeldClock`): the records'
+            and measurements' times are read on it (the GPU emulator's reports are), and it is
+            held through each session, so that a session's wall time takes no emulated time;
+            ``None`` (default): wall time.
         etcd: the state store.
         log_level: Python logging level.
     """
@@ -75,6 +79,7 @@ class CoordinatorSettings(BaseSettings):
     idle_s: float = Field(5.0, gt=0)
     retry_backoff_s: float = Field(0.5, gt=0)
     round: RoundSettings = Field(default_factory=RoundSettings)
+    clock_file: Path | None = None
     etcd: StateSettings = Field(default_factory=StateSettings)
     log_level: LogLevel = "INFO"
 

@@ -7,6 +7,7 @@ at the rate the interference model gives for its GPU's co-located set (the simul
 is done (:mod:`._service`, :mod:`._kube`).
 """
 
+from iadeep._host import HeldClock
 from iadeep.emulator._gpus import EmulatedGpus, EmulatedJob, RateChange
 from iadeep.emulator._kube import KubeApi, KubeCallError
 from iadeep.emulator._service import (
@@ -31,6 +32,7 @@ __all__ = [
     "EmulatorKube",
     "EmulatorService",
     "EmulatorSettings",
+    "HeldClock",
     "KubeApi",
     "KubeCallError",
     "RateChange",
@@ -44,6 +46,7 @@ def build_emulator(settings: EmulatorSettings) -> EmulatorService:
 
     Raises:
         KubeCallError: the Kubernetes configuration cannot be loaded.
+        OSError, ValueError: ``clock_file`` cannot be opened or is not a clock file.
         FileNotFoundError: ``throughputs_file`` is not set or does not exist (a service does not
             download datasets: ``iadeep datasets fetch gavel-throughputs`` does).
     """
@@ -57,4 +60,5 @@ def build_emulator(settings: EmulatorSettings) -> EmulatorService:
     kube = KubeApi(kubeconfig=str(settings.kube.kubeconfig) if settings.kube.kubeconfig else None,
                    in_cluster=settings.kube.in_cluster, timeout_s=settings.kube.request_timeout_s)
     model = InterferenceModel.from_file(settings.throughputs_file, settings.gpu_type)
-    return EmulatorService(settings, store=EtcdStateStore(settings.etcd), kube=kube, model=model)
+    held = HeldClock(settings.clock_file) if settings.clock_file is not None else None
+    return EmulatorService(settings, store=EtcdStateStore(settings.etcd), kube=kube, model=model, held=held)

@@ -60,19 +60,23 @@ from iadeep.emulator._checkpoint import (
     keep_checkpoint,
     read_checkpoint,
 )
+from iadeep._host import HeldClock
 from iadeep.emulator._gpus import EmulatedGpus, RateChange
 from iadeep.emulator._kube import KubeApi, KubeCallError
 from iadeep.emulator._metrics import EmulatorMetrics
 from iadeep.emulator._settings import EmulatorSettings
 from iadeep.podspec import (
     ANNOTATION_ASSUME_TIME,
-    ANNOTATION_BATCH_SIZE,
     ANNOTATION_DURATION,
     ANNOTATION_GPU_INDEX,
     ANNOTATION_GPU_MEM,
-    ANNOTATION_MODEL,
+    PodFacts,
+    PodJob,
     PodSpecError,
     TypeResolver,
+    load_quantity_parser,
+    pod_demand,
+    pod_job,
 )
 from iadeep.interference import InterferenceModel
 from iadeep.state import (
@@ -149,20 +153,6 @@ def node_inventory(node: dict[str, Any]) -> NodeInventory | None:
     return NodeInventory(name, tuple(GpuInfo(i, mem, f"GPU-{name}-{i}") for i in range(count)))
 
 
-def _job_record(pod: dict[str, Any], gpus: tuple[int, ...], remaining_s: float) -> JobRecord | None:
-    """The extender's job record of a bound pod (:meth:`PodDemand.job_record`: the same fields from
-    the pod's annotations) with ``remaining_s`` brought up to date; ``None`` when unreadable."""
-    meta = pod.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    try:
-        return JobRecord(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""),
-                         ann.get(ANNOTATION_MODEL, "ResNet-50"), int(ann.get(ANNOTATION_BATCH_SIZE, 64)), len(gpus),
-                         float(ann.get(ANNOTATION_GPU_MEM, 0.0)), remaining_s=float(remaining_s),
-                         submitted_at=int(ann.get(ANNOTATION_ASSUME_TIME, 0)) / 1e9)
-    except (ValueError, TypeError):
-        return None
-
-
 def _log_failure(done: Future[None]) -> None:
     """A background call (a completion, a batch of writes) that failed in a way it does not handle
     itself is logged (a worker thread's exception would otherwise vanish with its future)."""
@@ -179,16 +169,20 @@ class EmulatorService(BatchSizeFollower):
         store: the state store (inventories, measurements).
         kube: the Kubernetes calls.
         model: the interference model.
-        clock: Unix time, injectable.
+        clock: Unix time, injectable; ignored with ``held``.
+        held: a live replay's shared clock (:mod:`iadeep.emulator._clock`): time is measured with
+            it, and it is held from the moment a job's work is done until its pod's completion is
+            written (the API calls that free its GPUs take no emulated time).
     """
 
     def __init__(self, settings: EmulatorSettings, *, store: StateStore, kube: KubeApi, model: InterferenceModel,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, held: HeldClock | None = None):
         self.settings = settings
         self.store = store
         self.kube = kube
         self.model = model
-        self.clock = clock
+        self.held = held
+        self.clock = held.now if held is not None else clock
         self.gpus = EmulatedGpus(model, seed=settings.seed, measurement_noise=settings.measurement_noise)
         self.types = TypeResolver(model, settings.default_model, settings.default_batch_size)
         self.nodes: dict[str, NodeInventory] = {}
@@ -212,6 +206,7 @@ class EmulatorService(BatchSizeFollower):
         """Start the followers and the completer (idempotent)."""
         if self._threads:
             return
+        load_quantity_parser()  # now, not inside the first pod event (under the lock)
         self._stop.clear()
         self._completer = ThreadPoolExecutor(self.settings.complete_workers, thread_name_prefix="iadeep-emulator-completer")
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="iadeep-emulator-writer")
@@ -378,13 +373,38 @@ class EmulatorService(BatchSizeFollower):
             with self._lock:
                 self.errors += 1
 
+    def _job_of(self, facts: PodFacts) -> PodJob:
+        """The pod's job (:func:`iadeep.podspec.pod_job`, the extender's reading, with these defaults)."""
+        s = self.settings
+        return pod_job(facts, default_model=s.default_model, default_batch_size=s.default_batch_size,
+                       default_duration_s=s.default_duration_s)
+
+    def _job_record(self, pod: dict[str, Any], gpus: tuple[int, ...], remaining_s: float) -> JobRecord | None:
+        """The extender's job record of a bound pod, with ``remaining_s`` brought up to date and
+        submitted at its assume time; ``None`` when unreadable. Its demand is
+        :func:`iadeep.podspec.pod_demand`, as the extender's; a pod bound without asking for GPU
+        memory (by hand) has the memory the extender reserved (``iadeep.io/gpu-mem-gib``)."""
+        s = self.settings
+        facts = PodFacts.from_api(pod)
+        ann = facts.annotations
+        try:
+            demand = pod_demand(facts, default_model=s.default_model, default_batch_size=s.default_batch_size,
+                                default_duration_s=s.default_duration_s)
+            job = demand if demand is not None else self._job_of(facts)
+            mem = demand.mem_gib if demand is not None else float(ann.get(ANNOTATION_GPU_MEM, 0.0))
+            return JobRecord(facts.uid, facts.namespace, facts.name, job.model, job.batch_size, len(gpus), mem,
+                             remaining_s=float(remaining_s), submitted_at=int(ann.get(ANNOTATION_ASSUME_TIME, 0)) / 1e9,
+                             gpu_models=job.gpu_models, gang=job.gang)
+        except (PodSpecError, ValueError, TypeError):
+            return None
+
     def _start_args(self, pod: dict[str, Any]) -> dict[str, Any]:
         ann = (pod.get("metadata") or {}).get("annotations") or {}
         s = self.settings
         gpus = [int(x) for x in ann[ANNOTATION_GPU_INDEX].split(",") if x.strip()]
-        type_id = self.types.resolve(ann.get(ANNOTATION_MODEL, s.default_model),
-                                     int(ann.get(ANNOTATION_BATCH_SIZE, s.default_batch_size)))
-        work = float(ann.get(ANNOTATION_DURATION, s.default_duration_s))
+        job = self._job_of(PodFacts.from_api(pod))
+        type_id = self.types.resolve(job.model, job.batch_size)
+        work = job.duration_s
         speedup = float(ann.get(ANNOTATION_SPEEDUP, s.speedup))
         if not (speedup > 0) or not (work >= 0):
             raise ValueError(f"{ANNOTATION_SPEEDUP}={speedup} / {ANNOTATION_DURATION}={work} out of range")
@@ -403,7 +423,7 @@ class EmulatorService(BatchSizeFollower):
                 if s.report_measurements:
                     measured.append(Measurement(c.uid, self.gpus.measure(c.uid), self.model.types[job.type_id].batch_size, now))
                 if s.update_job_records:
-                    records.append(_job_record(pod.obj, job.gpus, self.gpus.progress_of(c.uid, now)))
+                    records.append(self._job_record(pod.obj, job.gpus, self.gpus.progress_of(c.uid, now)))
         writer = self._writer
         if writer is None:  # not started (a caller driving the service by hand): write now
             self._write(measured, records, now)
@@ -463,6 +483,8 @@ class EmulatorService(BatchSizeFollower):
                 for p in self.pods.values():
                     if p.done and p.running and not p.completing:
                         p.completing = True
+                        if self.held is not None:  # released once the completion is written
+                            self.held.hold()
                         todo.append((p.obj, p.started_s, p.finished_s, p.batch_size, p.trials, p.evictions,
                                      p.first_started_s))
                 if not todo and not changes:
@@ -480,6 +502,14 @@ class EmulatorService(BatchSizeFollower):
 
     def _complete(self, pod: dict[str, Any], started: float, finished: float, batch: int, trials: int,
                   evictions: int = 0, first_started: float = 0.0) -> None:
+        try:
+            self._write_completion(pod, started, finished, batch, trials, evictions, first_started)
+        finally:
+            if self.held is not None:
+                self.held.release()
+
+    def _write_completion(self, pod: dict[str, Any], started: float, finished: float, batch: int, trials: int,
+                          evictions: int, first_started: float) -> None:
         meta = pod.get("metadata") or {}
         ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
         try:
@@ -528,7 +558,7 @@ class EmulatorService(BatchSizeFollower):
         now = self.clock()
         with self._lock:
             left = {uid: self.gpus.progress_of(uid, now) for uid in self.gpus.jobs if uid in self.pods}
-            records = [_job_record(self.pods[uid].obj, self.gpus.jobs[uid].gpus, r)
+            records = [self._job_record(self.pods[uid].obj, self.gpus.jobs[uid].gpus, r)
                        for uid, r in left.items() if self._stale(uid, r, now)]
             for uid in [u for u in self._written if u not in self.gpus.jobs]:
                 del self._written[uid]

@@ -72,6 +72,9 @@ class EmulatorSettings(BaseSettings):
         checkpoint_cost_s: work (s at dedicated speed) added to a job resumed in a new pod of
             its Job after its pod was evicted (checkpoint and restart): the simulator's
             ``SimSettings.restart_penalty_s`` and iadeep's ``checkpoint_cost_s``, 30 s.
+        clock_file: a live replay's shared clock (:class:`iadeep.emulator.HeldClock`): the emulator
+            measures time with it and holds it while it completes pods whose work is done; ``None``
+            (default): wall time.
         default_model / default_batch_size / default_duration_s: a pod without the annotations.
         host / port: where ``/healthz``, ``/readyz`` (503 until nodes and pods were listed once,
             and while etcd does not answer) and ``/metrics`` (Prometheus text,
@@ -98,6 +101,7 @@ class EmulatorSettings(BaseSettings):
     checkpoint_cost_s: float = Field(30.0, ge=0)
     inventory_ttl_s: int = Field(120, ge=3)
     complete_workers: int = Field(8, ge=1)
+    clock_file: Path | None = None
     default_model: str = "ResNet-50"
     default_batch_size: int = Field(64, ge=1)
     default_duration_s: float = Field(3600.0, ge=0)

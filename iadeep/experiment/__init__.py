@@ -1,5 +1,6 @@
 """Trace-driven experiments: configuration and steps shared by the CLI and the Airflow DAG."""
 
+from iadeep.experiment._compare import run_compare
 from iadeep.experiment._config import DEFAULT_POLICIES, TRACE_DATASETS, ExperimentConfig
 from iadeep.experiment._jobstatus import job_outcome
 from iadeep._params import ConfigError, validate_params
@@ -12,7 +13,7 @@ from iadeep.experiment._sweep import (GUARD_FLAG, GUARD_GOALS, check_grid, draw_
 __all__ = ["ConfigError", "DEFAULT_POLICIES", "ExperimentConfig", "TRACE_DATASETS", "build_workload", "cluster_of", "fetch_inputs",
            "job_outcome", "load_workload", "run_experiment", "run_policy", "validate_params", "write_report",
            "DrawnSetting", "draw_settings", "read_draw", "GUARD_GOALS", "guard_figures", "guard_lines", "run_draw", "run_setting", "sweep_table",
-           "GUARD_FLAG", "check_grid", "draw_inputs", "plot_sweep", "run_live", "run_sweep", "write_sweep_files", "api_json", "job_manifest"]
+           "GUARD_FLAG", "check_grid", "draw_inputs", "plot_sweep", "run_compare", "run_live", "run_sweep", "write_sweep_files", "api_json", "job_manifest"]
 
 
 def __getattr__(name: str) -> object:

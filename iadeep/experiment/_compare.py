@@ -161,9 +161,12 @@ def write_parity(out: Path, figures: dict[str, dict[str, Any]], config: dict[str
         lines.append(_row(name, f))
         if "on_live_arrivals" in f:
             lines.append(_row(f"{name}, sim on live arrivals", f["on_live_arrivals"]))
-    lines += ["", "Second row per policy: the simulator re-run on the arrival times the live run achieved, with "
-              "tuning trials as long as the live coordinator's rounds (`sim-live-arrivals/`), i.e. without the "
-              "submitter's lag and the rounds' wall time in the difference.", ""]
+    held = bool(config.get("held_clock"))
+    lines += ["", "Second row per policy: the simulator re-run on the arrival times the live run achieved"
+              + (" (`sim-live-arrivals/`), i.e. without the submitter's lag in the difference; the live sessions held "
+                 "the clock, so their rounds took no emulated time and the trials keep their configured length." if held
+                 else ", with tuning trials as long as the live coordinator's rounds (`sim-live-arrivals/`), i.e. without "
+                 "the submitter's lag and the rounds' wall time in the difference."), ""]
     for name, f in figures.items():
         r = f.get("tuning_rounds") or {}
         if r.get("rounds"):
@@ -175,7 +178,11 @@ def write_parity(out: Path, figures: dict[str, dict[str, Any]], config: dict[str
         h = f.get("harness") or {}
         if not h:
             continue
-        lines += [f"Live overheads of {name} (per job; emulated = wall x {config.get('speedup'):g}):", "",
+        c = f.get("clock") or {}
+        held = (f" The run's clock was held {c['held_s']:.0f} s of its {c['wall_s']:.0f} s wall (`--held-clock`): "
+                "held seconds took no emulated time, so the emulated column is an upper bound."
+                if c.get("held") and c.get("held_s") is not None else "")
+        lines += [f"Live overheads of {name} (per job; emulated = wall x {config.get('speedup'):g}).{held}", "",
                   "| overhead | median wall (s) | median emulated (s) | p90 wall (s) | p90 emulated (s) |",
                   "|---|---:|---:|---:|---:|"]
         for what, d in h.items():
@@ -224,11 +231,15 @@ def run_compare(cfg: ExperimentConfig, on_policy=None) -> dict[str, dict[str, An
         figures[name]["reservations_left"] = metrics.get("reservations_left")
         figures[name]["live_wall_s"] = metrics.get("wall_s")
         figures[name]["harness"] = harness_overheads(metrics)
+        figures[name]["clock"] = {"held": bool(metrics.get("held_clock")), "held_s": metrics.get("clock_held_s"),
+                                  "wall_s": metrics.get("wall_s")}
         # the simulator on the arrivals the live run achieved: the submitter's lag is then in both
         arrived = dict(zip(live["job_id"].astype(str), live["submit_s"]))
         la_cfg = replace(sim_cfg, out=str(out / "sim-live-arrivals"), tuning=sim_cfg.tuning and name in TUNED_POLICIES)
         round_s = (metrics.get("tuning_rounds") or {}).get("round_s_mean")
-        if la_cfg.tuning and round_s:  # and the trials as long as the live coordinator's rounds were
+        # and the trials as long as the live coordinator's rounds were (on a held clock a session
+        # holds it: its rounds take no emulated time, and the configured trials stay)
+        if la_cfg.tuning and round_s and not metrics.get("held_clock"):
             la_cfg = replace(la_cfg, trial_s=float(round_s) * cfg.speedup)
         la_workload = workload.copy()
         la_workload["submit_time"] = [arrived[str(j)] for j in workload["job_id"]]

@@ -90,6 +90,10 @@ class ExperimentConfig:
         backend: ``simulator`` (the trace-driven simulator) or ``kubernetes`` (Jobs on a cluster:
             the local control plane with kwok nodes, our extender and the GPU emulator).
         speedup: the kubernetes backend's time compression (emulated seconds per wall second).
+        held_clock: the local cluster's live run measures time on a clock that stands still while
+            kube-scheduler decides a pod the replay opened and while the GPU emulator completes a
+            pod (:class:`iadeep.emulator.HeldClock`), so that control-plane latency is not
+            multiplied by ``speedup`` into emulated time; off: wall time.
         timeout_s: the kubernetes backend's wall-clock bound per policy (``None``: from the trace).
         kubeconfig: the kubernetes backend on a user's cluster (the extender deployed with the one
             policy in ``policies``, GPU nodes whose GPUs run or are emulated: ``iadeep emulator serve``
@@ -136,6 +140,7 @@ class ExperimentConfig:
     gang_placement: str = "pods"
     backend: str = "simulator"
     speedup: float = 1000.0
+    held_clock: bool = True
     timeout_s: float | None = field(default=None, metadata={"gt": 0})
     kubeconfig: str | None = None
     out: str = "runs/latest"

@@ -38,11 +38,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from iadeep._host import HeldClock
 from iadeep.experiment._readback import JOB_ID_ANNOTATION, live_result
 from iadeep.experiment._replay import ARRIVAL_GATE, SUBMIT_ANNOTATION, GatedSubmitter, api_json, watch_jobs
 from iadeep.interference import InterferenceModel
@@ -81,6 +83,10 @@ class LiveSettings:
             arrival (:class:`~iadeep.experiment._replay.GatedSubmitter`); the Jobs arriving in
             the first ``ahead_s`` are created, and their pods seen, before the arrival clock
             starts (``prefill_s`` in the metrics).
+        clock_file: the run's shared clock (:class:`iadeep.emulator.HeldClock`, the GPU emulator
+            reads it too), held while kube-scheduler decides an opened pod (at most
+            ``hold_max_s`` wall seconds a pod) and ``settle_s`` after each pod that ends; times
+            are then read on it, not the wall. ``None``: wall time.
     """
 
     speedup: float = 1000.0
@@ -88,6 +94,9 @@ class LiveSettings:
     namespace: str | None = None
     reservations_wait_s: float = 10.0
     ahead_s: float = 10.0
+    clock_file: Path | None = None
+    hold_max_s: float = 2.0
+    settle_s: float = 0.3
 
 
 def job_name(index: int, job_id: str) -> str:
@@ -279,15 +288,20 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
         if service is not None:  # before the Job: the members' names resolve from their start
             core.create_namespaced_service(ns, service)
         named.append(((float(row.submit_time) - submit0) / speedup, body))
-    submitter = GatedSubmitter(api_client, ns, selector, ahead_s=settings.ahead_s)
+    clock = HeldClock(settings.clock_file) if settings.clock_file is not None else None
+    if clock is not None:  # held time is wall time the run takes on top
+        timeout += len(jobs) * (settings.hold_max_s + settings.settle_s)
+    submitter = GatedSubmitter(api_client, ns, selector, ahead_s=settings.ahead_s, clock=clock,
+                               hold_max_s=settings.hold_max_s, settle_s=settings.settle_s)
     errors: list[BaseException] = []
     try:
         p0 = time.time()
         # the first window's Jobs, before the clock starts (the pod watch outlives the run's deadline)
         created = submitter.prefill(named, p0 + timeout, watch_until=p0 + 2 * timeout + 60.0)
         prefill_s = time.time() - p0
-        t0 = time.time() + 0.5  # the first arrival
-        deadline = t0 + timeout
+        w0 = time.time()
+        t0 = submitter.now() + 0.5  # the first arrival, on the run's clock
+        deadline = w0 + 0.5 + timeout
         waiter = threading.Thread(target=lambda: _guard(errors, watch_jobs, api_client, ns, selector, len(jobs), deadline,
                                                         on_done), name="iadeep-live-wait", daemon=True)
         waiter.start()
@@ -295,23 +309,27 @@ def run_live_policy(api_client: Any, workload: pd.DataFrame, model: Interference
         waiter.join(timeout=max(deadline - time.time(), 0) + 30)
     finally:
         submitter.close()
+        held_s = clock.held_s() if clock is not None else 0.0
+        if clock is not None:
+            clock.close()
     errors += submitter.errors
     if errors:
         raise errors[0]
     if waiter.is_alive():
         raise TimeoutError(f"Jobs of run {run} not finished by the deadline")
-    wall = time.time() - t0
+    wall = time.time() - w0
     pods = api_json(core.list_namespaced_pod, ns, label_selector=selector).get("items") or []
     jobs_doc = api_json(batch.list_namespaced_job, ns, label_selector=selector).get("items") or []
     left = _reservations_left(store, settings.reservations_wait_s)
     result, breakdown = live_result(jobs, jobs_doc, pods, done_at, cluster=cluster, policy=policy, run=run, t0=t0,
-                                    submit0=submit0, speedup=speedup, model=model)
+                                    submit0=submit0, speedup=speedup, model=model, on_wall=clock is None)
     metrics = {"backend": "kubernetes", "speedup": speedup, "wall_s": wall, "jobs_per_wall_s": len(jobs) / wall if wall else 0.0,
                "reservations_left": left, "failed_jobs": sum(k == "Failed" for k, _ in done_at.values()),
                "replacement_pods": submitter.replacements,
                "submit_lag_s_median": float(np.median(lags)) if lags else 0.0,
                "submit_lag_s_p90": float(np.percentile(lags, 90)) if lags else 0.0, "create_ahead_s": settings.ahead_s,
-               "prefilled_jobs": created, "prefill_s": prefill_s, "breakdown_s": breakdown, "namespace": ns}
+               "prefilled_jobs": created, "prefill_s": prefill_s, "breakdown_s": breakdown, "namespace": ns,
+               "held_clock": clock is not None, "clock_held_s": held_s, "submitter_held_s": submitter.held_s()}
     return result, metrics
 
 

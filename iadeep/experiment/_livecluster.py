@@ -106,6 +106,8 @@ class LocalCluster:
     timings: dict[str, float] = field(default_factory=dict)
     #: record the services' series with Prometheus when its binary is there (:mod:`._prometheus`)
     prometheus: bool = True
+    #: the current run's clock (:meth:`prepare` with ``held_clock``), else ``None``
+    clock_file: Path | None = None
 
     def __enter__(self) -> LocalCluster:
         from iadeep.dev import ControlPlane, LocalEtcd
@@ -176,12 +178,13 @@ class LocalCluster:
         return self.control_plane.kubeconfig
 
     def prepare(self, run: str, policy: str, *, seed: int, speedup: float, tuning: bool = False,
-                trial_s: float = 20.0, preemption: bool = False) -> str:
+                trial_s: float = 20.0, preemption: bool = False, held_clock: bool = False) -> str:
         """Fresh nodes labelled ``run``, a fresh etcd prefix, and the extender and emulator for
         ``policy`` (with ``tuning``, also the tuner and the coordinator; the emulator then reports
         a job in a session every ``trial_s / 2`` emulated seconds, at least every 50 ms; with
-        ``preemption``, the extender carries out the policy's preemptions); returns the etcd
-        prefix. Nodes and services of an earlier run are removed."""
+        ``preemption``, the extender carries out the policy's preemptions; with ``held_clock``, a
+        fresh run clock, :attr:`clock_file`, that the emulator measures time with); returns the
+        etcd prefix. Nodes and services of an earlier run are removed."""
         from kubernetes import client
 
         self.stop_services()
@@ -205,6 +208,15 @@ class LocalCluster:
         }
         logs = self.workdir / "logs"  # type: ignore[operator]
         logs.mkdir(exist_ok=True)
+        self.clock_file = self.workdir / f"clock-{run}" if held_clock else None  # type: ignore[operator]
+        clock_env, coordinator_clock = {}, {}
+        if self.clock_file is not None:
+            from iadeep._host import HeldClock
+
+            self.clock_file.unlink(missing_ok=True)
+            HeldClock(self.clock_file).close()  # created before the emulator opens it
+            clock_env = {"IADEEP_EMULATOR_CLOCK_FILE": str(self.clock_file)}
+            coordinator_clock = {"IADEEP_COORDINATOR_CLOCK_FILE": str(self.clock_file)}
         ext = _Process([sys.executable, "-m", "iadeep.extender", "serve"], {
             **env, "IADEEP_EXTENDER_PORT": str(self.extender_port), "IADEEP_EXTENDER_HOST": "127.0.0.1",
             "IADEEP_EXTENDER_POLICY": policy, "IADEEP_EXTENDER_THROUGHPUTS_FILE": str(self.throughputs),
@@ -220,12 +232,12 @@ class LocalCluster:
             "IADEEP_EMULATOR_PROGRESS_INTERVAL_S": f"{max(60.0 / speedup, 0.2):g}",
             "IADEEP_EMULATOR_KUBE__KUBECONFIG": str(self.kubeconfig), "IADEEP_EMULATOR_LOG_LEVEL": "warning",
             "IADEEP_EMULATOR_FOLLOW_BATCH_SIZES": "true" if tuning else "false",
-            "IADEEP_EMULATOR_REPORT_INTERVAL_S": f"{max(trial_s / 2 / speedup, 0.05):g}",
+            "IADEEP_EMULATOR_REPORT_INTERVAL_S": f"{max(trial_s / 2 / speedup, 0.05):g}", **clock_env,
         }, logs / f"emulator-{run}.log")
         emu.url = f"http://127.0.0.1:{emu_port}"
         self._procs = [ext, emu]
         if tuning:
-            self._procs += self._start_tuning(run, env, logs)
+            self._procs += self._start_tuning(run, {**env, **coordinator_clock}, logs)
         self._wait_ready(prefix, len(specs), ext, emu)
         for p in self._procs[2:]:
             _wait_http(p, "/readyz")
@@ -241,7 +253,8 @@ class LocalCluster:
         return prefix
 
     def _start_tuning(self, run: str, env: dict[str, str], logs: Path) -> list[_Process]:
-        """The tuner and one coordinator for every node (``--all-nodes``)."""
+        """The tuner and one coordinator for every node (``--all-nodes``; ``env`` is the
+        coordinator's: etcd, kubeconfig, the run's clock)."""
         tuner_port, coord_port = _free_port(), _free_port()
         tuner = _Process([sys.executable, "-m", "iadeep.tuner", "serve"], {
             "IADEEP_TUNER_PORT": str(tuner_port), "IADEEP_TUNER_HOST": "127.0.0.1",

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from iadeep.experiment._replay import SUBMIT_ANNOTATION
+from iadeep.experiment._replay import SUBMIT_ANNOTATION, SUBMIT_WALL_ANNOTATION
 from iadeep.interference import InterferenceModel
 from iadeep.sim import ClusterSpec, SimResult
 
@@ -28,8 +28,16 @@ JOB_ID_ANNOTATION = "iadeep.io/job-id"
 
 def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[dict[str, Any]],
                 done_at: dict[str, tuple[str, float]], *, cluster: ClusterSpec, policy: str, run: str, t0: float,
-                submit0: float, speedup: float, model: InterferenceModel) -> tuple[SimResult, dict[str, float]]:
+                submit0: float, speedup: float, model: InterferenceModel,
+                on_wall: bool = True) -> tuple[SimResult, dict[str, float]]:
     """The simulator-shaped result of a live run from the Jobs and pods read back (module docstring).
+
+    Args:
+        t0: the first arrival's time, on the run's clock (Unix s).
+        on_wall: the run's clock is the wall. Without it (a held clock: the pods' times are on it,
+            :class:`iadeep.emulator.HeldClock`), bind latency is taken from the arrival's wall time
+            (``iadeep.io/submit-wall``) and start and completion lags, which mix the extender's
+            and the Job controller's wall times with the clock's, are not reported (NaN).
 
     Returns:
         ``(result, breakdown)``: breakdown holds medians and p90s (wall s) of bind latency (bind -
@@ -92,10 +100,11 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
         runs += [(i, f"{node}/{g}", emu(s_wall), e_emu) for g in gpus]
         if "iadeep.io/assume-time" in ann:
             bound = int(ann["iadeep.io/assume-time"]) / 1e9
-            bind_lat.append(bound - submit_wall.get(jid, math.nan))
-            start_lag.append(s_wall - bound)
+            arrived = float(ann[SUBMIT_WALL_ANNOTATION]) if SUBMIT_WALL_ANNOTATION in ann else submit_wall.get(jid, math.nan)
+            bind_lat.append(bound - arrived if on_wall or SUBMIT_WALL_ANNOTATION in ann else math.nan)
+            start_lag.append(s_wall - bound if on_wall else math.nan)
         owner = [o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job"]
-        if owner and owner[0] in done_at:
+        if owner and owner[0] in done_at and on_wall:
             done_lag.append(done_at[owner[0]][1] - e_wall)
     missing = [str(jobs["job_id"].iloc[i]) for i in range(n) if np.isnan(end[i])]
     if missing:
@@ -128,8 +137,9 @@ def live_result(jobs: pd.DataFrame, jobs_doc: list[dict[str, Any]], pods: list[d
     timeline, busy = _timeline(table, runs)
     breakdown = {}
     for key, values in (("bind_latency", bind_lat), ("start_lag", start_lag), ("completion_lag", done_lag)):
-        breakdown[f"{key}_s_median"] = float(np.nanmedian(values)) if values else math.nan
-        breakdown[f"{key}_s_p90"] = float(np.nanpercentile(values, 90)) if values else math.nan
+        known = [v for v in values if not math.isnan(v)]
+        breakdown[f"{key}_s_median"] = float(np.median(known)) if known else math.nan
+        breakdown[f"{key}_s_p90"] = float(np.percentile(known, 90)) if known else math.nan
     return SimResult(policy, table, timeline, cluster.total_gpus, busy), breakdown
 
 

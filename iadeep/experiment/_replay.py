@@ -36,16 +36,19 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from iadeep._host import HeldClock
 from iadeep.experiment._jobstatus import job_outcome
 
-__all__ = ["ARRIVAL_GATE", "SUBMIT_ANNOTATION", "GatedSubmitter", "follow", "watch_jobs"]
+__all__ = ["ARRIVAL_GATE", "SUBMIT_ANNOTATION", "SUBMIT_WALL_ANNOTATION", "GatedSubmitter", "follow", "watch_jobs"]
 
 log = logging.getLogger("iadeep.experiment")
 
 ARRIVAL_GATE = "iadeep.io/arrival"
 """The scheduling gate a replayed Job's pod carries until its arrival time."""
 SUBMIT_ANNOTATION = "iadeep.io/submit-time"
-"""Pod annotation: the wall time (Unix s, microseconds) the pod arrived (its gate was removed)."""
+"""Pod annotation: when the pod arrived (its gate was removed), on the run's clock (Unix s, microseconds)."""
+SUBMIT_WALL_ANNOTATION = "iadeep.io/submit-wall"
+"""Pod annotation: the wall time of that arrival (Unix s; differs from the clock's when it was held)."""
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 OPEN_ATTEMPTS = 3
 
@@ -152,10 +155,16 @@ class GatedSubmitter:
         ahead_s: how far ahead of its arrival (wall s) a Job is created.
         workers: threads patching the pods of simultaneous arrivals.
         creators: Job creations in flight at once.
+        clock: the run's shared clock (:class:`iadeep.emulator.HeldClock`), or ``None``: wall time.
+            With it, arrivals come at its time, and it is held from the moment a pod is opened until
+            kube-scheduler decided it (the pod is bound, or marked unschedulable, or gone), at most
+            ``hold_max_s`` wall seconds a pod (a gang's members wait at Permit, neither bound nor
+            unschedulable), and for ``settle_s`` after each pod that ends (the extender releases its
+            GPUs and kube-scheduler tries the pending pods again).
     """
 
     def __init__(self, api_client: Any, namespace: str, selector: str, *, ahead_s: float = 10.0, workers: int = 16,
-                 creators: int = 8):
+                 creators: int = 8, clock: HeldClock | None = None, hold_max_s: float = 2.0, settle_s: float = 0.3):
         from kubernetes import client
 
         self.core, self.batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
@@ -173,11 +182,15 @@ class GatedSubmitter:
         self._watcher: threading.Thread | None = None
         self.errors: list[BaseException] = []
         self.replacements = 0
+        self.now: Callable[[], float] = clock.now if clock is not None else time.time
+        self._holds = _Holds(clock, hold_max_s=hold_max_s, settle_s=settle_s) if clock is not None else None
 
     def _on_pod(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         job = (meta.get("labels") or {}).get(JOB_NAME_LABEL) or (meta.get("labels") or {}).get("job-name")
         name = meta.get("name", "")
+        if self._holds is not None:
+            self._holds.seen(name, pod)
         reopen = False
         if job and not meta.get("deletionTimestamp"):
             with self._seen:
@@ -198,7 +211,10 @@ class GatedSubmitter:
 
     def _ungate(self, pod: str, arrived: float) -> None:
         # the job's arrival stays the first pod's (that pod is gone once its Job replaced it)
-        patch = {"metadata": {"annotations": {SUBMIT_ANNOTATION: f"{arrived:.6f}"}}, "spec": {"schedulingGates": None}}
+        if self._holds is not None:
+            self._holds.opened(pod)
+        patch = {"metadata": {"annotations": {SUBMIT_ANNOTATION: f"{arrived:.6f}", SUBMIT_WALL_ANNOTATION: f"{time.time():.6f}"}},
+                 "spec": {"schedulingGates": None}}
         api_json(self.core.patch_namespaced_pod, pod, self.namespace, patch, _content_type="application/merge-patch+json")
         self.replacements += 1
 
@@ -208,6 +224,19 @@ class GatedSubmitter:
         self._reopen.shutdown(wait=False, cancel_futures=True)
         if self._watcher is not None:
             self._watcher.join(timeout=5)
+        if self._holds is not None:
+            self._holds.close()
+
+    def held_s(self) -> float:
+        """Wall seconds the clock was held by this submitter's pods (0 without a clock)."""
+        return self._holds.held_s if self._holds is not None else 0.0
+
+    def _sleep_until(self, target: float) -> bool:
+        """Wait until the clock reads ``target``; True when stopped first."""
+        while (pause := target - self.now()) > 0:
+            if self._stop.wait(min(pause, 0.05) if self._holds is not None else pause):
+                return True
+        return self._stop.is_set()
 
     def _guard(self, fn: Callable[..., None], *args: Any) -> None:
         try:
@@ -232,10 +261,7 @@ class GatedSubmitter:
     def _create_all(self, bodies: Sequence[tuple[float, dict[str, Any]]]) -> None:
         pending = []
         for target, body in bodies:
-            pause = target - self.ahead_s - time.time()
-            if pause > 0 and self._stop.wait(pause):
-                return
-            if self._stop.is_set():
+            if self._sleep_until(target - self.ahead_s):
                 return
             for f in pending:
                 if f.done():
@@ -291,7 +317,10 @@ class GatedSubmitter:
                     raise TimeoutError(f"the pod(s) of Job {job} were not created by the deadline")
                 self._seen.wait(0.5)
             pods = list(self._pods[job])
-        now = time.time()
+        if self._holds is not None:  # before the gates go: kube-scheduler may decide at once
+            for pod in pods:
+                self._holds.opened(pod)
+        now = self.now()
         for pod in pods:
             self._open_pod(job, pod, now)
         return now - target
@@ -299,7 +328,8 @@ class GatedSubmitter:
     def _open_pod(self, job: str, pod: str, now: float) -> None:
         # a merge patch (null deletes the gates): the same answer when sent twice, so a request
         # that failed in transit is simply sent again
-        patch = {"metadata": {"annotations": {SUBMIT_ANNOTATION: f"{now:.6f}"}}, "spec": {"schedulingGates": None}}
+        patch = {"metadata": {"annotations": {SUBMIT_ANNOTATION: f"{now:.6f}", SUBMIT_WALL_ANNOTATION: f"{time.time():.6f}"}},
+                 "spec": {"schedulingGates": None}}
         for attempt in range(1, OPEN_ATTEMPTS + 1):
             try:
                 api_json(self.core.patch_namespaced_pod, pod, self.namespace, patch,
@@ -315,11 +345,11 @@ class GatedSubmitter:
                 time.sleep(0.1 * attempt)
 
     def run(self, bodies: Sequence[tuple[float, dict[str, Any]]], deadline: float, *, created: int = 0) -> list[float]:
-        """Create every Job (``(arrival wall time, Job body)``, in arrival order; the first
+        """Create every Job (``(arrival time on the clock, Job body)``, in arrival order; the first
         ``created`` exist already: :meth:`prefill`) ahead of its arrival and open each at its arrival.
 
         Returns:
-            Per Job (in the given order), how late its gate was removed (wall s).
+            Per Job (in the given order), how late its gate was removed (s of the clock).
 
         Raises:
             TimeoutError: a pod was not there by ``deadline``; the first error of the creator or
@@ -332,10 +362,7 @@ class GatedSubmitter:
         futures = []
         try:
             for target, body in bodies:
-                pause = target - time.time()
-                if pause > 0 and self._stop.wait(pause):
-                    break
-                if self._stop.is_set():
+                if self._sleep_until(target):
                     break
                 futures.append(self._pool.submit(self._open, body["metadata"]["name"], target, deadline))
             lags = [f.result() for f in futures]
@@ -347,3 +374,77 @@ class GatedSubmitter:
         if self.errors:
             raise self.errors[0]
         return lags
+
+
+class _Holds:
+    """The submitter's holds of the run's clock, one per pod being decided (``GatedSubmitter``'s
+    ``clock``): a pod's hold ends when the pod watch shows it bound, unschedulable, ended or gone,
+    or after ``hold_max_s`` wall seconds; a pod seen ended holds it ``settle_s`` more, once."""
+
+    def __init__(self, clock: HeldClock, *, hold_max_s: float, settle_s: float) -> None:
+        self.clock, self.hold_max_s, self.settle_s = clock, hold_max_s, settle_s
+        self._lock = threading.Lock()
+        self._since: dict[str, float] = {}  # pod -> wall time its hold began
+        self._ended: set[str] = set()
+        self._timers: list[tuple[float, str]] = []  # (wall time to release, pod) of settles
+        self._done = threading.Event()
+        self.held_s = 0.0  # wall seconds at least one of these holds was outstanding
+        self._first: float | None = None
+        self._sweeper = threading.Thread(target=self._sweep, name="iadeep-live-clock", daemon=True)
+        self._sweeper.start()
+
+    def _take(self, key: str) -> None:  # with _lock
+        if key not in self._since:
+            if not self._since:
+                self._first = time.time()
+            self._since[key] = time.time()
+            self.clock.hold()
+
+    def _drop(self, key: str) -> None:  # with _lock
+        if self._since.pop(key, None) is not None:
+            self.clock.release()
+            if not self._since and self._first is not None:
+                self.held_s += time.time() - self._first
+                self._first = None
+
+    def opened(self, pod: str) -> None:
+        with self._lock:
+            self._take(pod)
+
+    def seen(self, pod: str, obj: dict[str, Any]) -> None:
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        ended = status.get("phase") in ("Succeeded", "Failed") or bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+        # a gated pod's condition is PodScheduled=False too, with the reason SchedulingGated
+        unschedulable = any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                            and c.get("reason") in ("Unschedulable", "SchedulerError")
+                            for c in status.get("conditions") or [])
+        with self._lock:
+            if pod in self._since and (spec.get("nodeName") or unschedulable or ended):
+                self._drop(pod)
+            if ended and pod not in self._ended and self.settle_s > 0:
+                self._ended.add(pod)
+                key = f"{pod}/settle"
+                self._take(key)
+                self._timers.append((time.time() + self.settle_s, key))
+
+    def _sweep(self) -> None:
+        while not self._done.wait(0.02):
+            now = time.time()
+            with self._lock:
+                for key, since in list(self._since.items()):
+                    if not key.endswith("/settle") and now - since > self.hold_max_s:
+                        log.debug("clock: pod %s undecided after %.1f s wall, released", key, now - since)
+                        self._drop(key)
+                due = [k for t, k in self._timers if t <= now]
+                self._timers = [(t, k) for t, k in self._timers if t > now]
+                for key in due:
+                    self._drop(key)
+
+    def close(self) -> None:
+        """Release every hold left (the run is over)."""
+        self._done.set()
+        self._sweeper.join(timeout=2)
+        with self._lock:
+            for key in list(self._since):
+                self._drop(key)
+            self._timers = []

@@ -75,7 +75,8 @@ def sim_settings(cfg: ExperimentConfig) -> SimSettings:
     kube = KubeQueueSettings.from_scheduler_config(cfg.scheduler_config)
     if cfg.kube_time_scale != 1.0:  # kube-scheduler backs off in wall seconds: emulated ones are x speedup
         k = cfg.kube_time_scale
-        kube = KubeQueueSettings(kube.initial_backoff_s * k, kube.max_backoff_s * k, kube.max_unschedulable_s * k)
+        kube = dataclasses.replace(kube, initial_backoff_s=kube.initial_backoff_s * k, max_backoff_s=kube.max_backoff_s * k,
+                                   max_unschedulable_s=kube.max_unschedulable_s * k)
     return SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill,
                        queue=cfg.queue, kube=kube, tuning=cfg.tuning, gang_placement=cfg.gang_placement)
 
@@ -468,14 +469,15 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
         return {cfg.policies[0]: _run_user_cluster(cfg, workload, model, cluster, live, on_policy)}
     with LocalCluster(cluster, Path(throughputs), workdir=out / "live") as lc:
         for name, run in iter_runs(list(cfg.policies)):
-            prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup,
+            prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup, held_clock=cfg.held_clock,
                                 tuning=cfg.tuning and name in TUNED_POLICIES, trial_s=cfg.trial_s,
                                 preemption=name == "iadeep" and bool(policy_flags(cfg)))
             store = EtcdStateStore(StateSettings(endpoints=[lc.etcd.endpoint], prefix=prefix))
             try:
                 cb = on_policy(name, len(workload)) if on_policy else None
                 result, live_metrics = run_live_policy(lc.api, workload, model, cluster, policy=name, run=run,
-                                                       settings=live, store=store, progress=cb)
+                                                       settings=dataclasses.replace(live, clock_file=lc.clock_file), store=store,
+                                                       progress=cb)
             finally:
                 store.close()
             all_metrics[name] = _write_live(out, name, result, live_metrics, cluster_timings_s=dict(lc.timings),

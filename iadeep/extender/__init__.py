@@ -26,9 +26,10 @@ from iadeep.extender._pods import (
     BIND_PHASE_ALLOCATING,
     PodDemand,
     PodSpecError,
+    job_record,
     pod_demand,
 )
-from iadeep.extender._podwatch import PendingPods
+from iadeep.extender._podwatch import GangMembers, PendingPods
 from iadeep.extender._service import ExtenderService
 from iadeep.extender._settings import CacheSettings, ExtenderSettings, JobDefaults, KubeSettings
 from iadeep.extender._view import Snapshot, ViewBase, build_view
@@ -56,6 +57,7 @@ __all__ = [
     "KubeSettings",
     "KubernetesPodApi",
     "PodApi",
+    "GangMembers",
     "PendingPods",
     "Pod",
     "PodDemand",
@@ -69,5 +71,6 @@ __all__ = [
     "build_service",
     "build_view",
     "create_app",
+    "job_record",
     "pod_demand",
 ]

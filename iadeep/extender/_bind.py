@@ -118,6 +118,10 @@ class PodStatus:
             what :class:`~iadeep.extender.PendingPods` reads its GPU demand from.
         bind_phase: its ``iadeep.io/bind-phase`` annotation (empty when absent): ``allocating``
             from our bind until the node's device plugin served it, then ``allocated``.
+        gang: its :data:`~iadeep.podspec.GANG_LABEL` label (empty when absent).
+        gang_pod: the pod as the wire model, only for a live gang member (``gang`` set, neither
+            being deleted nor ended; bound or not, gated or not): what
+            :class:`~iadeep.extender.GangMembers` keeps of a gang.
     """
 
     uid: str
@@ -129,6 +133,8 @@ class PodStatus:
     priority: int = 0
     pod: Pod | None = field(default=None, compare=False, repr=False)
     bind_phase: str = ""
+    gang: str = ""
+    gang_pod: Pod | None = field(default=None, compare=False, repr=False)
 
 
 class PodApi(Protocol):
@@ -155,7 +161,9 @@ class PodApi(Protocol):
 
     def gang_pods(self, namespace: str, gang: str) -> list[tuple[PodStatus, Pod]]:
         """The live members of a gang: the namespace's pods labelled ``iadeep.io/gang=<gang>``
-        that are neither being deleted nor ended, each as its status and its wire model."""
+        that are neither being deleted nor ended, each as its status and its wire model (one
+        list request; the extender reads its pod follower's copy instead while that is synced:
+        :class:`~iadeep.extender.GangMembers`)."""
 
 
 def bind_annotations(assignments: Sequence[Assignment], *, node: str, uuids: Mapping[int, str], reason: str,
@@ -276,12 +284,14 @@ class KubernetesPodApi:
         out = []
         for p in json.loads(resp.data).get("items") or []:
             status = _pod_status(p)
-            if (p.get("metadata") or {}).get("deletionTimestamp") or status.phase in ("Succeeded", "Failed"):
-                continue
-            try:
-                out.append((status, Pod.model_validate(p)))
-            except ValueError as exc:  # a member the wire model cannot read: the gang waits, named in the log
-                log.warning("pod %s/%s of gang %s is unreadable, left out: %s", namespace, status.name, gang, exc)
+            if status.gang_pod is not None:
+                out.append((status, status.gang_pod))
+            elif status.gang and not (p.get("metadata") or {}).get("deletionTimestamp") \
+                    and status.phase not in ("Succeeded", "Failed"):
+                try:  # a member the wire model cannot read: the gang waits, named in the log with why
+                    Pod.model_validate(p)
+                except ValueError as exc:
+                    log.warning("pod %s/%s of gang %s is unreadable, left out: %s", namespace, status.name, gang, exc)
         return out
 
     def list_pods(self) -> tuple[list[PodStatus], str]:
@@ -350,18 +360,24 @@ def _timestamp(value: object) -> float:
 def _pod_status(p: Mapping[str, Any]) -> PodStatus:
     meta, spec, status = p.get("metadata") or {}, p.get("spec") or {}, p.get("status") or {}
     phase, node = status.get("phase", ""), spec.get("nodeName") or ""
-    wire = None  # a gated pod (spec.schedulingGates) is not in kube-scheduler's queue yet: not pending
-    if phase == "Pending" and not node and not meta.get("deletionTimestamp") and not spec.get("schedulingGates"):
+    gang = (meta.get("labels") or {}).get(GANG_LABEL)
+    gang = gang if isinstance(gang, str) else ""
+    live = not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+    parsed: Pod | None = None
+    if live and (gang or (phase == "Pending" and not node)):
         try:
-            wire = Pod.model_validate(p)
+            parsed = Pod.model_validate(p)
         except ValueError:
-            wire = None  # not a pod we could read: it asks for nothing we know of
+            parsed = None  # not a pod we could read: it asks for nothing we know of
+    # a gated pod (spec.schedulingGates) is not in kube-scheduler's queue yet: not pending
+    pending = phase == "Pending" and not node and not spec.get("schedulingGates")
     priority = spec.get("priority")
     bind_phase = (meta.get("annotations") or {}).get(ANNOTATION_BIND_PHASE)
     return PodStatus(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""), phase, node,
                      _timestamp(meta.get("creationTimestamp")),
-                     priority if isinstance(priority, int) and not isinstance(priority, bool) else 0, wire,
-                     bind_phase if isinstance(bind_phase, str) else "")
+                     priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+                     parsed if pending else None, bind_phase if isinstance(bind_phase, str) else "",
+                     gang, parsed if gang else None)
 
 
 class BindFailed(RuntimeError):

@@ -26,6 +26,11 @@ Phases, as kube-scheduler calls the extender for each member in turn:
    bound are released (:meth:`GangScheduling._release_gang`); kube-scheduler retries the
    members on the Node events the release makes (:mod:`iadeep.extender._nodestate`).
 
+The members are read from the pod follower's copy of the pods (:class:`~iadeep.extender.GangMembers`,
+no API request) while it is synced and complete, else listed through the API
+(:meth:`GangScheduling._gang_members`). The release (phase 4) lists them through the API: it must
+not miss a member bound a moment ago, whose watch event may still be on its way.
+
 The permit bookkeeping (who passed, who is bound) is this process's; the reservations are the
 store's. With several server processes (``workers > 1``) the members' filters may reach
 different processes, whose permit waits then end unsatisfied and release the gang: run one
@@ -43,11 +48,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from iadeep.extender._bind import KubeError, time_left
+import msgspec
+
+from iadeep.extender._bind import KubeError, PodStatus, time_left
 from iadeep.extender._pods import PodDemand, PodSpecError
 from iadeep.extender._preempt import with_nominations
 from iadeep.extender._view import Snapshot
-from iadeep.extender._wire import ExtenderArgs, ExtenderFilterResult
+from iadeep.extender._wire import ExtenderArgs, ExtenderFilterResult, Pod
 from iadeep.policy import Placement
 from iadeep.state import AllocationConflict, GangMember, StoreUnavailable
 
@@ -110,7 +117,7 @@ class GangScheduling:
         if self.pod_api is None:
             return "wait: gang scheduling needs the Kubernetes API (no pod_api configured)"
         try:
-            pods = self.pod_api.gang_pods(demand.namespace, demand.gang)
+            pods = self._gang_members(demand)
         except KubeError as exc:
             return f"wait: could not list the members of gang {demand.gang!r}: {exc}"
         members: dict[int, tuple[PodDemand, str]] = {}
@@ -137,7 +144,7 @@ class GangScheduling:
         now = self.clock()
         others = [n.pod_uid for n in self.nominations.others(demand.uid)]
         base = with_nominations(base, snap, self.nominations.others(demand.uid), self.types, now_s=now)
-        view, request = base.with_job(replace(self._job_record(demand, now), num_gpus=k * p), type_id, now_s=now,
+        view, request = base.with_job(msgspec.structs.replace(self._job_record(demand, now), num_gpus=k * p), type_id, now_s=now,
                                       jobs=snap.jobs)
         exclude = [*others, *(d.uid for d in pending)]
         request = replace(request, pod_gpus=p,
@@ -174,6 +181,27 @@ class GangScheduling:
         log.info("gang %s/%s: %d pod(s) x %d GPU(s) reserved on %s (%s)", demand.namespace, demand.gang, k, p,
                  ", ".join(m.node for m in chosen), decision.reason)
         return next(m.node for m in chosen if m.job.pod_uid == demand.uid)
+
+    def _gang_members(self, demand: PodDemand) -> list[tuple[PodStatus, Pod]]:
+        """The live members of ``demand``'s gang: the pod follower's copy
+        (:class:`~iadeep.extender.GangMembers`) while it is synced and holds all
+        ``gang_size`` members, ``demand`` among them; else one listing through the API (the
+        follower off or reconnecting, or a member whose watch event has not arrived yet: it
+        trails the API server's write by milliseconds, and a member missing from the copy would
+        make the gang wait for a retry).
+
+        Raises:
+            KubeError: the listing through the API failed.
+        """
+        follower = self.pod_follower
+        if follower is not None and follower.synced:
+            pods = self.gangs.members(demand.namespace, demand.gang)
+            if len(pods) >= demand.gang_size and any(status.uid == demand.uid for status, _ in pods):
+                return pods
+            log.debug("gang %s/%s: the pod follower holds %d of its %d members; listing them", demand.namespace,
+                      demand.gang, len(pods), demand.gang_size)
+        assert self.pod_api is not None
+        return self.pod_api.gang_pods(demand.namespace, demand.gang)
 
     # -- bind --------------------------------------------------------------------------------
     def _gang_permit(self, demand: PodDemand, node: str) -> str:

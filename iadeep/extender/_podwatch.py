@@ -11,6 +11,11 @@ The watch delivers such a change within milliseconds of the API server storing i
 (``CacheSettings.sweep_interval_s``) remains as a safety net for what a watch can miss: a
 reservation whose pod never existed, a bind that was never completed, an outage of the follower.
 
+The same stream keeps :class:`GangMembers`: the live members of every gang (the pods labelled
+:data:`~iadeep.podspec.GANG_LABEL`), from which the gang's decision reads them
+(:mod:`iadeep.extender._gang`) while the follower is :attr:`~PodFollower.synced` (listed, and no
+list or watch failed since), with no request of its own to the API server.
+
 The pods are read through :class:`PodWatchApi` (:class:`~iadeep.extender.KubernetesPodApi`
 implements it); the thread never raises, it logs and retries after ``retry_s``.
 
@@ -32,7 +37,7 @@ from typing import Protocol
 from iadeep.extender._bind import KubeError, PodStatus
 from iadeep.extender._wire import Pod
 
-__all__ = ["PodFollower", "PodWatchApi", "PendingPods", "ENDED_PHASES"]
+__all__ = ["GangMembers", "PodFollower", "PodWatchApi", "PendingPods", "ENDED_PHASES"]
 
 log = logging.getLogger("iadeep.extender")
 
@@ -133,6 +138,65 @@ class PendingPods:
             return len(self._pods)
 
 
+GangKey = tuple[str, str]  # (namespace, gang)
+
+
+class GangMembers:
+    """The live members of every gang as the pod follower last saw them: ``(namespace, gang)`` ->
+    pod UID -> (status, wire model); a member leaves when it is deleted, being deleted or ended
+    (:attr:`PodStatus.gang_pod` is then ``None``).
+
+    Thread-safe: the follower updates it, the gang's decision reads it.
+    """
+
+    def __init__(self) -> None:
+        self._gangs: dict[GangKey, dict[str, PodStatus]] = {}
+        self._key_of: dict[str, GangKey] = {}  # uid -> its gang (a label may change)
+        self._lock = threading.Lock()
+
+    def _drop(self, uid: str) -> None:
+        key = self._key_of.pop(uid, None)
+        if key is not None:
+            members = self._gangs.get(key, {})
+            members.pop(uid, None)
+            if not members:
+                self._gangs.pop(key, None)
+
+    def _put(self, pod: PodStatus) -> None:
+        self._drop(pod.uid)
+        if pod.gang_pod is not None and pod.gang:
+            key = (pod.namespace, pod.gang)
+            self._gangs.setdefault(key, {})[pod.uid] = pod
+            self._key_of[pod.uid] = key
+
+    def reset(self, pods: Sequence[PodStatus]) -> None:
+        """Replace what is known with a full listing."""
+        with self._lock:
+            self._gangs, self._key_of = {}, {}
+            for p in pods:
+                self._put(p)
+
+    def update(self, event_type: str, pod: PodStatus | None) -> None:
+        """Apply one watch event (``ADDED``/``MODIFIED``/``DELETED``/``BOOKMARK``)."""
+        if pod is None:
+            return
+        with self._lock:
+            if event_type == "DELETED":
+                self._drop(pod.uid)
+            else:
+                self._put(pod)
+
+    def members(self, namespace: str, gang: str) -> list[tuple[PodStatus, Pod]]:
+        """The gang's live members, as :meth:`~iadeep.extender.PodApi.gang_pods` returns them."""
+        with self._lock:
+            pods = list(self._gangs.get((namespace, gang), {}).values())
+        return [(p, p.gang_pod) for p in pods if p.gang_pod is not None]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._key_of)
+
+
 class PodFollower:
     """A daemon thread that lists, then watches the pods and reports those that ended.
 
@@ -145,11 +209,14 @@ class PodFollower:
         pending: the index of waiting pods to keep (optional).
         admissions: the pods waiting for their device plugin's ``Allocate`` to keep (optional,
             :class:`~iadeep.extender._admission.AdmissionGate`).
+        gangs: the gangs' live members to keep (optional).
     """
 
     def __init__(self, api: PodWatchApi, on_ended: Callable[[Sequence[str]], object], *, timeout_s: float = 30.0,
-                 retry_s: float = 1.0, pending: PendingPods | None = None, admissions: PodObserver | None = None):
+                 retry_s: float = 1.0, pending: PendingPods | None = None, admissions: PodObserver | None = None,
+                 gangs: GangMembers | None = None):
         self.api = api
+        self.gangs = gangs
         self.on_ended = on_ended
         self.pending = pending
         self.admissions = admissions
@@ -160,6 +227,14 @@ class PodFollower:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listed = threading.Event()
+        self._synced = False
+
+    @property
+    def synced(self) -> bool:
+        """True while what the follower keeps is the cluster's as of its last event: after a
+        listing was handled and until a list or watch fails (or the watch's version is too old);
+        a watch the server closed after ``timeout_s`` and reopened from its version misses nothing."""
+        return self._synced and self._thread is not None
 
     def start(self) -> None:
         """Start following (idempotent)."""
@@ -172,6 +247,7 @@ class PodFollower:
     def stop(self, timeout_s: float = 2.0) -> None:
         """Ask the thread to stop; a watch blocked in a read ends with its request (daemon thread)."""
         self._stop.set()
+        self._synced = False
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
             self._thread = None
@@ -199,6 +275,9 @@ class PodFollower:
                         self.pending.reset(pods)
                     if self.admissions is not None:
                         self.admissions.reset(pods)
+                    if self.gangs is not None:
+                        self.gangs.reset(pods)
+                    self._synced = True
                     self._report([p.uid for p in pods if p.phase in ENDED_PHASES])
                     self._listed.set()
                 for kind, pod, rv in self.api.watch_pods(version, timeout_s=self.timeout_s):
@@ -209,11 +288,14 @@ class PodFollower:
                         self.pending.update(kind, pod)
                     if self.admissions is not None:
                         self.admissions.observe(kind, pod)
+                    if self.gangs is not None:
+                        self.gangs.update(kind, pod)
                     if ended(kind, pod):
                         self._report([pod.uid])  # type: ignore[union-attr]
                     if self._stop.is_set():
                         return
             except KubeError as exc:
+                self._synced = False
                 if exc.status == 410:  # too old for the watch cache: list again
                     version = ""
                     continue
@@ -221,6 +303,7 @@ class PodFollower:
                 version = ""
                 self._stop.wait(self.retry_s)
             except Exception:  # noqa: BLE001 - never let the follower die
+                self._synced = False
                 log.exception("pod watch failed")
                 version = ""
                 self._stop.wait(self.retry_s)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from iadeep.extender._bind import (
@@ -38,12 +39,13 @@ from iadeep.extender._cache import StateCache
 from iadeep.extender._gang import GangScheduling
 from iadeep.extender._metrics import ExtenderMetrics
 from iadeep.extender._nodestate import NodeStatePublisher, reservations_annotation
-from iadeep.extender._podwatch import PendingPods, PodFollower
+from iadeep.extender._podwatch import GangMembers, PendingPods, PodFollower
 from iadeep.extender._preempt import Nominations, with_nominations
 from iadeep.extender._pods import (
     PodDemand,
     PodSpecError,
     job_of,
+    job_record,
     load_quantity_parser,
     pod_demand,
 )
@@ -144,6 +146,8 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
         # kube-scheduler's queue as far as the pods show it (the policy's gpus_ahead); filled by
         # the pod follower, empty without one
         self.pending = PendingPods(self._gpus_of)
+        # the gangs' live members, kept by the pod follower (the gang decision reads them there)
+        self.gangs = GangMembers()
         # pods bound to a node with a device plugin that has not served them yet: binds there
         # take turns (iadeep.extender._admission); fed by the pod follower
         self.admissions = AdmissionGate(self._still_allocating if pod_api is not None else None)
@@ -176,7 +180,7 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
         if self.settings.cache.pod_watch and self.pod_api is not None:
             self.pod_follower = PodFollower(self.pod_api, self.release_ended,  # type: ignore[arg-type]
                                             timeout_s=self.settings.cache.pod_watch_timeout_s, pending=self.pending,
-                                            admissions=self.admissions)
+                                            admissions=self.admissions, gangs=self.gangs)
             self.pod_follower.start()
         interval = self.settings.cache.sweep_interval_s
         if interval > 0 and self.pod_api is not None:
@@ -322,9 +326,9 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
     def _job_record(self, demand: PodDemand, now: float) -> JobRecord:
         """The pod's job record; a Job's replacement pod after a preemption here resumes the work
         its evicted pod had left, plus the checkpoint cost (what the simulator charges)."""
-        job = demand.job_record(now)
+        job = job_record(demand, now)
         left = self._resumed.get(self._job_of(demand.namespace, demand.name)) if self._resumed else None
-        return job if left is None else replace(job, remaining_s=left)
+        return job if left is None else msgspec.structs.replace(job, remaining_s=left)
 
     def _node_lock(self, node: str) -> threading.Lock:
         with self._node_locks_guard:

@@ -79,6 +79,9 @@ PARAMS: dict[str, Param] = {
     "speedup": Param(1000.0, type="number", exclusiveMinimum=0, description="Kubernetes backend: time compression."),
     "timeout_s": Param(None, type=_NULL_NUM, exclusiveMinimum=0,
                        description="Kubernetes backend: wall-clock bound per policy (s); null = from the trace."),
+    "held_clock": Param(True, type="boolean",
+                        description="Kubernetes backend, local cluster: time stands still while kube-scheduler decides an "
+                                    "arrived pod, the emulator completes one and a tuning session runs."),
     "kubeconfig": Param(None, type=["null", "string"],
                         description="Kubernetes backend on a user's cluster with the extender deployed (a path on "
                                     "the workers; one policy, the deployed one); null = the local control plane."),

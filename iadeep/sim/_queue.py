@@ -19,7 +19,10 @@ Three queues:
   moves it to the *backoff queue* until its backoff has expired, then to the active queue. Its
   backoff after ``n`` failed attempts is ``initial x 2^(n-1)`` capped at ``max``
   (``podInitialBackoffSeconds`` = 1 s and ``podMaxBackoffSeconds`` = 10 s by default in
-  ``KubeSchedulerConfiguration``); an unschedulable pod without any event is retried after
+  ``KubeSchedulerConfiguration``); once the active queue is empty, the pods still backing off are
+  tried too, soonest expiry first (``SchedulerPopFromBackoffQ``, on by default since Kubernetes
+  1.33: :attr:`KubeQueueSettings.pop_from_backoff`), so a backoff delays a pod only while others
+  are active; an unschedulable pod without any event is retried after
   ``podMaxInUnschedulablePodsDuration`` (5 min). Later pods are tried meanwhile: a pod that does
   not fit never blocks the pods behind it, so :meth:`blocking` is 0 (the policy's charge for the
   FIFO queue a waiting job holds back does not apply). Older pods do get a freed GPU first (an
@@ -149,11 +152,17 @@ class KubeQueueSettings:
         max_unschedulable_s: how long a pod stays unschedulable without any event before it is
             retried (kube-scheduler's ``podMaxInUnschedulablePodsDuration``, 5 min; not part of
             the configuration file).
+        pop_from_backoff: when the active queue is empty, the scheduler pops the pods of the
+            backoff queue before their backoff expires, soonest expiry first (the feature gate
+            ``SchedulerPopFromBackoffQ``, KEP-5142: beta and on by default since Kubernetes 1.33;
+            ``pkg/scheduler/backend/queue/active_queue.go``). A backoff then only orders pods
+            behind the active ones; off: every pod waits out its backoff, as before 1.33.
     """
 
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 10.0
     max_unschedulable_s: float = 300.0
+    pop_from_backoff: bool = True
 
     def __post_init__(self) -> None:
         if not (0 < self.initial_backoff_s <= self.max_backoff_s) or self.max_unschedulable_s <= 0:
@@ -268,8 +277,12 @@ class KubeQueue:
         self._idle_keys = [k for k, _ in idle]
         self._idle_gpus = list(itertools.accumulate(g for _, g in idle))
         self._failed_gpus = 0
-        while self.active:
-            _, _, _, h = heapq.heappop(self.active)
+        while self.active or (self.settings.pop_from_backoff and self.backoff):
+            if self.active:
+                _, _, _, h = heapq.heappop(self.active)
+            else:  # SchedulerPopFromBackoffQ: an idle scheduler takes the pod whose backoff ends first
+                h = min(self.backoff, key=lambda x: (self.backoff[x], self.key[x]))
+                del self.backoff[h]
             self._current = h
             yield h
 

@@ -1,11 +1,11 @@
-"""The etcd wire: etcd's v3 JSON gateway over HTTP, with retries, failover, auth and watch streams.
+"""The etcd backend: etcd's v3 JSON gateway over HTTP, with retries, failover, auth and watch streams.
 
-:class:`EtcdWire` is the transport :class:`iadeep.state.EtcdStateStore` is built on (its base
-class): one HTTP session per thread (``requests.Session`` is not documented thread-safe), the
-``/v3/`` calls (range, transaction, lease) retried with tenacity (exponential backoff with
+:class:`EtcdBackend` is :class:`iadeep.state._kv.KVBackend` over etcd, the backend
+:class:`iadeep.state.EtcdStateStore` hands to the store: one HTTP session per thread
+(``requests.Session`` is not documented thread-safe), the ``/v3/`` calls (range, transaction, lease) retried with tenacity (exponential backoff with
 jitter, failover to the next endpoint) within the caller's deadline, the auth token renewed when
 etcd refuses it, and ``/v3/watch`` streams reopened from the last revision they delivered. The
-module-level helpers build the gateway's operations (base64 keys, range ends, compares).
+gateway's JSON for the protocol's operations, compares and answers is :mod:`iadeep.state._etcdjson`.
 
 Raises (from its calls): :class:`iadeep.state.StoreUnavailable` naming the endpoints when the
 retries run out; :class:`iadeep.state.TransactionTooLarge` for a transaction over etcd's
@@ -14,7 +14,6 @@ retries run out; :class:`iadeep.state.TransactionTooLarge` for a transaction ove
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import logging
@@ -47,12 +46,11 @@ from iadeep.state._protocol import (
     StoreUnavailable,
     TransactionTooLarge,
 )
-from iadeep.state._records import (
-    to_json,
-)
+from iadeep.state._etcdjson import b64 as _b64, compare_json, kv_of as _kv, op_json, range_end as _range_end, response_of
+from iadeep.state._kv import KV, Compare, Event, Op, TxnResult, WatchBatch
 from iadeep.state._settings import StateSettings
 
-__all__ = ["EtcdWire"]
+__all__ = ["EtcdBackend"]
 
 log = logging.getLogger("iadeep.state._etcd")
 
@@ -78,79 +76,8 @@ class _Conn:
     token_gen: int = -1
 
 
-@dataclass(frozen=True)
-class _KV:
-    key: str
-    value: bytes
-    create_revision: int
-    mod_revision: int
-    lease: int
-
-
-def _b64(text: str | bytes) -> str:
-    raw = text.encode() if isinstance(text, str) else text
-    return base64.b64encode(raw).decode()
-
-
-def _range_end(prefix: str) -> str:
-    raw = bytearray(prefix.encode())
-    raw[-1] += 1
-    return base64.b64encode(bytes(raw)).decode()
-
-
-def _kv(d: Mapping[str, Any]) -> _KV:
-    return _KV(
-        key=base64.b64decode(d["key"]).decode(),
-        value=base64.b64decode(d.get("value", "")),
-        create_revision=int(d.get("create_revision", 0)),
-        mod_revision=int(d.get("mod_revision", 0)),
-        lease=int(d.get("lease", 0)),
-    )
-
-
-def _range_op(key: str, *, prefix: bool = False) -> dict[str, Any]:
-    op: dict[str, Any] = {"key": _b64(key)}
-    if prefix:
-        op["range_end"] = _range_end(key)
-    return {"request_range": op}
-
-
-def _put_op(key: str, value: str, lease: int | None = None) -> dict[str, Any]:
-    op: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
-    if lease:
-        op["lease"] = lease
-    return {"request_put": op}
-
-
-def _delete_op(key: str) -> dict[str, Any]:
-    return {"request_delete_range": {"key": _b64(key)}}
-
-
-def _delete_prefix_op(prefix: str) -> dict[str, Any]:
-    return {"request_delete_range": {"key": _b64(prefix), "range_end": _range_end(prefix)}}
-
-
-def _same_rev(key: str, kv: _KV | None) -> dict[str, Any]:
-    """Compare: ``key`` is unchanged since it was read as ``kv`` (absent when ``None``)."""
-    if kv is None:
-        return {"key": _b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": 0}
-    return {"key": _b64(key), "result": "EQUAL", "target": "MOD", "mod_revision": kv.mod_revision}
-
-
-def _same_value(key: str, record: Any | None) -> dict[str, Any]:
-    """Compare: ``key`` holds exactly ``record`` as this module writes it (absent when ``None``)."""
-    if record is None:
-        return {"key": _b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": 0}
-    return {"key": _b64(key), "result": "EQUAL", "target": "VALUE", "value": _b64(to_json(record))}
-
-
-def _first(response: Mapping[str, Any]) -> _KV | None:
-    kvs = response.get("response_range", {}).get("kvs", [])
-    return _kv(kvs[0]) if kvs else None
-
-
-class EtcdWire:
-    """The gateway calls of one set of endpoints (module docstring).
+class EtcdBackend:
+    """:class:`~iadeep.state._kv.KVBackend` over one set of etcd endpoints (module docstring).
 
     Args:
         settings: endpoints (at least one), TLS, auth, timeouts and retries.
@@ -165,7 +92,7 @@ class EtcdWire:
         self._sessions: weakref.WeakSet[requests.Session] = weakref.WeakSet()  # a dead thread's go with it
         self._token: str | None = None
         self._token_gen = 0
-        self._stats = {"requests": 0, "retries": 0, "txn_conflicts": 0}
+        self._stats = {"requests": 0, "retries": 0}
         self._closed = False
         self._cluster_id: str | None = None  # etcd's cluster ID as first seen by a strict watch
 
@@ -356,29 +283,51 @@ class EtcdWire:
             ) from None
         return result, tries
 
-    def _txn(
-        self, compare: list[dict[str, Any]], success: list[dict[str, Any]], failure: list[dict[str, Any]] | None = None
-    ) -> tuple[bool, list[dict[str, Any]], int]:
-        result, tries = self._post("/kv/txn", {"compare": compare, "success": success, "failure": failure or []})
-        return bool(result.get("succeeded", False)), list(result.get("responses", [])), tries
+    # -- the protocol -----------------------------------------------------------------------
 
-    def _read(self, reads: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Several ranges at one revision (a transaction without compares)."""
-        return self._txn([], reads)[1]
+    @property
+    def name(self) -> str:
+        return f"etcd at {self._where()}"
 
-    def _get(self, key: str) -> _KV | None:
+    @property
+    def max_txn_ops(self) -> int:
+        return self.settings.max_txn_ops
+
+    def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
+        """One ``/v3/kv/txn`` (see :meth:`KVBackend.txn`), retried on transient errors
+        (``retried`` says so).
+
+        Raises:
+            TransactionTooLarge: etcd's ``--max-txn-ops`` is below the transaction's size.
+            StoreUnavailable: retries exhausted, or etcd refused it.
+        """
+        result, tries = self._post("/kv/txn", {"compare": [compare_json(c) for c in compares],
+                                               "success": [op_json(o) for o in success],
+                                               "failure": [op_json(o) for o in failure]})
+        return TxnResult(bool(result.get("succeeded", False)), int(result["header"]["revision"]),
+                         [response_of(r) for r in result.get("responses", [])], tries > 1)
+
+    def range(self, key: str, *, prefix: bool = False) -> tuple[list[KV], int]:
+        """One key (a plain range), or every key under a prefix, paged (:data:`_PAGE` keys a
+        request) at the revision of the first page."""
+        if prefix:
+            return self._scan_at(key)
         result, _ = self._post("/kv/range", {"key": _b64(key)})
-        kvs = result.get("kvs", [])
-        return _kv(kvs[0]) if kvs else None
+        return [_kv(d) for d in result.get("kvs", [])], int(result["header"]["revision"])
 
-    def _scan(self, prefix: str) -> list[_KV]:
-        """Every key under ``prefix`` at one revision, by key, paged."""
-        return self._scan_at(prefix)[0]
+    def ranges(self, prefixes: Sequence[str]) -> tuple[list[list[KV]], int]:
+        """One paged range read per prefix, all at the revision of the first."""
+        revision: int | None = None
+        out = []
+        for p in prefixes:
+            kvs, revision = self._scan_at(p, revision)
+            out.append(kvs)
+        return out, int(revision or self.revision())
 
-    def _scan_at(self, prefix: str, revision: int | None = None) -> tuple[list[_KV], int]:
+    def _scan_at(self, prefix: str, revision: int | None = None) -> tuple[list[KV], int]:
         """Every key under ``prefix`` at ``revision`` (``None``: the current one), by key, paged;
         returns the keys and the revision read."""
-        out: list[_KV] = []
+        out: list[KV] = []
         payload: dict[str, Any] = {"key": _b64(prefix), "range_end": _range_end(prefix), "limit": _PAGE}
         if revision is not None:
             payload["revision"] = revision
@@ -391,17 +340,29 @@ class EtcdWire:
                 return out, int(payload["revision"])
             payload["key"] = _b64(kvs[-1].key.encode() + b"\0")
 
-    def _scan_ordered(self, prefix: str) -> list[_KV]:
-        """Like :meth:`_scan`, oldest first (creation revision, then key)."""
-        return sorted(self._scan(prefix), key=lambda kv: (kv.create_revision, kv.key))
+    def grant(self, ttl_s: int) -> int:
+        granted, _ = self._post("/lease/grant", {"TTL": int(ttl_s), "ID": 0})
+        return int(granted["ID"])
 
-    def _revision(self) -> int:
-        result, _ = self._post("/kv/range", {"key": _b64(self.keys.prefix), "count_only": True})
-        return int(result["header"]["revision"])
+    def keepalive(self, lease: int) -> bool:
+        result, _ = self._post("/lease/keepalive", {"ID": lease})
+        return int(result.get("result", {}).get("TTL", -1)) > 0
+
+    def revoke(self, lease: int) -> None:
+        """End ``lease``; etcd's refusal (already expired) is no error."""
+        with contextlib.suppress(StoreUnavailable):
+            self._post("/lease/revoke", {"ID": lease})
 
     def revision(self) -> int:
         """etcd's current revision (one linearizable read)."""
-        return self._revision()
+        result, _ = self._post("/kv/range", {"key": _b64(self.settings.prefix), "count_only": True})
+        return int(result["header"]["revision"])
+
+    def watch(self, prefixes: Sequence[str], start_revision: int, *, idle_s: float,
+              strict: bool = True) -> Iterator[WatchBatch]:
+        """See :meth:`KVBackend.watch`: one batch per watch response (:meth:`_watch_batches`)."""
+        for revision, events in self._watch_batches(prefixes, start_revision, idle_s, strict=strict):
+            yield WatchBatch(revision, tuple(Event("delete" if deleted else "put", kv) for deleted, kv in events))
 
     def close(self) -> None:
         """Close every HTTP session; later calls raise :class:`StoreUnavailable`. Idempotent."""
@@ -413,8 +374,7 @@ class EtcdWire:
                 s.close()
 
     def stats(self) -> dict[str, int]:
-        """Counters since creation: HTTP ``requests`` sent, ``retries`` after transient errors,
-        ``txn_conflicts`` (allocation transactions that lost a race and were redone)."""
+        """Counters since creation: HTTP ``requests`` sent, ``retries`` after transient errors."""
         with self._lock:
             return dict(self._stats)
 
@@ -423,7 +383,7 @@ class EtcdWire:
         bounded by ``timeout_s`` and the configured timeouts; no backoff)."""
         if self._closed:
             return False
-        payload = {"key": _b64(self.keys.prefix), "count_only": True}
+        payload = {"key": _b64(self.settings.prefix), "count_only": True}
         t = self.settings.timeouts
         for _ in self.endpoints:
             endpoint = self.endpoints[self._preferred % len(self.endpoints)]
@@ -449,16 +409,8 @@ class EtcdWire:
 
     # -- watch streams ----------------------------------------------------------------------
 
-    def _watch(self, prefixes: Sequence[str], start: int, timeout_s: float) -> Iterator[Mapping[str, str]]:
-        for _, events in self._watch_batches(prefixes, start, timeout_s, strict=False):
-            for deleted, kv in events:
-                event = {"type": "delete" if deleted else "put", "key": kv.key}
-                if not deleted:
-                    event["value"] = kv.value.decode()
-                yield event
-
     def _watch_batches(self, prefixes: Sequence[str], start: int, timeout_s: float, *,
-                       strict: bool) -> Iterator[tuple[int, list[tuple[bool, _KV]]]]:
+                       strict: bool) -> Iterator[tuple[int, list[tuple[bool, KV]]]]:
         """``(revision, [(deleted, kv), ...])`` per watch response with events under any of
         ``prefixes`` (one etcd watch each, on one stream), from ``start``, until ``timeout_s``
         without one. A compacted start revision raises

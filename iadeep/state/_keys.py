@@ -15,7 +15,9 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+import msgspec
 
 from iadeep.state._protocol import (
     Change,
@@ -184,7 +186,7 @@ def new_seqs(n: int) -> list[str]:
 def reservation_json(assignments: Sequence[Assignment], nonce: str) -> str:
     """Value of ``<p>/reservations/<pod_uid>``."""
     return json.dumps(
-        {"nonce": nonce, "assignments": [asdict(a) for a in assignments]}, separators=(",", ":"), sort_keys=True
+        {"nonce": nonce, "assignments": [msgspec.structs.asdict(a) for a in assignments]}, separators=(",", ":"), sort_keys=True
     )
 
 

@@ -1,8 +1,9 @@
 """The state-store protocol: what drivers may ask of the shared state.
 
-Implementations: :class:`iadeep.state.EtcdStateStore` (the only code that talks to etcd) and
-:class:`iadeep.state.MemoryStateStore` (same semantics, in process, for tests of drivers and for
-the simulator-side tools).
+Implementations: one store class (:class:`iadeep.state._store.KVStateStore`) over a key-value
+backend with etcd's semantics (:mod:`iadeep.state._kv`): :class:`iadeep.state.EtcdStateStore` (over
+etcd; the only code that talks to etcd) and :class:`iadeep.state.MemoryStateStore` (in process, for
+tests of drivers and for the simulator-side tools).
 
 Consistency: every method is linearisable with respect to the others; :meth:`reserve` and
 :meth:`release` are atomic (one etcd transaction comparing the mod revisions of the GPU records

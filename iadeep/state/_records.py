@@ -13,7 +13,7 @@ key: value                                  owner (writer)                      
 ``<p>/jobs/<pod_uid>``:                     extender (``reserve``, one             deleted by ``release`` (same
 :class:`JobRecord`                          transaction with the reservation)      transaction), or ``delete_job``
 ``<p>/reservations/<pod_uid>``: what the    extender (``reserve``)                 deleted by ``release``; replaced
-pod holds, with a nonce (see _memory)                                              by a superseding ``reserve``
+pod holds, with a nonce (see _keys)                                                by a superseding ``reserve``
 ``<p>/assignments/<node>/<gpu>/<pod_uid>``  extender (``reserve``)                 deleted by ``release``
 :class:`Assignment` (one per pod per GPU)
 ``<p>/gpus/<node>/<gpu>``: :class:`GpuState`  ``reserve`` / ``release``            deleted by the ``release`` that
@@ -55,12 +55,11 @@ see the README (State store) for compaction and defragmentation in a long-runnin
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, TypeVar
+import re
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import msgspec
+from msgspec import Meta
 
 __all__ = [
     "GpuInfo",
@@ -92,52 +91,79 @@ class RecordError(ValueError):
     """A stored or submitted record is malformed; the message names the record type and field."""
 
 
-@dataclass(frozen=True)
-class GpuInfo:
+# Field constraints, checked when a record is decoded (:func:`from_json`; msgspec checks
+# ``Meta`` constraints on decoding only, not in ``__init__``). A rule over more than one value
+# (indexes that repeat, progress below a threshold) is the record's ``__post_init__``, which runs
+# both when it is built in code and when it is decoded.
+NonNegInt = Annotated[int, Meta(ge=0)]
+PosInt = Annotated[int, Meta(ge=1)]
+NonNegFloat = Annotated[float, Meta(ge=0)]
+PosFloat = Annotated[float, Meta(gt=0)]
+KeyName = Annotated[str, Meta(pattern=r"^[^/]+$")]
+"""One key segment: a non-empty name without ``/``."""
+
+WorkloadState = Literal["running", "completed", "failed"]
+SessionKind = Literal["tune", "profile"]
+UndoOutcome = Literal["pending", "evicted", "gone"]
+
+
+class _Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Base of the stored records: immutable and hashable, equal when their fields are equal,
+    built positionally in field order or by keyword; a field a decoded record does not have is
+    an error. Copies with changed fields: ``msgspec.structs.replace``."""
+
+
+class GpuInfo(_Record):
     """One GPU as the device plugin sees it.
 
     Attributes:
-        index: the GPU's index on its node (0-based).
-        mem_gib: total memory (GiB).
+        index: the GPU's index on its node (0-based; >= 0).
+        mem_gib: total memory (GiB; > 0).
         uuid: the device's UUID (``GPU-...`` from NVML), empty when unknown.
         model: the GPU model as the cluster names it (e.g. ``"V100M32"``, ``"T4"``), empty when
             unknown; pods may require models (:attr:`JobRecord.gpu_models`).
     """
 
-    index: int
-    mem_gib: float
+    index: NonNegInt
+    mem_gib: PosFloat
     uuid: str = ""
     model: str = ""
 
 
-@dataclass(frozen=True)
-class NodeInventory:
+class NodeInventory(_Record):
     """GPUs of one node, published by that node's device plugin.
 
     Attributes:
         node: the node's name.
-        gpus: its GPUs.
+        gpus: its GPUs (their indexes distinct).
         allocates: the publisher is a device plugin whose ``Allocate`` turns each pod it serves
             from bind phase ``allocating`` to ``allocated`` (``iadeep deviceplugin``): the
             extender then binds one GPU pod at a time to the node (:mod:`iadeep.extender._admission`).
             False for inventories published without a kubelet behind them (the GPU emulator's
             kwok nodes), where pods stay ``allocating``.
+
+    Raises:
+        RecordError: a GPU index repeats.
     """
 
     node: str
     gpus: tuple[GpuInfo, ...]
     allocates: bool = False
 
+    def __post_init__(self) -> None:
+        indexes = [g.index for g in self.gpus]
+        if len(set(indexes)) != len(indexes):
+            raise RecordError(f"NodeInventory: $.gpus: GPU indexes repeat: {indexes}")
 
-@dataclass(frozen=True)
-class JobRecord:
+
+class JobRecord(_Record):
     """A GPU job (one pod) known to the system.
 
     Attributes:
         pod_uid / namespace / name: the pod.
-        model: Gavel model family (e.g. "ResNet-50"); batch_size: submitted batch size.
-        num_gpus: GPUs the pod needs; mem_gib: memory per GPU (GiB).
-        remaining_s: remaining work at dedicated speed (s), as estimated from reported progress.
+        model: Gavel model family (e.g. "ResNet-50"); batch_size: submitted batch size (>= 1).
+        num_gpus: GPUs the pod needs (>= 1); mem_gib: memory per GPU (GiB; > 0).
+        remaining_s: remaining work at dedicated speed (s; >= 0), as estimated from reported progress.
         submitted_at: submission time (Unix seconds).
         gpu_models: GPU models the pod accepts (empty: any).
         gang: the gang the pod is a member of (its ``iadeep.io/gang`` label; with ``namespace``
@@ -150,18 +176,17 @@ class JobRecord:
     namespace: str
     name: str
     model: str
-    batch_size: int
-    num_gpus: int
-    mem_gib: float
-    remaining_s: float = 0.0
+    batch_size: PosInt
+    num_gpus: PosInt
+    mem_gib: PosFloat
+    remaining_s: NonNegFloat = 0.0
     submitted_at: float = 0.0
     gpu_models: tuple[str, ...] = ()
     gang: str = ""
 
 
-@dataclass(frozen=True)
-class Assignment:
-    """A pod's reservation on one GPU."""
+class Assignment(_Record):
+    """A pod's reservation on one GPU (``mem_gib``: GiB; ``assumed_at``: Unix seconds)."""
 
     pod_uid: str
     node: str
@@ -170,39 +195,44 @@ class Assignment:
     assumed_at: float
 
 
-@dataclass(frozen=True)
-class GpuState:
+class GpuState(_Record):
     """Aggregate of the assignments on one GPU (kept consistent by transactions).
 
     ``pods`` are in reservation order (oldest first): a reservation appends, a release removes
     and keeps the order of the rest. The extender's view fills a GPU's co-location slots in this
-    order, which is the slot contract of :class:`iadeep.policy.ClusterView`.
+    order, which is the slot contract of :class:`iadeep.policy.ClusterView`. ``gpu`` and
+    ``mem_used_gib`` (GiB) are >= 0.
+
+    Raises:
+        RecordError: a pod is listed twice.
     """
 
     node: str
-    gpu: int
-    mem_used_gib: float = 0.0
+    gpu: NonNegInt
+    mem_used_gib: NonNegFloat = 0.0
     pods: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if len(set(self.pods)) != len(self.pods):
+            raise RecordError(f"GpuState: $.pods: a pod is listed twice: {list(self.pods)}")
 
-@dataclass(frozen=True)
-class Measurement:
-    """Throughput a job reported (steps/s) at a batch size, at a time (Unix seconds).
+
+class Measurement(_Record):
+    """Throughput a job reported (steps/s; >= 0) at a batch size (>= 1), at a time (Unix seconds).
 
     Attributes:
         samples: samples the job has processed since it started (cumulative; 0 when unknown).
     """
 
     pod_uid: str
-    steps_per_s: float
-    batch_size: int
+    steps_per_s: NonNegFloat
+    batch_size: PosInt
     at: float
-    samples: int = 0
+    samples: NonNegInt = 0
 
 
-@dataclass(frozen=True)
-class TuningRequest:
-    """A GPU whose co-location set changed and needs a tuning session."""
+class TuningRequest(_Record):
+    """A GPU whose co-location set changed and needs a tuning session (``requested_at``: Unix s)."""
 
     node: str
     gpu: int
@@ -210,8 +240,7 @@ class TuningRequest:
     requested_at: float
 
 
-@dataclass(frozen=True)
-class InterferenceSampleRecord:
+class InterferenceSampleRecord(_Record):
     """A learned interference sample: ``job`` ran at ``normalised_throughput`` sharing with ``partner``.
 
     Job types are given as model family and batch size.
@@ -222,86 +251,87 @@ class InterferenceSampleRecord:
     partner_model: str
     partner_batch_size: int
     normalised_throughput: float
-    at: float = field(default=0.0)
+    at: float = 0.0
 
 
-@dataclass(frozen=True)
-class BatchSizeAssignment:
+class BatchSizeAssignment(_Record):
     """The batch size a job is to train at from its next step on (set by the node coordinator).
 
     Attributes:
         pod_uid: the job's pod.
-        batch_size: samples per step (per GPU).
+        batch_size: samples per step (per GPU; >= 1).
         session: the tuning session that set it (``""``: set outside a session).
         trial: the session's trial number (-1 for a session's final configuration).
         at: when it was set (Unix seconds); measurements after it are at this batch size.
     """
 
     pod_uid: str
-    batch_size: int
+    batch_size: PosInt
     session: str = ""
     trial: int = -1
     at: float = 0.0
 
 
 #: States of :class:`WorkloadStatus`.
-WORKLOAD_STATES = ("running", "completed", "failed")
+WORKLOAD_STATES: tuple[str, ...] = get_args(WorkloadState)
 
 
-@dataclass(frozen=True)
-class WorkloadStatus:
+class WorkloadStatus(_Record):
     """What a job's SDK says about itself (written at registration and at the end).
 
     Attributes:
         pod_uid: the job's pod.
         state: one of :data:`WORKLOAD_STATES`.
-        batch_size: the batch size it started (or ended) at.
-        samples: samples processed so far (cumulative).
+        batch_size: the batch size it started (or ended) at (>= 1).
+        samples: samples processed so far (cumulative; >= 0).
         started_at / updated_at: Unix seconds.
     """
 
     pod_uid: str
-    state: str
-    batch_size: int
-    samples: int = 0
+    state: WorkloadState
+    batch_size: PosInt
+    samples: NonNegInt = 0
     started_at: float = 0.0
     updated_at: float = 0.0
 
 
-@dataclass(frozen=True)
-class JobCheckpoint:
+class JobCheckpoint(_Record):
     """A job's progress kept across its pods (an evicted pod's Job creates a replacement pod,
     which resumes from here): keyed by the job, not the pod.
 
     Attributes:
         job_key: the job (``<namespace>.<Job name>``; one key segment, no ``/``).
         remaining_s: work left at the last checkpoint (seconds at dedicated speed, as
-            :attr:`JobRecord.remaining_s`), before the restart cost.
-        evictions: pods of the job that ended before its work was done.
+            :attr:`JobRecord.remaining_s`; >= 0), before the restart cost.
+        evictions: pods of the job that ended before its work was done (>= 0).
         updated_at: Unix seconds.
         first_started_at: when the job's first pod started its work (Unix seconds; 0: unknown).
     """
 
     job_key: str
-    remaining_s: float
-    evictions: int = 1
+    remaining_s: NonNegFloat
+    evictions: NonNegInt = 1
     updated_at: float = 0.0
     first_started_at: float = 0.0
 
 
-@dataclass(frozen=True)
-class PlacementPolicy:
+#: Kinds of node session (:attr:`PlacementPolicy.session`): batch-size tuning, or one profile round.
+SESSION_KINDS: tuple[str, ...] = get_args(SessionKind)
+
+
+class PlacementPolicy(_Record):
     """How the extender places jobs, as the node side needs to know it (one record per cluster).
 
     Attributes:
         policy: the registered policy's name (:func:`iadeep.policy.make_policy`).
         colocation_limit: jobs per GPU the extender allows (its setting, else the policy's own
-            limit): the device plugins advertise this many ``iadeep.io/gpu-count`` slots per GPU.
+            limit; >= 1): the device plugins advertise this many ``iadeep.io/gpu-count`` slots
+            per GPU.
         at: when the extender published it (Unix seconds).
-        undo_below: the policy's undo threshold (its ``undo_below``; 0: the policy never undoes):
-            the node coordinators undo a session whose best measured summed progress is below it
-            (:func:`iadeep.policy.undo_rule`, :class:`UndoRecord`). A record without the field
-            reads as 0.
+        undo_below: the policy's undo threshold (its ``undo_below``; >= 0; 0: the policy never
+            undoes): the node coordinators undo a session whose best measured summed progress is
+            below it (:func:`iadeep.policy.undo_rule`, :class:`UndoRecord`). A record without the
+            field reads as 0.
         session: what the node coordinators run after a GPU's co-location set changed, one of
             :data:`SESSION_KINDS`: ``tune`` (IADeep's batch-size tuning with the tuner) or
             ``profile`` (one measurement round at the jobs' current batch sizes, no tuner: Gandiva's
@@ -309,31 +339,26 @@ class PlacementPolicy:
     """
 
     policy: str
-    colocation_limit: int
+    colocation_limit: PosInt
     at: float = 0.0
-    undo_below: float = 0.0
-    session: str = "tune"
+    undo_below: NonNegFloat = 0.0
+    session: SessionKind = "tune"
 
 
-#: Kinds of node session (:attr:`PlacementPolicy.session`): batch-size tuning, or one profile round.
-SESSION_KINDS = ("tune", "profile")
+class BannedType(_Record):
+    """A job type as the live system names it: Gavel model family (non-empty) and submitted
+    batch size (>= 1)."""
 
-
-@dataclass(frozen=True)
-class BannedType:
-    """A job type as the live system names it: Gavel model family and submitted batch size."""
-
-    model: str
-    batch_size: int
+    model: Annotated[str, Meta(min_length=1)]
+    batch_size: PosInt
 
 
 #: States of :class:`UndoRecord`: the extender has not carried it out yet, evicted the pod, or
 #: found the pod gone (it had ended or been replaced: nothing to evict).
-UNDO_OUTCOMES = ("pending", "evicted", "gone")
+UNDO_OUTCOMES: tuple[str, ...] = get_args(UndoOutcome)
 
 
-@dataclass(frozen=True)
-class UndoRecord:
+class UndoRecord(_Record):
     """A tuning session undid its GPU's co-location (:func:`iadeep.policy.undo_rule`: its best
     measured summed progress was below ``undo_below``): the job types are banned from sharing a
     GPU with each other, and the newest pod is to be evicted (its Job replaces it).
@@ -346,8 +371,9 @@ class UndoRecord:
     restart before it settled it) can never evict another pod, e.g. the Job's replacement.
 
     Attributes:
-        pod_uid / namespace / name: the pod to evict (the newest on the GPU).
-        node / gpu: the GPU (index on its node).
+        pod_uid / namespace / name: the pod to evict (the newest on the GPU; non-empty names
+            without ``/``).
+        node / gpu: the GPU (index on its node; >= 0).
         types: the job types of the GPU's pods, in reservation order (two or more): none of them
             is to share a GPU with another of them again.
         progress: the session's best measured summed progress rate (dimensionless; >= 0).
@@ -357,176 +383,116 @@ class UndoRecord:
         at: when the coordinator recorded it (Unix seconds).
         outcome: one of :data:`UNDO_OUTCOMES` (``pending`` until the extender settles it).
         settled_at: when the extender settled it (Unix seconds; 0 while pending).
+
+    Raises:
+        RecordError: ``progress`` not in ``[0, undo_below)``.
     """
 
-    pod_uid: str
-    namespace: str
-    name: str
-    node: str
-    gpu: int
-    types: tuple[BannedType, ...]
+    pod_uid: KeyName
+    namespace: KeyName
+    name: KeyName
+    node: KeyName
+    gpu: NonNegInt
+    types: Annotated[tuple[BannedType, ...], Meta(min_length=2)]
     progress: float
     undo_below: float
     session: str = ""
     reason: str = ""
     at: float = 0.0
-    outcome: str = "pending"
+    outcome: UndoOutcome = "pending"
     settled_at: float = 0.0
 
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _plain(value: Any) -> Any:
-    """``dataclasses.asdict`` for records (dataclasses, tuples and JSON scalars), without its
-    deep copies: a third of the cost, and reservations serialise half a dozen records each."""
-    names = _FIELDS.get(type(value))
-    if names is None:
-        if not is_dataclass(value):
-            return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
-        names = _FIELDS[type(value)] = tuple(f.name for f in fields(value))
-    return {n: _plain(getattr(value, n)) for n in names}
+    def __post_init__(self) -> None:
+        if not 0 <= self.progress < self.undo_below:
+            raise RecordError(f"UndoRecord: $.progress: must be >= 0 and below undo_below ({self.undo_below}), "
+                              f"got {self.progress}")
 
 
 def to_json(record: Any) -> str:
-    """Serialise a record dataclass to compact JSON (keys sorted, so that equal records give
-    equal bytes: the etcd store compares stored values with it)."""
-    return json.dumps(_plain(record), separators=(",", ":"), sort_keys=True)
+    """Serialise a record to compact JSON, keys sorted, so that equal records give equal bytes
+    (the etcd store compares stored values with it).
+
+    The text is Python's ``json.dumps`` of the record's fields (``msgspec.to_builtins``): its
+    float form (``1e-05``, ``1e+16``) and ASCII escapes (``\\u00b5``) are those of the values
+    in the store, which msgspec's own encoder writes differently (``0.00001``, raw UTF-8).
+    """
+    return json.dumps(msgspec.to_builtins(record), separators=(",", ":"), sort_keys=True)
 
 
 def from_json(cls: type[R], text: str | bytes) -> R:
-    """Parse JSON into ``cls``, checking every field's type (msgspec), that numbers are finite,
-    and the record's own rules (:data:`_RULES`).
+    """Parse JSON into ``cls`` with msgspec (strict: no string for a number, no float for an
+    int, no unknown field), checking the fields' constraints and the record's own rules.
 
     Raises:
-        RecordError: invalid JSON, a missing, unknown or mistyped field, a non-finite number, or
-            a broken rule; the message names ``cls`` and the field (e.g. ``$.gpus[0].mem_gib``).
+        RecordError: invalid JSON (``NaN`` and ``Infinity`` are not JSON; a number beyond the
+            float range is out of range), a missing, unknown, mistyped or out-of-range field, or
+            a broken rule; the message names ``cls`` and the field (e.g.
+            ``NodeInventory: $.gpus[0].mem_gib: Expected `float` > 0.0, got 0``).
     """
     try:
-        d = json.loads(text)
-    except (ValueError, TypeError) as exc:
-        raise RecordError(f"{cls.__name__}: invalid JSON: {exc}") from None
-    if not isinstance(d, dict):
-        raise RecordError(f"{cls.__name__}: expected a JSON object")
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = set(d) - names
-    if unknown:
-        raise RecordError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
-    where = _non_finite(d, "$")
-    if where:
-        raise RecordError(f"{cls.__name__}: {where}: not a finite number")
-    try:
-        record = msgspec.convert(d, cls)
+        return msgspec.json.decode(text, type=cls)
     except msgspec.ValidationError as exc:
-        raise RecordError(f"{cls.__name__}: {exc}") from None
-    for check in _RULES.get(cls, ()):
-        problem = check(record)
-        if problem:
-            raise RecordError(f"{cls.__name__}: {problem}")
-    return record
+        raise RecordError(_message(cls, str(exc), text)) from None
+    except (msgspec.DecodeError, TypeError) as exc:
+        raise RecordError(f"{cls.__name__}: invalid JSON: {exc}") from None
 
 
-def _non_finite(value: Any, where: str) -> str | None:
-    """Path of the first NaN or infinite number in parsed JSON (``1e400`` parses as infinity)."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else where
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found = _non_finite(v, f"{where}.{k}")
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            found = _non_finite(v, f"{where}[{i}]")
-            if found:
-                return found
-    return None
+_AT = re.compile(r"(?P<what>.*?)(?: - at `(?P<path>\$[^`]*)`)?", re.S)
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_ENUM = re.compile(r"Invalid enum value (?P<got>.*)", re.S)
 
 
-def _inventory_rules(inv: NodeInventory) -> str | None:
-    indexes = [g.index for g in inv.gpus]
-    if len(set(indexes)) != len(indexes):
-        return f"$.gpus: GPU indexes repeat: {indexes}"
-    for i, g in enumerate(inv.gpus):
-        if g.index < 0 or g.mem_gib <= 0:
-            return f"$.gpus[{i}]: index must be >= 0 and mem_gib > 0, got {g.index} and {g.mem_gib}"
-    return None
+def _message(cls: type, raw: str, text: str | bytes) -> str:
+    """A msgspec validation message as ``<record>: <path>: <what>, got <value>``."""
+    m = _AT.fullmatch(raw)
+    what, path = (m["what"], m["path"]) if m else (raw, None)
+    name = cls.__name__
+    if path is None:  # the record itself: a missing or unknown field, not an object, a rule
+        return what if what.startswith(f"{name}: ") else f"{name}: {what}"
+    enum = _ENUM.fullmatch(what)
+    values = _literal_values(cls, path) if enum else None
+    if enum and values:
+        what = f"must be one of {', '.join(map(str, values))}, got {enum['got']}"
+    elif what.startswith("Expected") and ", got" not in what:
+        found = _value_at(text, path)
+        if found is not None:
+            what = f"{what}, got {found}"
+    return f"{name}: {path}: {what}"
 
 
-def _gpu_rules(st: GpuState) -> str | None:
-    if st.gpu < 0 or st.mem_used_gib < 0:
-        return f"gpu must be >= 0 and mem_used_gib >= 0, got {st.gpu} and {st.mem_used_gib}"
-    if len(set(st.pods)) != len(st.pods):
-        return f"$.pods: a pod is listed twice: {list(st.pods)}"
-    return None
+def _steps(path: str) -> list[tuple[str, str]]:
+    return _STEP.findall(path[1:])
 
 
-def _job_rules(job: JobRecord) -> str | None:
-    if job.batch_size < 1 or job.num_gpus < 1 or job.mem_gib <= 0 or job.remaining_s < 0:
-        return "batch_size and num_gpus must be >= 1, mem_gib > 0, remaining_s >= 0"
-    return None
+def _value_at(text: str | bytes, path: str) -> str | None:
+    """The value at ``path`` (``$.types[0].model``) of ``text`` as JSON, at most 80 characters,
+    or None when ``text`` has no such value."""
+    try:
+        value = json.loads(text)
+        for key, index in _steps(path):
+            value = value[key] if key else value[int(index)]
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    shown = json.dumps(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
-def _batch_rules(a: BatchSizeAssignment) -> str | None:
-    return None if a.batch_size >= 1 else f"$.batch_size: must be >= 1, got {a.batch_size}"
+def _literal_values(cls: type, path: str) -> tuple[Any, ...] | None:
+    """The allowed values, in declared order, of the ``Literal`` field at ``path`` of ``cls``, or None."""
+    t: Any = cls
+    for key, _ in _steps(path):
+        t = _bare(t)
+        if key:
+            t = get_type_hints(t, include_extras=True).get(key) if isinstance(t, type) and issubclass(t, _Record) else None
+        else:  # an item of ``tuple[X, ...]``
+            args = get_args(t)
+            t = args[0] if get_origin(t) is tuple and args else None
+        if t is None:
+            return None
+    t = _bare(t)
+    return get_args(t) if get_origin(t) is Literal else None
 
 
-def _measurement_rules(m: Measurement) -> str | None:
-    if m.steps_per_s < 0 or m.batch_size < 1 or m.samples < 0:
-        return "steps_per_s and samples must be >= 0, batch_size >= 1"
-    return None
-
-
-def _workload_rules(w: WorkloadStatus) -> str | None:
-    if w.state not in WORKLOAD_STATES:
-        return f"$.state: must be one of {', '.join(WORKLOAD_STATES)}, got {w.state!r}"
-    if w.batch_size < 1 or w.samples < 0:
-        return "batch_size must be >= 1 and samples >= 0"
-    return None
-
-
-def _checkpoint_rules(c: JobCheckpoint) -> str | None:
-    if c.remaining_s < 0 or c.evictions < 0:
-        return "remaining_s and evictions must be >= 0"
-    return None
-
-
-def _placement_rules(p: PlacementPolicy) -> str | None:
-    if p.colocation_limit < 1:
-        return f"$.colocation_limit: must be >= 1, got {p.colocation_limit}"
-    if p.session not in SESSION_KINDS:
-        return f"$.session: must be one of {', '.join(SESSION_KINDS)}, got {p.session!r}"
-    return None if p.undo_below >= 0 else f"$.undo_below: must be >= 0, got {p.undo_below}"
-
-
-def _undo_rules(u: UndoRecord) -> str | None:
-    for name in ("pod_uid", "node", "namespace", "name"):
-        value = getattr(u, name)
-        if not value or "/" in value:
-            return f"$.{name}: must be a non-empty name without '/', got {value!r}"
-    if u.gpu < 0:
-        return f"$.gpu: must be >= 0, got {u.gpu}"
-    if len(u.types) < 2:
-        return f"$.types: an undone co-location has two or more job types, got {len(u.types)}"
-    for i, t in enumerate(u.types):
-        if not t.model or t.batch_size < 1:
-            return f"$.types[{i}]: model must be non-empty and batch_size >= 1, got {t.model!r} and {t.batch_size}"
-    if not 0 <= u.progress < u.undo_below:
-        return f"$.progress: must be >= 0 and below undo_below ({u.undo_below}), got {u.progress}"
-    if u.outcome not in UNDO_OUTCOMES:
-        return f"$.outcome: must be one of {', '.join(UNDO_OUTCOMES)}, got {u.outcome!r}"
-    return None
-
-
-#: Rules a parsed record must keep beyond its field types (each returns what is wrong, or None).
-_RULES: dict[type, tuple[Callable[[Any], str | None], ...]] = {
-    NodeInventory: (_inventory_rules,),
-    GpuState: (_gpu_rules,),
-    JobRecord: (_job_rules,),
-    BatchSizeAssignment: (_batch_rules,),
-    Measurement: (_measurement_rules,),
-    WorkloadStatus: (_workload_rules,),
-    JobCheckpoint: (_checkpoint_rules,),
-    PlacementPolicy: (_placement_rules,),
-    UndoRecord: (_undo_rules,),
-}
+def _bare(t: Any) -> Any:
+    """``t`` without its ``Annotated`` constraints."""
+    return get_args(t)[0] if get_origin(t) is Annotated else t

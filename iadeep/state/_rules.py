@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+import msgspec
 
 from iadeep.state._protocol import (
     AllocationConflict,
@@ -81,7 +83,7 @@ def settled_undo(record: UndoRecord, outcome: str, at: float) -> UndoRecord:
     """
     if outcome not in UNDO_OUTCOMES or outcome == "pending":
         raise RecordError(f"settle_undo: outcome must be one of {', '.join(UNDO_OUTCOMES[1:])}, got {outcome!r}")
-    return replace(record, outcome=outcome, settled_at=float(at))
+    return msgspec.structs.replace(record, outcome=outcome, settled_at=float(at))
 
 
 # -- allocation rules -------------------------------------------------------------------------
@@ -385,7 +387,7 @@ def plan_resize(
         if job is not None and size < job.mem_gib - MEM_EPSILON_GIB:
             raise AllocationConflict(f"{where}: pod {pod}: {size:g} GiB is below its request of {job.mem_gib:g} GiB")
         mem += float(size) - mine[0].mem_gib
-        out[pod] = [replace(a, mem_gib=float(size)) if a is mine[0] else a for a in held[pod]]  # type: ignore[index]
+        out[pod] = [msgspec.structs.replace(a, mem_gib=float(size)) if a is mine[0] else a for a in held[pod]]  # type: ignore[index]
     if mem > capacity + MEM_EPSILON_GIB:
         asked = ", ".join(f"{p} {v:g} GiB" for p, v in sizes.items())
         raise AllocationConflict(f"{where}: not enough memory for {asked}: {mem:g} of {capacity:g} GiB in all")

@@ -136,13 +136,14 @@ def test_undo_records_are_validated_strictly(etcd_store) -> None:
 
     good = UndoRecord("pod-b", "default", "pod-b", "n1", 0, (BannedType("ResNet-50", 64), BannedType("LM", 5)), 0.6, 1.0)
     etcd_store.put_undo(good)
-    for bad in (UndoRecord("pod-c", "default", "pod-c", "n1", 0, (BannedType("ResNet-50", 64),), 0.6, 1.0),  # one type
-                UndoRecord("pod-c", "default", "pod-c", "n1", 0, good.types, 1.2, 1.0),  # not below the threshold
-                UndoRecord("pod-c", "default", "pod-c", "n1", -1, good.types, 0.6, 1.0),
-                UndoRecord("pod/c", "default", "pod-c", "n1", 0, good.types, 0.6, 1.0),
-                UndoRecord("pod-c", "default", "pod-c", "n1", 0, good.types, 0.6, 1.0, outcome="maybe")):
+    for bad in (lambda: UndoRecord("pod-c", "default", "pod-c", "n1", 0, (BannedType("ResNet-50", 64),), 0.6, 1.0),  # one type
+                lambda: UndoRecord("pod-c", "default", "pod-c", "n1", -1, good.types, 0.6, 1.0),
+                lambda: UndoRecord("pod/c", "default", "pod-c", "n1", 0, good.types, 0.6, 1.0),
+                lambda: UndoRecord("pod-c", "default", "pod-c", "n1", 0, good.types, 0.6, 1.0, outcome="maybe")):
         with pytest.raises(RecordError):
-            etcd_store.put_undo(bad)
+            etcd_store.put_undo(bad())
+    with pytest.raises(RecordError, match=r"UndoRecord: \$\.progress: must be >= 0 and below undo_below"):
+        UndoRecord("pod-c", "default", "pod-c", "n1", 0, good.types, 1.2, 1.0)  # not below the threshold: no such record
     assert etcd_store.undos() == {"pod-b": good}
     assert etcd_store.settle_undo(good, "evicted", at=5.0)
     assert not etcd_store.settle_undo(good, "evicted", at=6.0)  # compare and swap: the stored one changed

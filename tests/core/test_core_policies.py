@@ -185,3 +185,35 @@ def test_view_refuses_a_broken_slot_contract(model):
         ClusterView(0.0, ("n0",), np.array([0, 0]), np.array([0, 1]), np.array([24.0, 24.0]), np.zeros(2),
                     np.array([[0, -1], [-1, 1]]), np.array([0, 0]), np.array([0, 0]), np.array([1, 1]),
                     np.zeros(2), np.zeros(2), np.ones(2))
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_keeps_the_published_contract_through_a_run(model, workload, name):
+    """``iadeep.testing.policy.check_policy``: what a new policy's author runs."""
+    from iadeep.testing.policy import check_policy
+
+    counts = check_policy(lambda: make_policy(name, model), model, workload.head(40))
+    assert counts["place"] >= 30 and counts["assess"] >= 3
+
+
+def test_the_published_contract_catches_a_policy_that_breaks_it(model, workload):
+    from dataclasses import replace
+
+    from iadeep.testing.policy import PolicyContractError, check_policy
+
+    base = type(make_policy("exclusive", model))
+
+    class Scribbler(base):
+        def place(self, job, view):  # replaces an array of the view it was handed
+            object.__setattr__(view, "gpu_mem_used_gib", view.gpu_mem_used_gib + 1.0)
+            return super().place(job, view)
+
+    class Silent(base):
+        def place(self, job, view):
+            decision = super().place(job, view)
+            return replace(decision, reason="") if isinstance(decision, Wait) else decision
+
+    with pytest.raises(PolicyContractError, match="place changed the view"):
+        check_policy(lambda: Scribbler(model), model, workload.head(40))
+    with pytest.raises(PolicyContractError, match="a wait must say why"):
+        check_policy(lambda: Silent(model), model, workload.head(40))

@@ -47,7 +47,8 @@ def test_kube_an_evicted_pod_queues_by_its_replacements_creation_time():
 
 
 def test_kube_unschedulable_pod_waits_for_an_event_and_its_backoff():
-    q = KubeQueue(KubeQueueSettings(initial_backoff_s=1.0, max_backoff_s=10.0))
+    # the queue without SchedulerPopFromBackoffQ: a pod waits out its backoff
+    q = KubeQueue(KubeQueueSettings(initial_backoff_s=1.0, max_backoff_s=10.0, pop_from_backoff=False))
     q.add(0, 0.0, 0.0)
     q.add(1, 1.0, 0.0)
     # the head does not fit; the pod behind it is tried in the same pass and starts
@@ -68,7 +69,7 @@ def test_kube_unschedulable_pod_waits_for_an_event_and_its_backoff():
 
 
 def test_kube_backoff_doubles_up_to_the_maximum():
-    q = KubeQueue(KubeQueueSettings(initial_backoff_s=1.0, max_backoff_s=10.0))
+    q = KubeQueue(KubeQueueSettings(initial_backoff_s=1.0, max_backoff_s=10.0, pop_from_backoff=False))
     q.add(7, 0.0, 0.0)
     seen = []
     t = 0.0
@@ -78,6 +79,23 @@ def test_kube_backoff_doubles_up_to_the_maximum():
         q.cluster_event("node_added", t)  # event at once: it sits out its backoff
         t = q.next_wakeup(t)
     assert seen == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_an_idle_kube_scheduler_pops_pods_still_backing_off():
+    """SchedulerPopFromBackoffQ (on by default since Kubernetes 1.33): with the active queue
+    empty, the pods of the backoff queue are tried at once, soonest expiry first; active pods
+    still go first, and a pod popped early that fails again backs off longer."""
+    q = KubeQueue(KubeQueueSettings(initial_backoff_s=1.0, max_backoff_s=10.0))
+    q.add(0, 0.0, 0.0)
+    q.add(1, 1.0, 0.0)
+    assert _pass(q, 0.0, lambda h: False) == [0, 1]  # both back off 1 s, until 1.0 s
+    q.cluster_event("pod_ended", 0.2)  # within their backoffs
+    q.add(2, 0.2, 0.2)  # a new pod is active: it goes first, then the backoff queue
+    assert _pass(q, 0.2, lambda h: h == 0) == [2, 0, 1]
+    assert len(q) == 2 and q.backoff_s(1) == 2.0 and q.backoff_s(2) == 1.0
+    assert q.next_wakeup(0.2) == pytest.approx(300.2)  # nothing left backing off: only the flush
+    q.cluster_event("pod_ended", 0.3)
+    assert _pass(q, 0.3, lambda h: False) == [2, 1]  # pod 2's backoff ends at 1.2 s, pod 1's at 2.2 s
 
 
 def test_kube_unschedulable_pods_are_flushed_after_the_maximum_time():

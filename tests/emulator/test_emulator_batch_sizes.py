@@ -16,7 +16,8 @@ def _pod(uid: str, model: str, batch: int, gpu: int = 0) -> dict:
     return {"metadata": {"uid": uid, "namespace": "ns", "name": uid,
                          "annotations": {"iadeep.io/gpu-index": str(gpu), "iadeep.io/model": model,
                                          "iadeep.io/batch-size": str(batch), "iadeep.io/duration-s": "3600",
-                                         "iadeep.io/emulated": "true", "iadeep.io/emulation-speedup": "100"}},
+                                         "iadeep.io/emulated": "true", "iadeep.io/emulation-speedup": "100",
+                                         "iadeep.io/gpu-mem-gib": "8"}},  # as the extender's bind sets it
             "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
 
 

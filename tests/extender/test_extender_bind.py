@@ -20,6 +20,7 @@ from iadeep.extender import (
     ANNOTATION_GPU_UUID,
     ANNOTATION_NODE,
     create_app,
+    job_record,
 )
 
 client = pytest.importorskip("kubernetes.client")
@@ -160,7 +161,7 @@ def test_sweep_releases_reservations_of_gone_finished_and_stranded_pods(k8s_clie
         assert svc.bind(_args(p, nodes[0])).error == ""
     # a reservation whose Binding never happened (e.g. the extender died between the two)
     demand = svc._demand(_wire_pod(stranded))
-    store.reserve(demand.job_record(time.time()), nodes[1], [0], colocation_limit=2, now_s=time.time() - 5)
+    store.reserve(job_record(demand, time.time()), nodes[1], [0], colocation_limit=2, now_s=time.time() - 5)
     core.delete_namespaced_pod("gone", k8s_namespace, grace_period_seconds=0)
     released = svc.sweep()
     assert sorted(released) == sorted([gone.metadata.uid, stranded.metadata.uid])

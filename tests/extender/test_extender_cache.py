@@ -4,8 +4,8 @@ whatever other writers and this process do, once it has caught up it equals a fr
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
+import msgspec
 import pytest
 from extender_support import publish, view_meaning
 
@@ -61,7 +61,7 @@ def test_followed_copy_converges_with_other_writers(etcd_settings, store, model,
                 uid = rng.choice(sorted(held))
                 rec = store.jobs().get(uid)
                 if rec is not None:  # the coordinator refines the work left
-                    store.put_job(replace(rec, remaining_s=rec.remaining_s / 2 + 1))
+                    store.put_job(msgspec.structs.replace(rec, remaining_s=rec.remaining_s / 2 + 1))
             elif op < 0.95:
                 store.delete_job(rng.choice(sorted(held)) if held else "nobody")
             else:
@@ -83,7 +83,7 @@ def test_copy_recovers_after_compaction(etcd_settings, store, model):
     revision = cache.revision
     store.reserve(JobRecord("x", "ns", "x", "LM", 20, 1, 4.0), "a", [0], colocation_limit=2, now_s=1.0)
     store.reserve(JobRecord("y", "ns", "y", "LM", 20, 1, 4.0), "a", [1], colocation_limit=2, now_s=1.0)
-    store._post("/kv/compaction", {"revision": store.revision(), "physical": True})
+    store.backend._post("/kv/compaction", {"revision": store.revision(), "physical": True})
     cache.start()  # follows from a compacted revision: lists again
     try:
         _assert_matches_store(cache, store, types)
@@ -126,7 +126,7 @@ def test_mistyped_records_do_not_stop_the_copy(etcd_settings, store, model):
     publish(store, ["a", "b"], gpus=1)
 
     def put_raw(key: str, value: bytes) -> None:
-        store._post("/kv/put", {"key": base64.b64encode(f"{store.keys.prefix}/{key}".encode()).decode(),
+        store.backend._post("/kv/put", {"key": base64.b64encode(f"{store.keys.prefix}/{key}".encode()).decode(),
                                 "value": base64.b64encode(value).decode()})
 
     cache = StateCache(EtcdStateStore(etcd_settings), types, slots=2, idle_s=0.3)

@@ -223,3 +223,79 @@ def test_the_sweep_releases_a_gang_left_unbound_past_its_timeout(k8s_client, k8s
     time.sleep(0.7)
     assert sorted(svc.sweep()) == sorted(p.metadata.uid for p in pods)
     assert store.assignments() == []
+
+
+def _record_requests(api) -> list[tuple[str, str, dict]]:
+    """Every request the extender's client sends from now on, as (method, URL, query): recorded by
+    the client's own REST layer, each request still sent to the API server."""
+    seen: list[tuple[str, str, dict]] = []
+    rest = api.api_client.rest_client
+    send = rest.request
+
+    def request(method, url, *args, **kwargs):
+        seen.append((method, url, dict(kwargs.get("query_params") or [])))
+        return send(method, url, *args, **kwargs)
+
+    rest.request = request
+    return seen
+
+
+def _gang_listings(requests, namespace: str, gang: str) -> list:
+    """The requests among ``requests`` that list the pods of ``gang`` (``GET .../namespaces/<ns>/pods``
+    with its label selector)."""
+    return [r for r in requests if r[0] == "GET" and r[1].split("?")[0].endswith(f"/namespaces/{namespace}/pods")
+            and f"{GANG_LABEL}={gang}" in (r[2].get("labelSelector", "") + r[1].replace("%3D", "=").replace("%2F", "/"))]
+
+
+def test_the_gang_decision_reads_the_members_from_the_pod_follower_without_listing_them(
+        k8s_client, k8s_namespace, nodes, store, make_service, api):
+    core = client.CoreV1Api(k8s_client)
+    seen = _record_requests(api)
+    svc = make_service(pod_api=api)
+    svc.start()
+    try:
+        assert svc.pod_follower is not None and svc.pod_follower.wait_listed(10)
+        pods = _bare_members(core, k8s_namespace, "kept", 2)
+        wait_for(lambda: len(svc.gangs.members(k8s_namespace, "kept")), lambda n: n == 2, timeout=10,
+                 what="the follower's copy of the 2 members")
+        assert svc.pod_follower.synced
+        before = len(seen)
+        (node,) = _filter(svc, pods[1], nodes).node_names
+        assert len(store.assignments()) == 8  # decided and reserved for the whole gang
+        assert _gang_listings(seen[before:], k8s_namespace, "kept") == []  # not one listing through the API
+    finally:
+        svc.stop()
+    # without the follower (stopped: not synced) the decision lists the gang through the API, once
+    pods = _bare_members(core, k8s_namespace, "asked", 2)
+    before = len(seen)
+    assert len(_filter(svc, pods[0], nodes).node_names) == 1
+    assert len(_gang_listings(seen[before:], k8s_namespace, "asked")) == 1
+    assert len(store.assignments()) == 8 + 8
+
+
+def test_the_followers_copy_of_a_gang_keeps_its_live_members_only():
+    """``GangMembers`` from the watch's pod documents: an ended, a deleted, a being-deleted or a
+    relabelled member leaves its gang; a bound or gated member stays (a member is a member)."""
+    from iadeep.extender import GangMembers
+    from iadeep.extender._bind import _pod_status
+
+    def doc(uid, gang, *, phase="Pending", node="", deleting=False, gated=False):
+        meta = {"uid": uid, "namespace": "ns", "name": f"p-{uid}", "labels": {GANG_LABEL: gang} if gang else {},
+                "annotations": {ANNOTATION_GANG_SIZE: "2", ANNOTATION_GANG_INDEX: "0"}}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-12-04T00:00:00Z"
+        spec = {"containers": [_container(8, 1)], **({"nodeName": node} if node else {}),
+                **({"schedulingGates": [{"name": "wait"}]} if gated else {})}
+        return _pod_status({"metadata": meta, "spec": spec, "status": {"phase": phase}})
+
+    gangs = GangMembers()
+    gangs.reset([doc("a", "g"), doc("b", "g", phase="Running", node="n1"), doc("c", "g", gated=True),
+                 doc("d", "g", phase="Succeeded"), doc("e", "g", deleting=True), doc("f", "")])
+    assert sorted(s.uid for s, _ in gangs.members("ns", "g")) == ["a", "b", "c"]
+    assert all(p.metadata.uid == s.uid for s, p in gangs.members("ns", "g"))  # each with its wire model
+    assert doc("c", "g", gated=True).pod is None  # gated: in the gang, not in kube-scheduler's queue
+    gangs.update("MODIFIED", doc("b", "g", phase="Failed", node="n1"))
+    gangs.update("DELETED", doc("a", "g"))
+    gangs.update("MODIFIED", doc("c", "h"))
+    assert [s.uid for s, _ in gangs.members("ns", "g")] == []
+    assert [s.uid for s, _ in gangs.members("ns", "h")] == ["c"] and len(gangs) == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from extender_support import gpu_pod, wire
 
-from iadeep.extender import Snapshot, TypeResolver, ViewBase, build_view, pod_demand
+from iadeep.extender import Snapshot, TypeResolver, ViewBase, build_view, job_record, pod_demand
 from iadeep.extender._wire import Pod
 from iadeep.policy import Placement, make_policy
 from iadeep.state import GpuInfo, JobRecord, NodeInventory, from_json, to_json
@@ -53,7 +53,7 @@ def test_pod_annotation_and_records_round_trip():
     pod = Pod.model_validate(wire(gpu_pod("p", mem="8", annotations={"iadeep.io/gpu-models": "V100M16|V100M32, T4"})))
     d = pod_demand(pod, **DEFAULTS)
     assert d is not None and d.gpu_models == ("V100M16", "V100M32", "T4")
-    rec = d.job_record(5.0)
+    rec = job_record(d, 5.0)
     assert rec.gpu_models == ("V100M16", "V100M32", "T4")
     assert from_json(JobRecord, to_json(rec)) == rec
     inv = NodeInventory("n", (GpuInfo(0, 16.0, "GPU-0", "T4"),))

@@ -151,7 +151,7 @@ def test_malformed_or_unknown_records_are_skipped_with_a_clear_error(k8s_client,
     b = _running(core, store, api, ns, "train-b-z1", B, node)
 
     def put_raw(key: str, value: bytes) -> None:
-        store._post("/kv/put", {"key": base64.b64encode(f"{store.keys.prefix}/{key}".encode()).decode(),
+        store.backend._post("/kv/put", {"key": base64.b64encode(f"{store.keys.prefix}/{key}".encode()).decode(),
                                 "value": base64.b64encode(value).decode()})
 
     put_raw("undos/x1", b"{not json")

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from extender_support import gpu_pod, view_meaning, wire
 
-from iadeep.extender import PodSpecError, Snapshot, TypeResolver, ViewBase, build_view, pod_demand
+from iadeep.extender import PodSpecError, Snapshot, TypeResolver, ViewBase, build_view, job_record, pod_demand
 from iadeep.extender._view import add_reservation, remove_pod
 from iadeep.extender._wire import Pod
 from iadeep.policy import Placement, make_policy
@@ -152,7 +152,7 @@ def test_pod_demand_from_a_real_pod():
     d = _demand(pod)
     assert (d.uid, d.namespace, d.name) == ("u-1", "ns", "p")
     assert (d.mem_gib, d.num_gpus, d.model, d.batch_size, d.duration_s) == (12.0, 2, "Transformer", 32, 90.5)
-    rec = d.job_record(5.0)
+    rec = job_record(d, 5.0)
     assert (rec.pod_uid, rec.mem_gib, rec.num_gpus, rec.remaining_s, rec.submitted_at) == ("u-1", 12.0, 2, 90.5, 5.0)
 
 
@@ -170,7 +170,7 @@ def test_pod_demand_of_a_gang_member_and_the_errors_of_a_malformed_one():
 
     d = pod_demand(member(**{"iadeep.io/gang-size": "4", "batch.kubernetes.io/job-completion-index": "2"}), **DEFAULTS)
     assert (d.gang, d.gang_size, d.gang_index, d.num_gpus, d.mem_gib) == ("big", 4, 2, 4, 8.0)
-    assert d.job_record(1.0).gang == "big"
+    assert job_record(d, 1.0).gang == "big"
     assert (_demand(gpu_pod("p", mem=8, uid="u")).gang, _demand(gpu_pod("p", mem=8, uid="u")).gang_size) == ("", 1)
     with pytest.raises(PodSpecError, match="iadeep.io/gang-size must be an integer in 1..1024, got None"):
         pod_demand(member(**{"batch.kubernetes.io/job-completion-index": "0"}), **DEFAULTS)

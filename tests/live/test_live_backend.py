@@ -71,10 +71,15 @@ def test_parity_report_is_written_with_its_figures(compared):
     # coordinator's rounds, and the simulator re-run on the live arrivals with trials that long
     h = figures["harness"]
     assert h["submit_lag"]["emulated_s_median"] == pytest.approx(h["submit_lag"]["wall_s_median"] * SPEEDUP)
-    assert h["bind_latency"]["wall_s_median"] > 0 and h["start_lag"]["wall_s_median"] > 0
+    assert h["bind_latency"]["wall_s_median"] > 0
     rounds = figures["tuning_rounds"]
     assert rounds["rounds"] > 0 and rounds["round_s_mean"] > 0
-    assert figures["on_live_arrivals"]["trial_s"] == pytest.approx(rounds["round_s_mean"] * SPEEDUP)
+    # the run's clock was held (decisions, completions, sessions took no emulated time), so the
+    # re-run keeps the configured trials instead of trials as long as the live rounds' wall time
+    clock = figures["clock"]
+    assert clock["held"] and 0 < clock["held_s"] < clock["wall_s"]
+    assert figures["on_live_arrivals"]["trial_s"] == pytest.approx(ExperimentConfig().trial_s)
+    assert "clock was held" in (out / "parity.md").read_text()
     la = pd.read_csv(out / "sim-live-arrivals" / "jobs-iadeep.csv", dtype={"job_id": str}).set_index("job_id")
     live = pd.read_csv(out / "live" / "jobs-iadeep.csv", dtype={"job_id": str}).set_index("job_id")
     assert la["submit_s"].to_dict() == pytest.approx(live["submit_s"].to_dict())  # the arrivals the live run achieved

@@ -1,7 +1,8 @@
 """GPUs on the real node, with the middleware rolled out as a user rolls it out: the k8s/
 kustomizations through ``k8s/local`` (the values only the cluster knows written over it at rollout
 time) rendered, applied and waited for by the code of the ``iadeep_rollout`` DAG
-(:mod:`iadeep.orchestration`). The extender and ``iadeep-scheduler`` (a second kube-scheduler with
+(:mod:`iadeep.orchestration`; the ``stack`` fixture, tests/node/node_stack.py). The extender and
+``iadeep-scheduler`` (a second kube-scheduler with
 the shipped profile), the device plugin and coordinator DaemonSets and the tuner then run as pods
 of their images on the real node; the device plugin (emulated GPUs, chosen by ``k8s/local``: this
 machine has none) registers with the real kubelet; ``iadeep-scheduler`` sends GPU pods through the
@@ -12,143 +13,16 @@ GPUs are emulated, so nothing checks that CUDA sees the UUID."""
 
 from __future__ import annotations
 
-import subprocess
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
-import httpx
 import pytest
-import yaml
 from kubernetes import client
-from node_support import host_pod, pod_log, wait_phase
+from node_stack import (ANN_INDEX, ANN_PHASE, ANN_UUID, GPU_COUNT, GPU_MEM, SYSTEM, Stack, capacity, env_of, full_capacity,
+                        gpu_pod, http_get, tail_log)
+from node_support import pod_log, wait_phase
 
-from iadeep.dev import ControlPlane, Node
-from iadeep.dev._binaries import Binaries
-from iadeep.dev._images import kube_scheduler_image
-from iadeep.orchestration import COMPONENTS, LocalCluster, apply, label_real_nodes, prepare_local_rollout, render, wait_ready
-from iadeep.state import EtcdStateStore, StateSettings
+from iadeep.dev import Node
 from iadeep.testing import wait_for
 
 pytestmark = pytest.mark.slow
-
-K8S = Path(__file__).resolve().parents[2] / "k8s"
-SYSTEM = "iadeep-system"
-GPU_MEM, GPU_COUNT = "iadeep.io/gpu-mem", "iadeep.io/gpu-count"
-ANN_INDEX, ANN_UUID, ANN_PHASE = "iadeep.io/gpu-index", "iadeep.io/gpu-uuid", "iadeep.io/bind-phase"
-
-
-def _gpu_pod(name: str, image: str, mem_gib: int) -> dict:
-    """A pod of ``iadeep-scheduler`` asking for ``mem_gib`` GiB of GPU memory; prints its environment."""
-    pod = host_pod(name, image, ["env"])
-    pod["spec"]["schedulerName"] = "iadeep-scheduler"
-    pod["spec"]["containers"][0]["resources"] = {"limits": {GPU_MEM: str(mem_gib)}, "requests": {GPU_MEM: str(mem_gib)}}
-    return pod
-
-
-def _capacity(core: Any, node: str) -> dict[str, str]:
-    cap = core.read_node(node).status.capacity or {}
-    return {k: cap.get(k) for k in (GPU_MEM, GPU_COUNT)}
-
-
-def _env_of(log: str) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
-
-
-def _tail_log(core: Any, namespace: str, name: str) -> str:
-    try:
-        return core.read_namespaced_pod_log(name, namespace, tail_lines=30, _preload_content=False).data.decode()
-    except client.ApiException as exc:
-        return f"<no log: {exc.reason}>"
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        resp = httpx.get(url, timeout=10, trust_env=False)  # a loopback URL: never through a proxy
-        return resp.status_code, resp.text
-    except httpx.HTTPError as exc:
-        return -1, repr(exc)
-
-
-def _kubectl_delete(docs: list[dict], kubeconfig: Path) -> None:
-    subprocess.run(["kubectl", f"--kubeconfig={kubeconfig}", "delete", "--ignore-not-found", "--wait=false", "-f", "-"],
-                   input=yaml.safe_dump_all(docs), capture_output=True, text=True, timeout=120, check=False)
-
-
-class Stack:
-    """What the module's rollout started: the rendered objects, the cluster's values, the store the
-    services share, a namespace for the GPU pods."""
-
-    def __init__(self, namespace: str, store: EtcdStateStore, core: Any, busybox: str, cluster: LocalCluster,
-                 docs: list[dict], ready: dict[str, str]) -> None:
-        self.namespace, self.store, self.core, self.busybox = namespace, store, core, busybox
-        self.cluster, self.docs, self.ready = cluster, docs, ready
-
-    @property
-    def node_env(self) -> dict[str, str]:
-        """The ``iadeep-node`` ConfigMap as rendered (the services' configuration)."""
-        return next(d["data"] for d in self.docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "iadeep-node")
-
-    @property
-    def gpus(self) -> tuple[int, int]:
-        """(emulated GPUs, GiB each) the device plugin was configured with."""
-        env = self.node_env
-        return int(env["IADEEP_DEVICEPLUGIN_EMULATED__COUNT"]), int(env["IADEEP_DEVICEPLUGIN_EMULATED__MEM_GIB"])
-
-    def pods(self, app: str) -> list[Any]:
-        return self.core.list_namespaced_pod(SYSTEM, label_selector=f"app.kubernetes.io/name={app}").items
-
-    def run_gpu_pods(self, names: list[str], mem_gib: int) -> dict[str, tuple[Any, dict[str, str]]]:
-        """Create the pods at once; wait until each Succeeded; (pod, its printed environment) by name."""
-        for n in names:
-            self.core.create_namespaced_pod(self.namespace, _gpu_pod(n, self.busybox, mem_gib))
-        out = {}
-        for n in names:
-            pod = wait_phase(self.core, self.namespace, n, {"Succeeded", "Failed"}, timeout=180)
-            assert pod.status.phase == "Succeeded", f"{n}: {pod.status}"
-            out[n] = (pod, _env_of(pod_log(self.core, self.namespace, n)))
-        return out
-
-
-@pytest.fixture(scope="module")
-def stack(control_plane: ControlPlane, real_node: Node, images: list[str], k8s_client, throughputs_path: Path,
-          controlplane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """One rollout of every component (``k8s/local`` over k8s/extender and k8s/node) onto the real
-    node, as the ``iadeep_rollout`` DAG does it with ``local``; everything it created is removed after."""
-    core = client.CoreV1Api(k8s_client)
-    tmp = tmp_path_factory.mktemp("rollout")
-    # iadeep-scheduler's image (no registry here): the cluster's own kube-scheduler, at the tag k8s/local names.
-    (sched,) = [i for i in yaml.safe_load((K8S / "local" / "kustomization.yaml").read_text())["images"]
-                if i["name"].endswith("/kube-scheduler")]
-    kube_scheduler_image(controlplane_binaries.kube_scheduler, sched["newTag"], tmp / "kube-scheduler.tar")
-    real_node.import_images([tmp / "kube-scheduler.tar"])
-    ns = f"gpu-{uuid.uuid4().hex[:8]}"
-    control_plane.create_namespace(ns)
-    etcd = StateSettings(endpoints=[f"http://127.0.0.1:{control_plane.ports['etcd']}"], prefix=f"/t-{ns}")
-    # The DAG's steps with local=true: render (+ the local overlay), apply (+ the real node labelled a
-    # GPU node), wait_ready.
-    cluster, overlay = prepare_local_rollout(tmp, kubeconfig=control_plane.kubeconfig, etcd_endpoints=etcd.endpoints[0],
-                                             etcd_prefix=etcd.prefix, throughputs_file=throughputs_path)
-    docs = render(list(COMPONENTS), kustomization=overlay)
-    store = EtcdStateStore(etcd)
-    try:
-        assert label_real_nodes(k8s_client) == [real_node.name]
-        apply(docs, kubeconfig=str(control_plane.kubeconfig))
-        try:
-            ready = wait_ready(k8s_client, docs, timeout_s=300)
-        except TimeoutError as exc:
-            pods = core.list_namespaced_pod(SYSTEM).items
-            detail = "\n".join(f"{p.metadata.name} {p.status.phase} {[(c.state, c.last_state) for c in p.status.container_statuses or []]}"
-                               f"\nlog:\n{_tail_log(core, SYSTEM, p.metadata.name)}" for p in pods)
-            raise AssertionError(f"{exc}\n{detail}") from None
-        yield Stack(ns, store, core, real_node.busybox_image(), cluster, docs, ready)
-    finally:
-        store.close()
-        core.delete_namespace(ns, grace_period_seconds=0)
-        _kubectl_delete(docs, control_plane.kubeconfig)
-        wait_for(lambda: [p.metadata.name for n in (ns, SYSTEM) for p in core.list_namespaced_pod(n).items],
-                 lambda left: not left, timeout=120, what=f"the pods of {ns} and {SYSTEM} gone")
 
 
 def test_the_rollout_brings_every_component_up_on_the_real_node(stack: Stack, real_node: Node) -> None:
@@ -162,23 +36,14 @@ def test_the_rollout_brings_every_component_up_on_the_real_node(stack: Stack, re
         assert pod.spec.containers[0].image_pull_policy == "Never", app
     # Each service answers on its own loopback port, the one the rollout chose from the cluster's.
     for service in ("extender", "deviceplugin", "coordinator", "tuner"):
-        status, body = _get(stack.cluster.url(service, "/readyz"))
+        status, body = http_get(stack.cluster.url(service, "/readyz"))
         assert status == 200, (service, stack.cluster.url(service, "/readyz"), body)
-
-
-def _full_capacity(stack: Stack) -> dict[str, str]:
-    """gpu-mem: GiB of all GPUs; gpu-count: co-location slots, GPUs x the limit the extender
-    publishes (waited for: the plugin follows it within a lease renewal)."""
-    placement = wait_for(stack.store.placement, lambda p: p is not None, timeout=120,
-                         what="the extender's placement policy in etcd")
-    GPUS, GPU_GIB = stack.gpus
-    return {GPU_MEM: str(GPUS * GPU_GIB), GPU_COUNT: str(GPUS * placement.colocation_limit)}
 
 
 def test_the_device_plugin_pod_registers_with_the_real_kubelet(stack: Stack, real_node: Node) -> None:
     GPUS, GPU_GIB = stack.gpus
-    full = _full_capacity(stack)
-    wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c == full,
+    full = full_capacity(stack)
+    wait_for(lambda: capacity(stack.core, real_node.name), lambda c: c == full,
              timeout=60, what="GPU resources (GiB units, co-location slots) in the node's capacity")
     # The plugin's sockets are in the kubelet's folder, next to kubelet.sock.
     sockets = sorted(p.name for p in real_node.device_plugin_dir.iterdir() if p.is_socket())
@@ -207,7 +72,7 @@ def test_two_gpu_pods_created_at_once_each_get_the_gpu_the_extender_chose(stack:
 def test_after_a_kubelet_restart_the_device_plugin_registers_again(stack: Stack, real_node: Node) -> None:
     GPUS, GPU_GIB = stack.gpus
     (plugin,) = stack.pods("iadeep-deviceplugin")
-    wait_for(lambda: _capacity(stack.core, real_node.name)[GPU_MEM], lambda c: c is not None, timeout=60,
+    wait_for(lambda: capacity(stack.core, real_node.name)[GPU_MEM], lambda c: c is not None, timeout=60,
              what="GPU resources in the node's capacity")
     def sockets() -> dict[str, int]:
         # name -> creation time (ns); not the inode: ext4 hands a freed inode number out again
@@ -229,11 +94,11 @@ def test_after_a_kubelet_restart_the_device_plugin_registers_again(stack: Stack,
     except AssertionError as exc:
         st = stack.core.read_namespaced_pod(plugin.metadata.name, SYSTEM).status
         raise AssertionError(f"{exc}\n{[(c.restart_count, c.state, c.last_state) for c in st.container_statuses or []]}\n"
-                             f"{_tail_log(stack.core, SYSTEM, plugin.metadata.name)}") from None
+                             f"{tail_log(stack.core, SYSTEM, plugin.metadata.name)}") from None
     now = sockets()
     assert now.keys() == before.keys() and all(now[k] > before[k] for k in now), (before, now)
-    full = _full_capacity(stack)
-    wait_for(lambda: _capacity(stack.core, real_node.name), lambda c: c == full, timeout=60, what="the capacity back")
+    full = full_capacity(stack)
+    wait_for(lambda: capacity(stack.core, real_node.name), lambda c: c == full, timeout=60, what="the capacity back")
     # Only a registered plugin can serve Allocate: a new pod starts with its GPU.
     ((pod, env),) = stack.run_gpu_pods(["after-restart"], mem_gib=4).values()
     assert env["NVIDIA_VISIBLE_DEVICES"] == pod.metadata.annotations[ANN_UUID]
@@ -246,7 +111,7 @@ def test_two_pods_co_located_on_one_gpu_are_both_admitted(stack: Stack, real_nod
     co-location slot each: with one gpu-count device per GPU it rejects the third pod) and
     both run with that GPU's UUID in their environment."""
     def pod(name: str, mem_gib: int) -> dict:
-        body = _gpu_pod(name, stack.busybox, mem_gib)
+        body = gpu_pod(name, stack.busybox, mem_gib)
         if name == "co-b":  # a short job: sharing for a minute beats waiting an hour for a free GPU
             body["metadata"]["annotations"] = {"iadeep.io/duration-s": "60"}
         c = body["spec"]["containers"][0]
@@ -265,7 +130,7 @@ def test_two_pods_co_located_on_one_gpu_are_both_admitted(stack: Stack, real_nod
         for n in names:
             p = wait_phase(stack.core, stack.namespace, n, {"Running", "Failed", "Succeeded"}, timeout=120)
             assert p.status.phase == "Running", f"{n} not admitted: {p.status.reason}: {p.status.message}"
-            env = wait_for(lambda n=n: _env_of(pod_log(stack.core, stack.namespace, n)),
+            env = wait_for(lambda n=n: env_of(pod_log(stack.core, stack.namespace, n)),
                            lambda e: "IADEEP_GPU_UUID" in e, timeout=30, what=f"{n}'s environment")
             runs[n] = (p.metadata.annotations[ANN_UUID], env)
         shared = runs["co-a"][0]

@@ -123,7 +123,7 @@ def test_no_endpoint_reachable_names_them_all(prefix):
 
 def _lose_first_commit_answer(store, monkeypatch):
     """The first compare-transaction lands in etcd but its answer is lost on the wire."""
-    real = store._post_once
+    real = store.backend._post_once
     lost = []
 
     def flaky(path, payload):
@@ -133,7 +133,7 @@ def _lose_first_commit_answer(store, monkeypatch):
             raise _Transient("test", "connection reset after the commit")
         return result
 
-    monkeypatch.setattr(store, "_post_once", flaky)
+    monkeypatch.setattr(store.backend, "_post_once", flaky)
     return lost
 
 
@@ -190,10 +190,10 @@ def test_password_auth_and_token_renewal(tmp_path, prefix):
     try:
         admin = EtcdStateStore(etcd_settings(etcd.endpoint, prefix))
         admin.put_inventory(inventory("n", 1))
-        admin._post("/auth/role/add", {"name": "root"})
-        admin._post("/auth/user/add", {"name": "root", "password": "s3cret"})
-        admin._post("/auth/user/grant", {"user": "root", "role": "root"})
-        admin._post("/auth/enable", {})
+        admin.backend._post("/auth/role/add", {"name": "root"})
+        admin.backend._post("/auth/user/add", {"name": "root", "password": "s3cret"})
+        admin.backend._post("/auth/user/grant", {"user": "root", "role": "root"})
+        admin.backend._post("/auth/enable", {})
         with pytest.raises(StoreUnavailable, match="rejected"):
             admin.jobs()  # no credentials any more
 
@@ -210,13 +210,13 @@ def test_password_auth_and_token_renewal(tmp_path, prefix):
         events = good.watch("jobs/", timeout_s=0.3)
         good.put_job(job("b"))
         assert [e["key"].rsplit("/", 1)[1] for e in events] == ["b"]
-        tokens = good._token_gen
+        tokens = good.backend._token_gen
         time.sleep(1.8)  # the token expires
         assert good.healthy()  # renews it
-        assert good._token_gen == tokens + 1
+        assert good.backend._token_gen == tokens + 1
         time.sleep(1.8)
         assert [a.pod_uid for a in good.assignments()] == ["a"]
-        assert good._token_gen == tokens + 2
+        assert good.backend._token_gen == tokens + 2
         assert good.stats()["retries"] == 1  # one 'invalid auth token', then a new token
     finally:
         etcd.stop(timeout_s=0)

@@ -96,7 +96,7 @@ def test_etcd_compacted_history_is_reported(etcd_store):
     etcd_store.put_inventory(inventory("a", gpus=1))
     old = etcd_store.revision()
     etcd_store.put_inventory(inventory("b", gpus=1))
-    etcd_store._post("/kv/compaction", {"revision": etcd_store.revision(), "physical": True})
+    etcd_store.backend._post("/kv/compaction", {"revision": etcd_store.revision(), "physical": True})
     with pytest.raises(HistoryCompacted):
         list(etcd_store.changes(old, idle_s=0.5))
 
@@ -117,7 +117,7 @@ def test_etcd_malformed_record_reads_as_absent(etcd_store, caplog, folder, value
     etcd_store.reserve(job("j"), "a", [0], colocation_limit=2, now_s=1.0)
     start = etcd_store.revision() + 1
     key = f"{etcd_store.keys.prefix}/{folder}"
-    etcd_store._post("/kv/put", {"key": base64.b64encode(key.encode()).decode(),
+    etcd_store.backend._post("/kv/put", {"key": base64.b64encode(key.encode()).decode(),
                                  "value": base64.b64encode(value).decode()})
     etcd_store.put_inventory(inventory("b", gpus=1))
     changes = _collect(etcd_store, start, etcd_store.revision())

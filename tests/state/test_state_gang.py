@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
+import msgspec
 import pytest
 from state_support import inventory, job, snapshot
 
@@ -22,7 +22,7 @@ def four_nodes(store):
 
 
 def _gang(name: str, nodes: list[str], *, mem: float = 8.0, gpus: tuple[int, ...] = (0, 1, 2, 3)) -> list[GangMember]:
-    return [GangMember(replace(job(f"{name}-{i}", mem, num_gpus=len(gpus)), gang=name), node, gpus)
+    return [GangMember(msgspec.structs.replace(job(f"{name}-{i}", mem, num_gpus=len(gpus)), gang=name), node, gpus)
             for i, node in enumerate(nodes)]
 
 

@@ -26,7 +26,7 @@ def leased(request, store):
     """The store and a ``sleep(seconds)``: real for etcd, a virtual clock's step for memory."""
     if isinstance(store, MemoryStateStore):
         now = [0.0]
-        store._clock = lambda: now[0]
+        store.backend.clock = lambda: now[0]
 
         def sleep(seconds: float) -> None:
             now[0] += seconds

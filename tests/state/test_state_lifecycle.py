@@ -23,17 +23,8 @@ from iadeep.state import (
 
 
 def _keys(store) -> list[str]:
-    """Every key under the store's prefix (etcd: a raw range read; memory: its live records)."""
-    if isinstance(store, EtcdStateStore):
-        return [kv.key for kv in store._scan(store.keys.prefix + "/")]
-    p = store.keys
-    with store._lock:
-        keys = [p.node(n) for n in store._inventories] + [p.job(u) for u in store._jobs]
-        keys += [p.assignment(*k) for k in store._assignments] + [p.gpu(*k) for k in store._gpus]
-        keys += [p.reservation(u) for u in store._reservations] + [p.tuning(*k) for k in store._tuning]
-        keys += [p.measurement(u, str(i)) for u, ms in store._measurements.items() for i in range(len(ms))]
-        keys += [p.sample(str(i)) for i in range(len(store._samples))]
-    return sorted(keys)
+    """Every key under the store's prefix (a raw range read of its backend)."""
+    return [kv.key for kv in store.backend.range(store.keys.prefix + "/", prefix=True)[0]]
 
 
 def test_limit_follows_the_operations_per_transaction() -> None:
@@ -177,7 +168,7 @@ def test_a_thousand_pods_through_reserve_and_release_leave_only_live_records(nod
 
 
 def _raw_count(store: EtcdStateStore) -> int:
-    result, _ = store._post("/kv/range", {"key": base64.b64encode(store.keys.prefix.encode()).decode(),
+    result, _ = store.backend._post("/kv/range", {"key": base64.b64encode(store.keys.prefix.encode()).decode(),
                                           "range_end": base64.b64encode(store.keys.prefix.encode()[:-1] + bytes(
                                               [store.keys.prefix.encode()[-1] + 1])).decode(), "count_only": True})
     return int(result.get("count", 0))

@@ -119,7 +119,7 @@ def test_malformed_record_names_the_problem(text, field):
 
 def test_malformed_stored_record_is_a_record_error(etcd_store):
     """A value someone else wrote badly raises RecordError (not a crash inside the store)."""
-    etcd_store._post("/kv/put", {"key": _b64(etcd_store.keys.node("bad")), "value": _b64("{not json")})
+    etcd_store.backend._post("/kv/put", {"key": _b64(etcd_store.keys.node("bad")), "value": _b64("{not json")})
     with pytest.raises(RecordError, match="NodeInventory"):
         etcd_store.inventories()
 

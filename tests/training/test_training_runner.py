@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 
@@ -77,7 +78,7 @@ def test_batch_size_follows_etcd_mid_epoch(datasets: dict, store: EtcdStateStore
     try:
         _wait(lambda: store.measurements("uid-lstm"))
         record = store.jobs()["uid-lstm"]
-        store.put_job(dataclasses.replace(record, batch_size=12))  # what the coordinator writes
+        store.put_job(msgspec.structs.replace(record, batch_size=12))  # what the coordinator writes
         _wait(lambda: any(m.batch_size == 12 for m in store.measurements("uid-lstm")))
     finally:
         stop.set()
