@@ -14,14 +14,18 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
 2. free GPUs, when enough are eligible;
 3. otherwise every eligible GPU holding one job is priced by :func:`finish_times` (both progress
    at ``a``/``b`` until one ends, then the survivor runs alone): the change of completion times is
-   ``d_n = t_n - R_n`` for the job and ``d_p = k_p (t_p - R_p / rate_p)`` for the partner, minus
+   ``d_n = t_n - R_n`` for the job and ``d_p = k_p (t_p - R_p / rate_p)`` for the partner
+   (**a gang partner's pace**: a gang progresses at its slowest GPU, so a partner already running
+   at ``rate_p`` runs at ``min(b, rate_p)`` beside the job: never faster than now), minus
    the **queue pressure** ``Q / G * max(a - k_p (1 - b), 0) * min(t_n, t_p)`` when ``queue_pressure``
    is on (off by default: it did not hold on a draw it was not designed on): the work the pair adds
    on the partner's GPUs while both run moves every queued job's start earlier, spread over the
    cluster. Waiting is credited ``W (1 + B / need)`` (every blocked job starts up to ``W`` later).
    The job co-locates on the GPUs that minimise ``d_n + d_p - credit`` when that is below 0, else it
    waits. A gang with nobody blocked behind it (``need > 1``, ``B = 0``) pays its slowest shared
-   GPU's delay once (:func:`_gang_choice`, exact); a pair predicted below taking turns
+   GPU's delay once (:func:`_gang_choice`, exact). A job of pods of several GPUs, each pod on one
+   node, has its GPUs chosen as pods first (fewest shared GPUs, then the cheapest) and exactly
+   those shared GPUs priced (:meth:`IADeep._place_pods`). A pair predicted below taking turns
    (``a + b < 1``) is credited the job's own wait only, the queue's too when the job would leave
    free GPUs idle (``bad_pairs_when_waiting``).
 
@@ -309,9 +313,10 @@ class IADeep(Policy):
             # one GPU: choose_gpus's pick among equal utilities is the lowest id, the first free one
             gpus = (int(free.argmax()),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view,
                                                                    pod_gpus=job.pod_gpus)
-            if gpus is None:  # free GPUs enough in number, not as pods on single nodes
+            if gpus is not None:
+                return Placement(job.job_id, gpus, "free GPU")
+            if not (mask & (njobs > 0)).any():  # free GPUs enough in number, not as pods on single nodes
                 return Wait(job.job_id, pod_wait_reason(job))
-            return Placement(job.job_id, gpus, "free GPU")
         shared = (mask & (njobs > 0)).nonzero()[0]  # flatnonzero of a 1-D array, without its Python wrappers
         if n_free + len(shared) < k:
             return Wait(job.job_id, _wait_reason(job, mask, reason))
@@ -325,15 +330,18 @@ class IADeep(Policy):
         b = pred[:, job.type_id].take(occ_t)
         np.maximum(b, 1e-3, out=b)
         r_p = view.remaining_s(first)
-        t_new, t_part = finish_times(job.remaining_s, r_p, a, b)
-        # change of the two jobs' summed completion times versus both running alone now; waiting
+        # change of the two jobs' summed completion times versus both running on as now; waiting
         # ``W`` for a free GPU would add ``W`` to it (the new job starts later)
         # a gang partner holds all its GPUs while it is slowed: weight its delay by its GPU count
         k_p = view.job_num_gpus.take(first)
         rate = view.job_rate.take(first)
         np.maximum(rate, 1e-6, out=rate)
+        # the partner's time left at its current rate, and its pace beside the job relative to now:
+        # a gang already slowed elsewhere to ``rate`` runs at min(b, rate) (module docstring)
+        r_p_now = r_p / rate
+        t_new, t_part = finish_times(job.remaining_s, r_p_now, a, np.minimum(b, rate) / rate)
         own = t_new - job.remaining_s
-        part = k_p * (t_part - r_p / rate)
+        part = k_p * (t_part - r_p_now)
         if self.queue_pressure and job.jobs_queued > 0:
             # the queue's share (module docstring: queue pressure): while both run, the pair does
             # a + k_p b GPU-seconds of work a second on the partner's GPUs instead of k_p, and each
@@ -341,6 +349,8 @@ class IADeep(Policy):
             gained = a - k_p * (1.0 - b)
             np.maximum(gained, 0.0, out=gained)  # a pair below the partner alone: priced by its delays
             part = part - (job.jobs_queued / view.n_gpus) * gained * np.minimum(t_new, t_part)
+        if job.pod_gpus > 1 and k > 1:  # pods on single nodes: the GPUs are chosen as pods, then priced
+            return self._place_pods(job, view, free, n_free, shared, own, part, a + b >= 1.0)
         need = k - n_free
         # A gang with nobody blocked behind it: its own delay (that of its slowest shared GPU) and
         # its wait count once, not once per shared GPU (module docstring: a gang's delay and wait).
@@ -386,6 +396,53 @@ class IADeep(Policy):
         if gpus is None:  # the GPUs chosen do not split into pods on single nodes
             return Wait(job.job_id, pod_wait_reason(job))
         return Placement(job.job_id, gpus, reason)
+
+    def _place_pods(self, job: JobRequest, view: ClusterView, free: np.ndarray, n_free: int, shared: np.ndarray,
+                    own: np.ndarray, part: np.ndarray, good: np.ndarray) -> Placement | Wait:
+        """The co-location rule (module docstring) for a job of pods of ``p = job.pod_gpus > 1``
+        GPUs, each pod on one node.
+
+        The GPUs are chosen first, as pods (:func:`~iadeep.policy._base.choose_gpus`): the fewest
+        shared GPUs, free ones first, then the cheapest ``own + part`` of a pair not below taking
+        turns, pairs below it last. The rule then prices exactly the shared GPUs chosen (``need``
+        of them) as it prices the cheapest ``need`` shared GPUs of a job without pods, so free
+        GPUs on one node and shareable ones on another are never priced as one pod.
+
+        Args: ``free`` the eligible free GPUs (shape ``(G,)``, boolean), ``n_free`` their count;
+        ``shared`` the eligible occupied GPU ids, shape ``(S,)``, and per position of ``shared``
+        the job's own delay ``own``, the partner's ``part`` (job-seconds) and ``good``
+        (``a + b >= 1``).
+        """
+        base = own + part
+        # ranks as utilities (higher first): a free GPU 0, a good shared GPU -(1e12 + base), a bad one
+        # -(2e12 + base); the delays are clipped far below the steps, so fewer shared GPUs always win
+        rank = np.zeros(view.n_gpus)
+        rank[shared] = -(np.where(good, 1e12, 2e12) + np.clip(base, -1e11, 1e11))
+        gpus = choose_gpus(job.num_gpus, free | np.isin(np.arange(view.n_gpus), shared), rank, view,
+                           pod_gpus=job.pod_gpus)
+        if gpus is None:
+            return Wait(job.job_id, pod_wait_reason(job))
+        at = np.full(view.n_gpus, -1)
+        at[shared] = np.arange(len(shared))
+        pos = at[list(gpus)]
+        pos = pos[pos >= 0]  # the shared GPUs chosen, as positions of ``shared``
+        need = len(pos)
+        if not need:  # free GPUs alone make the pods (the caller tried them first: not reached)
+            return Placement(job.job_id, gpus, "free GPU")
+        once = need > 1 and job.jobs_behind <= 0  # a gang's delay and wait once (module docstring)
+        ok = bool(good[pos].all())
+        cost = float(own[pos].max() + part[pos].sum()) if once else float(base[pos].sum())
+        if ok and cost < 0:
+            return Placement(job.job_id, gpus, f"co-located: predicted saving {-cost:.0f} job-seconds")
+        wait = self.expected_wait_s(job, view, n_free, free)
+        blocked = job.jobs_behind
+        bad_weight = (1.0 + blocked / need if n_free else 1.0) if self.bad_pairs_when_waiting else 0.0
+        credit = wait * np.where(good[pos], 1.0 + blocked / need, bad_weight)
+        gain = float(credit.sum() / need if once else credit.sum()) - cost
+        if gain <= 0:
+            return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU",
+                        expected_wait_s=wait)
+        return Placement(job.job_id, gpus, f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s")
 
     def post_filter(self, job: JobRequest, view: ClusterView, wait: Wait) -> Preemption | Wait:
         """Head-of-line preemption (module docstring), else ``wait`` (its ``expected_wait_s``: the

@@ -214,6 +214,26 @@ def test_a_time_window_picks_its_own_jobs():
     assert ExperimentConfig(window_start_s=5e6, start_job=7).start_job == 7
 
 
+def test_the_results_page_says_a_goal_is_missed_even_without_the_ceiling():
+    """``make results`` states the goals of a sweep run without ``--ceiling``: a measured figure that
+    misses its goal decides "no"; only when every measured figure meets its goal does the page say
+    what was not measured, never a bare None."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "results.py"
+    spec = importlib.util.spec_from_file_location("results_tool", path)
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    guard = {"settings": 3, "worst_vs_packing": 1.5, "worst_setting": "s2", "median_vs_packing": 0.8,
+             "worst_vs_exclusive": 0.75, "median_headroom_captured": None, "met": None}
+    assert "(met: no)" in results.guard_text(guard, "fifo")
+    within = {**guard, "worst_vs_packing": 1.01, "worst_setting": "s1"}
+    assert "(met: n/a, median_headroom_captured not measured)" in results.guard_text(within, "fifo")
+    assert "None" not in results.guard_text(within, "kube")
+    assert "(met: yes)" in results.guard_text({**within, "median_headroom_captured": 0.9, "met": "yes"}, "kube")
+
+
 def test_the_guard_line_names_the_baselines_that_ran(tmp_path, dataset_cache, monkeypatch):
     """The guard line names the packing baselines that ran (one: no 'better of'), says n/a for a
     figure not measured, the table leaves out iadeep against itself, and without either packing
