@@ -3,7 +3,8 @@
 ``make results`` runs this: the main job (``iadeep experiment run`` with its defaults) and the
 default sweep (``iadeep experiment sweep``), then rewrites the README blocks between
 ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` (``main``, ``sweep``, ``guard``,
-``holdout``). Outputs stay under ``runs/results/``.
+``holdout``, ``draw``) and copies the main job's plot to ``docs/img/normalised.png``. Outputs stay
+under ``runs/results/``.
 
 ``--check`` only reports whether the README would change (exit 1).
 
@@ -238,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     summary = run_experiment(ExperimentConfig(out=str(out / "main")), progress=True)
+    if not args.check:  # the README's plot of the main job, from the same run as its table
+        import shutil
+
+        shutil.copyfile(out / "main" / "normalised.png", REPO / "docs" / "img" / "normalised.png")
     say = lambda s: print(f"sweep: {s}", file=sys.stderr, flush=True)  # noqa: E731
     frames, guards, held_guards = {}, {}, {}
     # The simulator's strict FIFO, then kube-scheduler's queue. The kube model retries every waiting
