@@ -8,7 +8,8 @@ is compared with, in the same minute:
    (``wall_s`` of ``metrics-iadeep.json``, timed inside the process around ``simulate``; target <= 2x);
 3. the full Philly trace, the four policies, through ``iadeep experiment run`` as CPU seconds of
    the whole process tree (the policies' worker processes included), beside the same run of the
-   previous commit (a ``git worktree`` of ``--baseline``, default ``HEAD~1``, on ``PYTHONPATH``);
+   previous commit (a ``git worktree`` of ``--baseline``, default ``HEAD~1``, on ``PYTHONPATH`` and
+   as the working directory, which ``python -m`` puts first on ``sys.path``);
 4. instructions per job under callgrind (valgrind), the four policies' simulations of a slice of
    the main job, beside the previous commit's: ``(Ir(n2) - Ir(n1)) / (n2 - n1)``, so that start-up
    (imports, reading the trace) cancels out.
@@ -45,10 +46,19 @@ def _env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
 
 
-def _wall(cmd: list[str], env: dict[str, str]) -> float:
+def _wall(cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> float:
+    """Wall seconds of ``cmd``, run in ``cwd``: ``python -m``/``-c`` put their working directory
+    first on ``sys.path``, ahead of ``PYTHONPATH``, so a tree's processes run in that tree."""
     t0 = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return time.perf_counter() - t0
+
+
+def imported_from(tree: Path) -> Path:
+    """The ``iadeep`` package a process of ``tree`` imports (run as :func:`_wall` runs it)."""
+    out = subprocess.run([PY, "-c", "import iadeep, os; print(os.path.dirname(iadeep.__file__))"], env=_env(tree),
+                         cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
+    return Path(out).resolve().parent
 
 
 def _verdict(ratio: float, target: float) -> str:
@@ -128,7 +138,7 @@ def full_trace(tree: Path, nodes: int, out: Path) -> tuple[float, float]:
            "--gpu-mem-gib", "24", "--out", str(out)]
     _reap()
     c0 = _cpu_children()
-    wall = _wall(cmd, _env(tree))
+    wall = _wall(cmd, _env(tree), cwd=tree)
     _reap()  # the forkserver, which leaves after its parent
     return _cpu_children() - c0, wall
 
@@ -150,7 +160,7 @@ def _instructions(tree: Path, jobs: int, tmp: Path) -> int:
     """Instructions (callgrind's Ir) of the slice driver over ``jobs`` jobs of the main job."""
     out = tmp / f"cg-{tree.name}-{jobs}.out"
     subprocess.run(["valgrind", "--tool=callgrind", "--cache-sim=no", "--branch-sim=no", f"--callgrind-out-file={out}",
-                    PY, "-c", SLICE_DRIVER, str(jobs)], env=_env(tree), stdout=subprocess.DEVNULL,
+                    PY, "-c", SLICE_DRIVER, str(jobs)], env=_env(tree), cwd=tree, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=True)
     m = re.search(r"^summary:\s+(\d+)", out.read_text(errors="replace"), re.MULTILINE)
     if m is None:
@@ -199,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         base = None if args.baseline == "none" else baseline_tree(args.baseline, tmp)
         if base is not None:
             trees.append((f"{args.baseline} ({base[1]})", base[0]))
+        for label, tree in trees:  # each side measures its own code, not the checkout's
+            if imported_from(tree) != tree.resolve():
+                raise RuntimeError(f"{label}: a process of {tree} imports iadeep from {imported_from(tree)}")
         try:
             if not args.skip_full:
                 counted = _subreaper()

@@ -337,3 +337,25 @@ def test_a_draw_is_a_function_of_its_seed_and_recorded_to_rerun_exactly(tmp_path
     assert (tmp_path / "a" / "sweep.csv").read_text() == (tmp_path / "b" / "sweep.csv").read_text()
     res = CliRunner().invoke(app, ["experiment", "sweep", "--draw", "2", "--start-jobs", "0", *few, "--out", str(tmp_path / "c")])
     assert res.exit_code == 2 and "--start-jobs cannot be given with it" in " ".join(res.output.split())
+
+
+def test_the_benchmarks_old_and_new_sides_each_run_their_own_tree(tmp_path):
+    """``make bench`` compares the working tree with a baseline worktree by running each side's
+    processes with that tree on ``PYTHONPATH``; ``python -m``/``-c`` put the working directory ahead
+    of it, so each side also runs in its tree. A tree holding another ``iadeep`` package is the one
+    imported, and the checkout's own tree imports itself."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("startup_bench", root / "benchmarks" / "startup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    other = tmp_path / "baseline"
+    (other / "iadeep").mkdir(parents=True)
+    (other / "iadeep" / "__init__.py").write_text("")
+    assert bench.imported_from(other) == other.resolve()
+    assert bench.imported_from(root) == root
+    marker = tmp_path / "ran-in"
+    bench._wall([bench.PY, "-c", f"import os; open({str(marker)!r}, 'w').write(os.getcwd())"], bench._env(other), cwd=other)
+    assert marker.read_text() == str(other)
