@@ -74,7 +74,9 @@ def test_guard_figures_name_the_worst_setting():
     assert guard["median_vs_packing"] == 0.8  # ratios 0.8, 1.5, 0.8
     assert guard["above_packing"] == "s2 1.50"  # the only one above 1.05
     assert guard["worst_vs_exclusive"] == 0.75 and guard["above_exclusive"] == ""
-    assert guard["met"] is None  # no ceiling ran: the headroom goal is not measured
+    assert guard["met"] == "no"  # worst 1.5 > 1.02 decides it, though no ceiling ran (headroom not measured)
+    within = guard_figures(pd.DataFrame([r for r in rows if r["setting"] != "s2"]))
+    assert within["worst_vs_packing"] == 0.8 and within["met"] is None  # the rest meet their goals: undecided
     assert guard["floor_vs_exclusive"] == 0.6  # s2: 2.4 / 4.0
     # the ceiling: headroom captured = (1 - iadeep/packing) / (1 - ceiling/packing)
     ceilings = {"s1": 1.5, "s2": 1.0, "s3": 1.0}
@@ -226,9 +228,9 @@ def test_the_results_page_says_a_goal_is_missed_even_without_the_ceiling():
     results = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(results)
     guard = {"settings": 3, "worst_vs_packing": 1.5, "worst_setting": "s2", "median_vs_packing": 0.8,
-             "worst_vs_exclusive": 0.75, "median_headroom_captured": None, "met": None}
+             "worst_vs_exclusive": 0.75, "median_headroom_captured": None, "met": "no"}
     assert "(met: no)" in results.guard_text(guard, "fifo")
-    within = {**guard, "worst_vs_packing": 1.01, "worst_setting": "s1"}
+    within = {**guard, "worst_vs_packing": 1.01, "worst_setting": "s1", "met": None}
     assert "(met: n/a, median_headroom_captured not measured)" in results.guard_text(within, "fifo")
     assert "None" not in results.guard_text(within, "kube")
     assert "(met: yes)" in results.guard_text({**within, "median_headroom_captured": 0.9, "met": "yes"}, "kube")
