@@ -192,7 +192,7 @@ def _stuck_head_trace():
 @pytest.mark.parametrize("policy", [
     "antman",
     pytest.param("iadeep", marks=pytest.mark.xfail(strict=True, reason=(
-        "kind A collapse (README, 'Collapses beyond the sweep'): not fixed; strict, so a fix makes this fail "
+        "kind A collapse (docs/design/2026-12-01-pairs-below-taking-turns.md): not fixed; strict, so a fix makes this fail "
         "until the mark is removed"))),
 ])
 def test_a_head_whose_partners_all_share_badly_does_not_hold_the_queue_for_a_gang(model, policy):
