@@ -418,8 +418,9 @@ class IADeep(Policy):
         # -(2e12 + base); the delays are clipped far below the steps, so fewer shared GPUs always win
         rank = np.zeros(view.n_gpus)
         rank[shared] = -(np.where(good, 1e12, 2e12) + np.clip(base, -1e11, 1e11))
-        gpus = choose_gpus(job.num_gpus, free | np.isin(np.arange(view.n_gpus), shared), rank, view,
-                           pod_gpus=job.pod_gpus)
+        cand = free.copy()
+        cand[shared] = True
+        gpus = choose_gpus(job.num_gpus, cand, rank, view, pod_gpus=job.pod_gpus)
         if gpus is None:
             return Wait(job.job_id, pod_wait_reason(job))
         at = np.full(view.n_gpus, -1)
