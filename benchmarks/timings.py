@@ -4,7 +4,8 @@ A test asserts properties; how fast something is depends on the machine and on w
 so those figures are measured here and printed (with the old thresholds as targets, for the
 README). Measured: loading the full Philly trace; reserve and release latency against a real etcd
 on loopback (one thread); how fast the etcd store fails when etcd is gone (refused connections,
-no timeouts waited) and when a blackholed endpoint makes every request time out.
+no timeouts waited) and when a blackholed endpoint makes every request time out; the live
+replay's held clock against the real wall.
 """
 
 from __future__ import annotations
@@ -84,11 +85,27 @@ def store_failures() -> None:
         store.close()
 
 
+def held_clock() -> None:
+    """The live replay's held clock on the real wall (its arithmetic is tested on a stepped wall):
+    how far a fresh clock reads from ``time.time``, and the wall time a 150-ms hold records."""
+    from iadeep.emulator import HeldClock
+
+    with tempfile.TemporaryDirectory(prefix="iadeep-bench-clock-") as tmp:
+        clock = HeldClock(Path(tmp) / "clock")
+        _line("held clock, not held: |now() - time.time()|", abs(clock.now() - time.time()), 0.05)
+        clock.hold()
+        time.sleep(0.15)
+        clock.release()
+        _line("held clock, a 150 ms hold: held_s() - 0.15 s", clock.held_s() - 0.15, 0.15)
+        clock.close()
+
+
 def main() -> int:
     from iadeep.dev import LocalEtcd
 
     print("timings (figures, not tests; each beside its target)")
     trace_load()
+    held_clock()
     with tempfile.TemporaryDirectory(prefix="iadeep-bench-etcd-") as tmp:
         etcd = LocalEtcd(Path(tmp) / "etcd")
         etcd.start()

@@ -26,8 +26,8 @@ no lock (one ``pread``).
 - ``offset_s``: what the holds before the current one took off the clock (``1 - CREEP`` of
   their wall seconds).
 
-``now() = time.time() - offset_s`` when not held, ``held_since + CREEP x (time.time() -
-held_since) - offset_s`` when held: monotonic, continuous, and at most the wall time.
+``now() = wall() - offset_s`` when not held, ``held_since + CREEP x (wall() - held_since) -
+offset_s`` when held (``wall``: ``time.time``): monotonic, continuous, and at most the wall time.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -54,14 +54,17 @@ class HeldClock:
 
     Args:
         path: the shared clock file; created (not held, offset 0) when it does not exist.
+        wall: the wall clock it reads (Unix s); every process sharing the file must read the same
+            one (``time.time``; a test passes its own to step time by hand).
 
     Raises:
         OSError: the file cannot be opened or created.
         ValueError: the file exists but is not a clock file (its size says so).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, wall: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
+        self._wall = wall
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._lock = threading.Lock()  # writers of this process, besides the file lock between processes
         with self._locked():
@@ -91,13 +94,13 @@ class HeldClock:
     def now(self) -> float:
         """The clock's time (Unix s, less the wall time held)."""
         _, since, offset, holds = self._read()
-        now = time.time()
+        now = self._wall()
         return (since + CREEP * (now - since) if holds > 0 else now) - offset
 
     def held_s(self) -> float:
         """Wall seconds held so far (the current hold included)."""
         _, since, offset, holds = self._read()
-        return (offset + (1.0 - CREEP) * (time.time() - since) if holds > 0 else offset) / (1.0 - CREEP)
+        return (offset + (1.0 - CREEP) * (self._wall() - since) if holds > 0 else offset) / (1.0 - CREEP)
 
     def holding(self) -> bool:
         """Whether the clock stands still now."""
@@ -108,7 +111,7 @@ class HeldClock:
         with self._locked():
             seq, since, offset, holds = self._read()
             if holds == 0:
-                since = time.time()
+                since = self._wall()
             os.pwrite(self._fd, _LAYOUT.pack(seq + 1, since, offset, holds + 1, seq + 1), 0)
 
     def release(self) -> None:
@@ -122,7 +125,7 @@ class HeldClock:
             if holds <= 0:
                 raise RuntimeError(f"{self.path}: release without a hold")
             if holds == 1:
-                offset += (1.0 - CREEP) * max(time.time() - since, 0.0)
+                offset += (1.0 - CREEP) * max(self._wall() - since, 0.0)
             os.pwrite(self._fd, _LAYOUT.pack(seq + 1, since, offset, holds - 1, seq + 1), 0)
 
     def close(self) -> None:

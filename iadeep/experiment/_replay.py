@@ -379,10 +379,14 @@ class GatedSubmitter:
 class _Holds:
     """The submitter's holds of the run's clock, one per pod being decided (``GatedSubmitter``'s
     ``clock``): a pod's hold ends when the pod watch shows it bound, unschedulable, ended or gone,
-    or after ``hold_max_s`` wall seconds; a pod seen ended holds it ``settle_s`` more, once."""
+    or after ``hold_max_s`` wall seconds; a pod seen ended holds it ``settle_s`` more, once.
 
-    def __init__(self, clock: HeldClock, *, hold_max_s: float, settle_s: float) -> None:
-        self.clock, self.hold_max_s, self.settle_s = clock, hold_max_s, settle_s
+    A thread calls :meth:`expire` every 20 ms; ``wall`` is the wall clock both read (Unix s;
+    ``time.time``, a test's own to step time by hand)."""
+
+    def __init__(self, clock: HeldClock, *, hold_max_s: float, settle_s: float,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.clock, self.hold_max_s, self.settle_s, self._wall = clock, hold_max_s, settle_s, wall
         self._lock = threading.Lock()
         self._since: dict[str, float] = {}  # pod -> wall time its hold began
         self._ended: set[str] = set()
@@ -396,15 +400,15 @@ class _Holds:
     def _take(self, key: str) -> None:  # with _lock
         if key not in self._since:
             if not self._since:
-                self._first = time.time()
-            self._since[key] = time.time()
+                self._first = self._wall()
+            self._since[key] = self._wall()
             self.clock.hold()
 
     def _drop(self, key: str) -> None:  # with _lock
         if self._since.pop(key, None) is not None:
             self.clock.release()
             if not self._since and self._first is not None:
-                self.held_s += time.time() - self._first
+                self.held_s += self._wall() - self._first
                 self._first = None
 
     def opened(self, pod: str) -> None:
@@ -425,20 +429,25 @@ class _Holds:
                 self._ended.add(pod)
                 key = f"{pod}/settle"
                 self._take(key)
-                self._timers.append((time.time() + self.settle_s, key))
+                self._timers.append((self._wall() + self.settle_s, key))
 
     def _sweep(self) -> None:
         while not self._done.wait(0.02):
-            now = time.time()
-            with self._lock:
-                for key, since in list(self._since.items()):
-                    if not key.endswith("/settle") and now - since > self.hold_max_s:
-                        log.debug("clock: pod %s undecided after %.1f s wall, released", key, now - since)
-                        self._drop(key)
-                due = [k for t, k in self._timers if t <= now]
-                self._timers = [(t, k) for t, k in self._timers if t > now]
-                for key in due:
+            self.expire()
+
+    def expire(self) -> None:
+        """End the holds due now: a pod undecided ``hold_max_s`` after its hold began, a settle
+        ``settle_s`` after its pod was seen ended."""
+        now = self._wall()
+        with self._lock:
+            for key, since in list(self._since.items()):
+                if not key.endswith("/settle") and now - since > self.hold_max_s:
+                    log.debug("clock: pod %s undecided after %.1f s wall, released", key, now - since)
                     self._drop(key)
+            due = [k for t, k in self._timers if t <= now]
+            self._timers = [(t, k) for t, k in self._timers if t > now]
+            for key in due:
+                self._drop(key)
 
     def close(self) -> None:
         """Release every hold left (the run is over)."""

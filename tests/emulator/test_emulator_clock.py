@@ -10,59 +10,89 @@ from iadeep.emulator import HeldClock
 from iadeep._host._clock import CREEP
 
 
+#: float64 resolves about 0.24 us at today's Unix times: differences of clock reads agree to this
+_EPS = 1e-6
+
+
+class _Wall:
+    """A wall clock the test steps by hand (Unix s)."""
+
+    def __init__(self) -> None:
+        self.t = 1_764_800_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def step(self, s: float) -> None:
+        self.t += s
+
+
 def test_a_held_clock_stands_still_and_runs_on_without_a_jump(tmp_path):
-    clock = HeldClock(tmp_path / "clock")
-    assert abs(clock.now() - time.time()) < 0.05
+    wall = _Wall()
+    clock = HeldClock(tmp_path / "clock", wall=wall)
+    assert clock.now() == wall()  # not held yet: the wall's time
     clock.hold()
     frozen = clock.now()
-    time.sleep(0.15)
+    wall.step(0.15)
     crept = clock.now()
-    assert clock.holding() and 0 < crept - frozen <= 0.2 * CREEP  # it creeps: later reads order after earlier ones
+    assert clock.holding() and crept - frozen == pytest.approx(0.15 * CREEP, abs=_EPS)  # it creeps: later reads order later
     clock.release()
     resumed = clock.now()
-    assert 0 <= resumed - crept < 0.05  # continuous: it goes on from where it stood
-    time.sleep(0.1)
-    assert clock.now() - resumed >= 0.09
-    assert 0.14 <= clock.held_s() < 0.3
-    assert 0.14 <= time.time() - clock.now() < 0.3
+    assert resumed == pytest.approx(crept, abs=_EPS)  # continuous: it goes on from where it stood
+    wall.step(0.1)
+    assert clock.now() - resumed == pytest.approx(0.1, abs=_EPS)
+    assert clock.held_s() == pytest.approx(0.15, abs=_EPS)
+    assert wall() - clock.now() == pytest.approx(0.15 * (1 - CREEP), abs=_EPS)
 
 
 def test_holds_are_counted_so_the_last_release_restarts_it(tmp_path):
-    a, b = HeldClock(tmp_path / "clock"), HeldClock(tmp_path / "clock")
+    wall = _Wall()
+    a, b = HeldClock(tmp_path / "clock", wall=wall), HeldClock(tmp_path / "clock", wall=wall)
     a.hold()
     b.hold()
     frozen = b.now()
     a.release()
-    time.sleep(0.1)
-    assert a.now() - frozen < 0.2 * CREEP  # b's hold is still outstanding
+    wall.step(0.1)
+    assert a.now() - frozen == pytest.approx(0.1 * CREEP, abs=_EPS)  # b's hold is still outstanding
     b.release()
     assert not a.holding()
+    wall.step(0.1)
+    assert a.now() - frozen == pytest.approx(0.1 * CREEP + 0.1, abs=_EPS)  # running again at the wall's pace
     with pytest.raises(RuntimeError, match="release without a hold"):
         a.release()
 
 
-def _hold_for(path: str, seconds: float, ready) -> None:
+def _hold_until(path: str, ready, go) -> None:
     clock = HeldClock(path)
     clock.hold()
     ready.set()
-    time.sleep(seconds)
+    go.wait()
     clock.release()
 
 
 def test_another_process_holds_the_same_clock(tmp_path):
+    """While another process holds the file, this one's clock advances at most ``CREEP`` of the
+    wall time between two of its reads, however long the machine takes between them."""
     path = tmp_path / "clock"
     clock = HeldClock(path)
     ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Event()
-    proc = ctx.Process(target=_hold_for, args=(str(path), 0.3, ready))
+    ready, go = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_hold_until, args=(str(path), ready, go))
     proc.start()
-    assert ready.wait(30)
-    frozen = clock.now()
-    time.sleep(0.1)
-    assert clock.now() - frozen < 0.2 * CREEP
-    proc.join(30)
+    try:
+        assert ready.wait(60)
+        assert clock.holding()
+        w0 = time.time()
+        c0 = clock.now()
+        time.sleep(0.05)
+        c1 = clock.now()
+        w1 = time.time()
+        assert 0 < c1 - c0 <= CREEP * (w1 - w0) + 1e-6
+    finally:
+        go.set()
+        proc.join(60)
     assert proc.exitcode == 0 and not clock.holding()
-    assert clock.held_s() >= 0.25
+    assert clock.held_s() >= (w1 - w0) * (1 - 1e-9)  # the hold spanned both reads
 
 
 def test_a_file_that_is_not_a_clock_is_refused(tmp_path):
