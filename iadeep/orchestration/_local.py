@@ -106,27 +106,29 @@ def stage_throughputs(source: Path, folder: Path) -> Path:
 
 
 def _patches(c: LocalCluster) -> list[dict[str, Any]]:
-    """Strategic-merge patches: the API server's port, the scheduler's serving port, Gavel's folder."""
+    """Strategic-merge patches: the API server on loopback for every container (without
+    ``KUBERNETES_SERVICE_HOST/PORT`` of its own a container gets the ``kubernetes`` Service's cluster
+    IP from the kubelet, which nothing here routes), the scheduler's serving port, Gavel's folder."""
     api_env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
                {"name": "KUBERNETES_SERVICE_PORT", "value": str(c.apiserver_port)}]
     gavel_mount = {"name": "gavel", "mountPath": GAVEL_MOUNT, "readOnly": True}
     gavel_volume = {"name": "gavel", "hostPath": {"path": str(c.throughputs_dir), "type": "Directory"}}
     probe = {"httpGet": {"path": "/healthz", "port": c.ports["scheduler"], "scheme": "HTTPS"}}
     containers: dict[str, dict[str, Any]] = {
-        "extender": {"env": api_env, "volumeMounts": [gavel_mount]},
-        "deviceplugin": {"env": api_env},
+        "extender": {"volumeMounts": [gavel_mount]},
+        "deviceplugin": {},
         "coordinator": {"volumeMounts": [gavel_mount]},
         "tuner": {"volumeMounts": [gavel_mount]},
         "scheduler": {
             "command": ["kube-scheduler", "--config=/etc/iadeep-scheduler/kube-scheduler-config.yaml",
                         "--bind-address=127.0.0.1", f"--secure-port={c.ports['scheduler']}"],
-            "env": api_env, "livenessProbe": {**probe, "initialDelaySeconds": 15}, "readinessProbe": probe,
+            "livenessProbe": {**probe, "initialDelaySeconds": 15}, "readinessProbe": probe,
         },
     }
     out = []
     for service, extra in containers.items():
         kind, name, container = LOCAL_SERVICES[service]
-        spec: dict[str, Any] = {"containers": [{"name": container, **extra}]}
+        spec: dict[str, Any] = {"containers": [{"name": container, "env": api_env, **extra}]}
         if "volumeMounts" in extra:
             spec["volumes"] = [gavel_volume]
         out.append({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE},

@@ -132,6 +132,15 @@ def test_local_overlay_renders_every_component_with_the_cluster_values_on_loopba
     gavel_volumes = [v for d in docs if d["kind"] in ("Deployment", "DaemonSet")
                      for v in d["spec"]["template"]["spec"].get("volumes", []) if v["name"] == "gavel"]
     assert len(gavel_volumes) == 3 and all(v["hostPath"]["path"] == str(cluster.throughputs_dir) for v in gavel_volumes)
+    # Every container reaches the API server on loopback: without KUBERNETES_SERVICE_HOST/PORT of
+    # its own, the kubelet would hand it the 'kubernetes' Service's cluster IP (10.96.0.1), which
+    # in-cluster clients connect to.
+    for d in docs:
+        if d["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job"):
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                env = {e["name"]: e.get("value") for e in c.get("env", [])}
+                assert env.get("KUBERNETES_SERVICE_HOST") == "127.0.0.1", (d["metadata"]["name"], c["name"])
+                assert env.get("KUBERNETES_SERVICE_PORT") == str(cluster.apiserver_port), (d["metadata"]["name"], c["name"])
     # Nothing is reached outside loopback (the Services' cluster IPs are assigned, never used).
     assert all(ipaddress.ip_address(a).is_loopback for a in _addresses(yaml.safe_dump_all(docs)))
     # Nothing machine-specific is committed: the committed overlay names no port of this cluster.
