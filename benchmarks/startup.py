@@ -210,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         if base is not None:
             trees.append((f"{args.baseline} ({base[1]})", base[0]))
         for label, tree in trees:  # each side measures its own code, not the checkout's
-            if imported_from(tree) != tree.resolve():
-                raise RuntimeError(f"{label}: a process of {tree} imports iadeep from {imported_from(tree)}")
+            if (where := imported_from(tree)) != tree.resolve():
+                raise RuntimeError(f"{label}: a process of {tree} imports iadeep from {where}")
         try:
             if not args.skip_full:
                 counted = _subreaper()

@@ -127,6 +127,18 @@ def _gang_choice(own: np.ndarray, rest: np.ndarray, need: int) -> tuple[np.ndarr
     return np.array(best_at), best
 
 
+def _saving(gain: float, wait: float | None = None) -> str:
+    """The reason of a co-location predicted to save ``gain`` job-seconds (against waiting ``wait`` s)."""
+    vs = "" if wait is None else f" vs waiting {wait:.0f}s"
+    return f"co-located: predicted saving {gain:.0f} job-seconds{vs}"
+
+
+def _waits(job: JobRequest, wait: float) -> Wait:
+    """The wait of a job whose co-location is predicted to cost more than waiting ``wait`` s."""
+    return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU",
+                expected_wait_s=wait)
+
+
 #: GPUs remembered as freeing up soonest (IADeep._remember_soonest)
 _SOONEST = 8
 
@@ -315,9 +327,9 @@ class IADeep(Policy):
                                                                    pod_gpus=job.pod_gpus)
             if gpus is not None:
                 return Placement(job.job_id, gpus, "free GPU")
-            if not (mask & (njobs > 0)).any():  # free GPUs enough in number, not as pods on single nodes
-                return Wait(job.job_id, pod_wait_reason(job))
         shared = (mask & (njobs > 0)).nonzero()[0]  # flatnonzero of a 1-D array, without its Python wrappers
+        if n_free >= k and not len(shared):  # free GPUs enough in number, not as pods on single nodes
+            return Wait(job.job_id, pod_wait_reason(job))
         if n_free + len(shared) < k:
             return Wait(job.job_id, _wait_reason(job, mask, reason))
         pred = self.predicted()
@@ -367,14 +379,12 @@ class IADeep(Policy):
             order = _smallest(good_base, need)
             cost = float(good_base[order[0]] if need == 1 else good_base[order].sum())  # a one-element sum is the element
         if cost < 0:  # sharing beats even an immediate free GPU: no need to estimate the wait
-            reason = f"co-located: predicted saving {-cost:.0f} job-seconds"
+            reason = _saving(-cost)
         else:
             # Waiting also holds back the queue: under FIFO no job behind starts before the head,
             # so each of them starts up to ``W`` later (module docstring: all of them count).
             wait = self.expected_wait_s(job, view, n_free, free)
-            blocked = job.jobs_behind
-            bad_weight = (1.0 + blocked / need if n_free else 1.0) if self.bad_pairs_when_waiting else 0.0
-            credit = wait * np.where(good, 1.0 + blocked / need, bad_weight)
+            credit = self._wait_credit(job, wait, good, need, n_free)
             if once:  # the gang's wait once, spread over its shared GPUs (blocked = 0 here)
                 order, value = _gang_choice(own, part - credit / need, need)
                 gain = -value
@@ -383,19 +393,25 @@ class IADeep(Policy):
                 order = _smallest(delta, need)
                 gain = -float(delta[order[0]] if need == 1 else delta[order].sum())
             if gain <= 0:
-                return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU",
-                            expected_wait_s=wait)
-            reason = f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s"
+                return _waits(job, wait)
+            reason = _saving(gain, wait)
         best = shared[order]
         if k == 1:  # one GPU, the one chosen (n_free = 0 here): choose_gpus's pick without its utilities
             return Placement(job.job_id, (int(best[0]),), reason)
         chosen = np.zeros(view.n_gpus, dtype=bool)
         chosen[best] = True
         chosen |= free
-        gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view, pod_gpus=job.pod_gpus)
-        if gpus is None:  # the GPUs chosen do not split into pods on single nodes
-            return Wait(job.job_id, pod_wait_reason(job))
-        return Placement(job.job_id, gpus, reason)
+        # no pod rule, or pods of one GPU (jobs of pods of several: _place_pods): any GPUs, never None
+        return Placement(job.job_id, choose_gpus(k, chosen, self.utility(job, view, chosen), view, pod_gpus=job.pod_gpus),
+                         reason)
+
+    def _wait_credit(self, job: JobRequest, wait: float, good: np.ndarray, need: int, n_free: int) -> np.ndarray:
+        """What waiting ``wait`` s costs, per shared GPU of the choice (job-seconds; shape of ``good``):
+        ``W (1 + B / need)`` for a pair not below taking turns (``good``), the job's own wait only
+        for one below, the queue's too when the job would leave free GPUs idle (module docstring)."""
+        blocked = job.jobs_behind
+        bad_weight = (1.0 + blocked / need if n_free else 1.0) if self.bad_pairs_when_waiting else 0.0
+        return wait * np.where(good, 1.0 + blocked / need, bad_weight)
 
     def _place_pods(self, job: JobRequest, view: ClusterView, free: np.ndarray, n_free: int, shared: np.ndarray,
                     own: np.ndarray, part: np.ndarray, good: np.ndarray) -> Placement | Wait:
@@ -423,27 +439,19 @@ class IADeep(Policy):
         gpus = choose_gpus(job.num_gpus, cand, rank, view, pod_gpus=job.pod_gpus)
         if gpus is None:
             return Wait(job.job_id, pod_wait_reason(job))
-        at = np.full(view.n_gpus, -1)
-        at[shared] = np.arange(len(shared))
-        pos = at[list(gpus)]
-        pos = pos[pos >= 0]  # the shared GPUs chosen, as positions of ``shared``
+        chosen = np.array(gpus)
+        pos = np.searchsorted(shared, chosen[view.njobs[chosen] > 0])  # the shared ones, as positions of ``shared``
         need = len(pos)
         if not need:  # free GPUs alone make the pods (the caller tried them first: not reached)
             return Placement(job.job_id, gpus, "free GPU")
         once = need > 1 and job.jobs_behind <= 0  # a gang's delay and wait once (module docstring)
-        ok = bool(good[pos].all())
         cost = float(own[pos].max() + part[pos].sum()) if once else float(base[pos].sum())
-        if ok and cost < 0:
-            return Placement(job.job_id, gpus, f"co-located: predicted saving {-cost:.0f} job-seconds")
+        if cost < 0 and good[pos].all():  # sharing beats even an immediate free GPU
+            return Placement(job.job_id, gpus, _saving(-cost))
         wait = self.expected_wait_s(job, view, n_free, free)
-        blocked = job.jobs_behind
-        bad_weight = (1.0 + blocked / need if n_free else 1.0) if self.bad_pairs_when_waiting else 0.0
-        credit = wait * np.where(good[pos], 1.0 + blocked / need, bad_weight)
+        credit = self._wait_credit(job, wait, good[pos], need, n_free)
         gain = float(credit.sum() / need if once else credit.sum()) - cost
-        if gain <= 0:
-            return Wait(job.job_id, f"co-location predicted to cost more than waiting {wait:.0f}s for a free GPU",
-                        expected_wait_s=wait)
-        return Placement(job.job_id, gpus, f"co-located: predicted saving {gain:.0f} job-seconds vs waiting {wait:.0f}s")
+        return Placement(job.job_id, gpus, _saving(gain, wait)) if gain > 0 else _waits(job, wait)
 
     def post_filter(self, job: JobRequest, view: ClusterView, wait: Wait) -> Preemption | Wait:
         """Head-of-line preemption (module docstring), else ``wait`` (its ``expected_wait_s``: the
