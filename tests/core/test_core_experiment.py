@@ -216,17 +216,22 @@ def test_a_time_window_picks_its_own_jobs():
     assert ExperimentConfig(window_start_s=5e6, start_job=7).start_job == 7
 
 
+def _script(relative: str):
+    """A script of the repository that is not a package module (``tools/``, ``benchmarks/``), loaded."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_results_page_says_a_goal_is_missed_even_without_the_ceiling():
     """``make results`` states the goals of a sweep run without ``--ceiling``: a measured figure that
     misses its goal decides "no"; only when every measured figure meets its goal does the page say
     what was not measured, never a bare None."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "tools" / "results.py"
-    spec = importlib.util.spec_from_file_location("results_tool", path)
-    results = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(results)
+    results = _script("tools/results.py")
     guard = {"settings": 3, "worst_vs_packing": 1.5, "worst_setting": "s2", "median_vs_packing": 0.8,
              "worst_vs_exclusive": 0.75, "median_headroom_captured": None, "met": "no"}
     assert "(met: no)" in results.guard_text(guard, "fifo")
@@ -346,13 +351,8 @@ def test_the_benchmarks_old_and_new_sides_each_run_their_own_tree(tmp_path):
     processes with that tree on ``PYTHONPATH``; ``python -m``/``-c`` put the working directory ahead
     of it, so each side also runs in its tree. A tree holding another ``iadeep`` package is the one
     imported, and the checkout's own tree imports itself."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("startup_bench", root / "benchmarks" / "startup.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _script("benchmarks/startup.py")
+    root = bench.ROOT
     other = tmp_path / "baseline"
     (other / "iadeep").mkdir(parents=True)
     (other / "iadeep" / "__init__.py").write_text("")
