@@ -33,6 +33,29 @@ def throughputs_path(dataset) -> Path:
     return dataset("gavel-throughputs") / "simulation_throughputs.json"
 
 
+class SteppedWall:
+    """A wall clock (Unix s) that moves only when a test steps it: for code that takes a ``wall``
+    callable (:class:`iadeep.emulator.HeldClock`, the live replay's holds)."""
+
+    #: float64 resolves about 0.24 us at today's Unix times: differences of reads agree to this
+    EPS = 1e-6
+
+    def __init__(self) -> None:
+        self.t = 1_764_800_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def step(self, s: float) -> None:
+        self.t += s
+
+
+@pytest.fixture
+def wall() -> SteppedWall:
+    """A fresh :class:`SteppedWall`."""
+    return SteppedWall()
+
+
 @pytest.fixture(scope="session")
 def philly_path(dataset) -> Path:
     """The Philly CSV (Pollux's preprocessed ``philly.csv``)."""

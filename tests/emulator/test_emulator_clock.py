@@ -10,54 +10,37 @@ from iadeep.emulator import HeldClock
 from iadeep._host._clock import CREEP
 
 
-#: float64 resolves about 0.24 us at today's Unix times: differences of clock reads agree to this
-_EPS = 1e-6
 
 
-class _Wall:
-    """A wall clock the test steps by hand (Unix s)."""
-
-    def __init__(self) -> None:
-        self.t = 1_764_800_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def step(self, s: float) -> None:
-        self.t += s
-
-
-def test_a_held_clock_stands_still_and_runs_on_without_a_jump(tmp_path):
-    wall = _Wall()
+def test_a_held_clock_stands_still_and_runs_on_without_a_jump(tmp_path, wall):
     clock = HeldClock(tmp_path / "clock", wall=wall)
     assert clock.now() == wall()  # not held yet: the wall's time
     clock.hold()
     frozen = clock.now()
     wall.step(0.15)
     crept = clock.now()
-    assert clock.holding() and crept - frozen == pytest.approx(0.15 * CREEP, abs=_EPS)  # it creeps: later reads order later
+    assert clock.holding() and crept - frozen == pytest.approx(0.15 * CREEP, abs=wall.EPS)  # it creeps: later reads order later
     clock.release()
     resumed = clock.now()
-    assert resumed == pytest.approx(crept, abs=_EPS)  # continuous: it goes on from where it stood
+    assert resumed == pytest.approx(crept, abs=wall.EPS)  # continuous: it goes on from where it stood
     wall.step(0.1)
-    assert clock.now() - resumed == pytest.approx(0.1, abs=_EPS)
-    assert clock.held_s() == pytest.approx(0.15, abs=_EPS)
-    assert wall() - clock.now() == pytest.approx(0.15 * (1 - CREEP), abs=_EPS)
+    assert clock.now() - resumed == pytest.approx(0.1, abs=wall.EPS)
+    assert clock.held_s() == pytest.approx(0.15, abs=wall.EPS)
+    assert wall() - clock.now() == pytest.approx(0.15 * (1 - CREEP), abs=wall.EPS)
 
 
-def test_holds_are_counted_so_the_last_release_restarts_it(tmp_path):
-    wall = _Wall()
+def test_holds_are_counted_so_the_last_release_restarts_it(tmp_path, wall):
     a, b = HeldClock(tmp_path / "clock", wall=wall), HeldClock(tmp_path / "clock", wall=wall)
     a.hold()
     b.hold()
     frozen = b.now()
     a.release()
     wall.step(0.1)
-    assert a.now() - frozen == pytest.approx(0.1 * CREEP, abs=_EPS)  # b's hold is still outstanding
+    assert a.now() - frozen == pytest.approx(0.1 * CREEP, abs=wall.EPS)  # b's hold is still outstanding
     b.release()
     assert not a.holding()
     wall.step(0.1)
-    assert a.now() - frozen == pytest.approx(0.1 * CREEP + 0.1, abs=_EPS)  # running again at the wall's pace
+    assert a.now() - frozen == pytest.approx(0.1 * CREEP + 0.1, abs=wall.EPS)  # running again at the wall's pace
     with pytest.raises(RuntimeError, match="release without a hold"):
         a.release()
 

@@ -18,21 +18,6 @@ def _pod(name, *, node=None, reason=None, phase="Pending"):
     return {"metadata": {"name": name}, "spec": spec, "status": status}
 
 
-#: float64 resolves about 0.24 us at today's Unix times: differences of clock reads agree to this
-_EPS = 1e-6
-
-
-class _Wall:
-    """A wall clock the test steps by hand (Unix s), read by the clock and the holds alike."""
-
-    def __init__(self) -> None:
-        self.t = 1_764_800_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def step(self, s: float) -> None:
-        self.t += s
 
 
 def test_an_opened_pod_holds_the_clock_until_it_is_bound_or_unschedulable(tmp_path):
@@ -54,8 +39,7 @@ def test_an_opened_pod_holds_the_clock_until_it_is_bound_or_unschedulable(tmp_pa
         holds.close()
 
 
-def test_a_pod_never_decided_releases_the_clock_after_the_bound(tmp_path):
-    wall = _Wall()
+def test_a_pod_never_decided_releases_the_clock_after_the_bound(tmp_path, wall):
     clock = HeldClock(tmp_path / "clock", wall=wall)
     holds = _Holds(clock, hold_max_s=0.2, settle_s=0.0, wall=wall)  # e.g. a gang's member waiting at Permit
     try:
@@ -66,13 +50,12 @@ def test_a_pod_never_decided_releases_the_clock_after_the_bound(tmp_path):
         wall.step(0.1)
         holds.expire()
         assert not clock.holding()
-        assert clock.held_s() == pytest.approx(0.25, abs=_EPS) and holds.held_s == pytest.approx(0.25, abs=_EPS)
+        assert clock.held_s() == pytest.approx(0.25, abs=wall.EPS) and holds.held_s == pytest.approx(0.25, abs=wall.EPS)
     finally:
         holds.close()
 
 
-def test_a_pod_that_ends_holds_the_clock_while_the_pending_pods_are_tried_again(tmp_path):
-    wall = _Wall()
+def test_a_pod_that_ends_holds_the_clock_while_the_pending_pods_are_tried_again(tmp_path, wall):
     clock = HeldClock(tmp_path / "clock", wall=wall)
     holds = _Holds(clock, hold_max_s=30.0, settle_s=0.2, wall=wall)
     try:
@@ -88,15 +71,14 @@ def test_a_pod_that_ends_holds_the_clock_while_the_pending_pods_are_tried_again(
         assert not clock.holding()
         holds.seen("a", _pod("a", node="n1", phase="Succeeded"))  # the same end seen again: no second hold
         assert not clock.holding()
-        assert clock.held_s() == pytest.approx(0.25, abs=_EPS)
+        assert clock.held_s() == pytest.approx(0.25, abs=wall.EPS)
     finally:
         holds.close()
 
 
-def test_the_holds_thread_ends_the_holds_that_are_due(tmp_path):
+def test_the_holds_thread_ends_the_holds_that_are_due(tmp_path, wall):
     """Nobody calls ``expire`` here: the holds' own thread ends a hold past its bound (the wall is
     stepped past it at once, so only the thread's running is waited for; pytest's timeout bounds it)."""
-    wall = _Wall()
     clock = HeldClock(tmp_path / "clock", wall=wall)
     holds = _Holds(clock, hold_max_s=0.2, settle_s=0.0, wall=wall)
     try:
@@ -104,7 +86,7 @@ def test_the_holds_thread_ends_the_holds_that_are_due(tmp_path):
         wall.step(1.0)
         while clock.holding():
             time.sleep(0.01)
-        assert holds.held_s == pytest.approx(1.0, abs=_EPS)
+        assert holds.held_s == pytest.approx(1.0, abs=wall.EPS)
     finally:
         holds.close()
 
