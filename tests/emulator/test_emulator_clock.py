@@ -10,8 +10,6 @@ from iadeep.emulator import HeldClock
 from iadeep._host._clock import CREEP
 
 
-
-
 def test_a_held_clock_stands_still_and_runs_on_without_a_jump(tmp_path, wall):
     clock = HeldClock(tmp_path / "clock", wall=wall)
     assert clock.now() == wall()  # not held yet: the wall's time

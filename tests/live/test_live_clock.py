@@ -18,8 +18,6 @@ def _pod(name, *, node=None, reason=None, phase="Pending"):
     return {"metadata": {"name": name}, "spec": spec, "status": status}
 
 
-
-
 def test_an_opened_pod_holds_the_clock_until_it_is_bound_or_unschedulable(tmp_path):
     clock = HeldClock(tmp_path / "clock")
     holds = _Holds(clock, hold_max_s=30.0, settle_s=0.0)
