@@ -244,19 +244,20 @@ class IADeep(Policy):
         if job.gpus_ahead:  # taken by the pods ahead: not available to this job within its wait
             keep = np.argsort(left, kind="stable")[job.gpus_ahead:]
             busy_ids, left = busy_ids[keep], left[keep]
-        nodes = view.gpu_node
-        ready: list[float] = []
-        free_on = np.bincount(nodes[free], minlength=len(view.node_names))
-        busy_node = nodes[busy_ids]
-        for k in range(len(view.node_names)):
-            times = np.sort(left[busy_node == k])
-            n_free_k = int(free_on[k])
-            avail = np.concatenate([np.zeros(n_free_k), times])
-            ready.extend(avail[p - 1::p].tolist())
-        if not ready:  # no node holds a pod beside the pods ahead: the GPU count alone decides
+        free_ids = free.nonzero()[0]
+        # every available GPU as (node, time until available), sorted by node, then time; a GPU's
+        # rank on its node says which pod it completes (the j-th pod at rank j * p - 1)
+        node = np.concatenate([view.gpu_node.take(free_ids), view.gpu_node.take(busy_ids)])
+        when = np.concatenate([np.zeros(len(free_ids)), left])
+        order = np.lexsort((when, node))
+        node, when = node[order], when[order]
+        first = np.flatnonzero(np.concatenate([[True], node[1:] != node[:-1]]))  # each node's first position
+        rank = np.arange(len(node)) - np.repeat(first, np.diff(np.append(first, len(node))))
+        ready = when[rank % p == p - 1]
+        if not len(ready):  # no node holds a pod beside the pods ahead: the GPU count alone decides
             return 0.0
-        ready.sort()
-        return ready[min(n_pods, len(ready)) - 1]
+        kth = min(n_pods, len(ready)) - 1
+        return float(np.partition(ready, kth)[kth])
 
     def _wait_within(self, job: JobRequest, view: ClusterView, n_free: int, factor: int, ceiling: float) -> bool:
         """Whether ``expected_wait_s(job, view, n_free) * factor <= ceiling`` follows from the GPUs

@@ -12,6 +12,8 @@ ignored, a GPU's time until free from its first occupant alone) must fail the ch
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from iadeep.policy import Placement, Preemption, make_policy
 from iadeep.policy.iadeep import IADeep
@@ -116,3 +118,40 @@ def test_a_gang_of_pods_waits_for_room_on_nodes(model, pod_gpus, ahead, wait_h):
     free = view.njobs == 0
     wait = IADeep(model).expected_wait_s(job, view, int(np.count_nonzero(free)), free)
     assert wait == pytest.approx(wait_h * 3600.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(nodes=st.integers(1, 5), per_node=st.integers(1, 8), data=st.data())
+def test_a_gangs_pods_fit_at_the_first_time_enough_nodes_hold_them(nodes, per_node, data):
+    """``IADeep._pods_ready_s`` against its definition, computed another way: the earliest time
+    ``t`` (among the GPUs' times until available) by which ``sum over nodes of floor(GPUs available
+    on the node by t / p)`` reaches the job's pod count (every pod when the cluster holds fewer,
+    0 when it holds none), after the ``gpus_ahead`` busy GPUs that free first are taken. Drawn:
+    which GPUs are free, busy (with times, ties included) or neither, ``p``, the pod count and the
+    GPUs ahead."""
+    import types
+
+    import numpy as np
+
+    g = nodes * per_node
+    state = np.array(data.draw(st.lists(st.sampled_from("fbx"), min_size=g, max_size=g)))
+    free, busy = state == "f", state == "b"
+    left = np.array(data.draw(st.lists(st.integers(0, 6), min_size=int(busy.sum()), max_size=int(busy.sum()))), float)
+    p = data.draw(st.integers(1, per_node))
+    n_pods = data.draw(st.integers(1, 4))
+    ahead = data.draw(st.integers(0, 3))
+    node_of = np.repeat(np.arange(nodes), per_node)
+    job = types.SimpleNamespace(pod_gpus=p, num_gpus=p * n_pods, gpus_ahead=ahead)
+    view = types.SimpleNamespace(gpu_node=node_of, node_names=[f"n{k}" for k in range(nodes)])
+    got = IADeep._pods_ready_s(job, view, free, busy, left.copy())
+
+    busy_ids = busy.nonzero()[0][np.argsort(left, kind="stable")[ahead:]]
+    times = np.concatenate([np.zeros(int(free.sum())), np.sort(left)[ahead:]])
+    nodes_of = np.concatenate([node_of[free], node_of[busy_ids]])
+
+    def pods_by(t):
+        return int((np.bincount(nodes_of[times <= t], minlength=nodes) // p).sum())
+
+    most = pods_by(np.inf)
+    want = 0.0 if most == 0 else min(t for t in times if pods_by(t) >= min(n_pods, most))
+    assert got == want
