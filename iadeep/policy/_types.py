@@ -70,6 +70,10 @@ class ClusterView:
             (default): the driver does not account shares.
         gpu_model: GPU model name of each GPU (e.g. ``"V100M32"``, ``""`` = unnamed), shape
             ``(G,)``; ``None`` (default): unknown (every model constraint then fails).
+        job_gpu_milli: the GPU share each job holds on each of its GPUs, in 1/1000 GPU (its
+            :attr:`JobRequest.gpu_milli`; NaN: a whole-GPU job without a share), shape ``(J,)``.
+            Jobs that all hold shares do not slow each other down (the simulator's rule for
+            shares: :mod:`iadeep.sim`). ``None`` (default): the driver does not account shares.
         node_pos: node name -> position in ``node_names``; optional (built on first use by
             :meth:`node_positions` when a driver does not hand over one it keeps anyway).
         job_keys: each handle's job identity across views, indexable by handle (:meth:`job_key`);
@@ -91,6 +95,7 @@ class ClusterView:
     job_rate: np.ndarray
     gpu_share_used_milli: np.ndarray | None = None
     gpu_model: np.ndarray | None = None
+    job_gpu_milli: np.ndarray | None = None
     node_pos: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
     job_keys: Sequence[Hashable] | None = field(default=None, compare=False, repr=False)
     #: a driver's record of which GPUs' occupancy changed when (:class:`OccupancyChanges`), set by

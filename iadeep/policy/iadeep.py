@@ -37,7 +37,9 @@ only if ``v`` would hold its GPUs longer than ``R_h + c`` (fewest GPUs, then lon
 and while the delays charged to ``v`` stay within its remaining work (a thrash guard).
 
 Tuning (:meth:`IADeep.tune`): after a GPU's co-location set changes,
-:class:`~iadeep.policy._tuning.BatchSizeTuner` picks the batch sizes of its jobs; every
+:class:`~iadeep.policy._tuning.BatchSizeTuner` picks the batch sizes of its jobs (a GPU whose jobs
+all hold shares has none to pick: shares do not interfere, so its jobs keep their submitted
+sizes and no session runs; its trials would only slow them down); every
 measurement trains the :class:`~iadeep.interference.OnlineInterferenceLearner` (or the measured
 table with ``predictor="oracle"``). A session whose best configuration still sums below
 ``undo_below`` undoes the co-location (:func:`iadeep.policy.undo_rule`): the newest job is
@@ -125,6 +127,14 @@ def _gang_choice(own: np.ndarray, rest: np.ndarray, need: int) -> tuple[np.ndarr
     if best_at is None:  # every choice is infinite: the need smallest rest, priced infinite
         return _smallest(rest, need), math.inf
     return np.array(best_at), best
+
+
+def _shares_only(gpu: int, view: ClusterView) -> bool:
+    """Whether every job on ``gpu`` holds a GPU share (:attr:`ClusterView.job_gpu_milli` finite):
+    shares do not slow each other down, so no batch size does better together than alone.
+    False when the driver does not account shares."""
+    milli = view.job_gpu_milli
+    return milli is not None and bool(np.isfinite(milli.take(view.occupants(gpu))).all())
 
 
 def _saving(gain: float, wait: float | None = None) -> str:
@@ -550,7 +560,7 @@ class IADeep(Policy):
         whose best measured progress is below ``undo_below`` (:func:`iadeep.policy.undo_rule`: the
         decision names the newest job to evict and the types to ban, which the driver applies when
         the session ends)."""
-        if view.njobs.item(gpu) < 2:  # the number of occupants (slot contract), without copying them
+        if view.njobs.item(gpu) < 2 or _shares_only(gpu, view):  # nothing to tune (module docstring)
             return super().tune(gpu, view, measure)
         decision = self.tuner.tune(gpu, view, self.predicted, measure)  # computed only if a ranking needs it
         if self.learner.types == self.model.types:  # a type id is the learner's position: no sample objects

@@ -133,6 +133,7 @@ class Simulator(RateModel, TuningSessions):
         milli = jobs["gpu_milli"].to_numpy(dtype=float) if "gpu_milli" in jobs.columns else np.full(n, np.nan)
         self.share = np.where(np.isfinite(milli), milli, 0.0)  # milli held on each of a job's GPUs
         self.has_share = np.isfinite(milli)
+        self.job_milli = np.where(self.has_share, milli, np.nan)  # the view's job_gpu_milli (NaN: no share)
         specs = jobs["gpu_spec"].fillna("").astype(str).to_numpy() if "gpu_spec" in jobs.columns else np.full(n, "")
         self.accepts = [tuple(x for x in sp.split("|") if x) for sp in specs]
         why = feasibility(jobs, model, cluster)
@@ -206,7 +207,7 @@ class Simulator(RateModel, TuningSessions):
         self.peak_mem_over = 0.0
         self._ro = {name: _readonly(getattr(self, name)) for name in
                     ("gpu_node", "gpu_local", "mem_total", "mem_used", "slots", "type", "base_type", "num_gpus", "work_left", "updated", "rate",
-                     "share_used", "gpu_models", "occupied", "njobs", "slot_types")}
+                     "share_used", "gpu_models", "occupied", "njobs", "slot_types", "job_milli")}
         self._mem_of = model.mem_gib
         self._mem_list = model.mem_gib.tolist()
         # scalar readers for the per-trial arithmetic (plain floats: the same values as the arrays')
@@ -217,7 +218,8 @@ class Simulator(RateModel, TuningSessions):
         self._view_args = (
             (self._node_names, r["gpu_node"], r["gpu_local"], r["mem_total"], r["mem_used"], r["slots"], r["type"],
              r["base_type"], r["num_gpus"], r["work_left"], r["updated"], r["rate"]),
-            {"gpu_share_used_milli": r["share_used"], "gpu_model": r["gpu_models"], "occupied": r["occupied"],
+            {"gpu_share_used_milli": r["share_used"], "gpu_model": r["gpu_models"], "job_gpu_milli": r["job_milli"],
+             "occupied": r["occupied"],
              "njobs": r["njobs"], "slot_types": r["slot_types"]})
 
     # -- event plumbing ------------------------------------------------------------------------

@@ -293,6 +293,27 @@ def test_a_share_packs_beside_other_shares_and_leaves_a_whole_gpu_for_a_whole_gp
 
 
 @pytest.mark.parametrize("queue", ["kube", "fifo"])
+def test_shares_on_one_gpu_are_not_tuned_and_run_as_fast_as_alone(model, queue):
+    """Shares do not slow each other down (the simulator's rule for openb), so no batch size does
+    better together than the submitted one alone: a GPU whose jobs all hold shares gets no tuning
+    session, whose trials at other batch sizes would only slow its jobs down. One GPU, a ResNet-50
+    and an LM pod of half of it each (both types have several batch sizes to try): both run from
+    their arrival at their trace speed, as they would alone (exclusive's JCTs on two GPUs), and
+    measure nothing. Found on openb windows of fresh draws, where iadeep's
+    sessions on shared GPUs put its avg JCT 0.01-0.09 % above exclusive's."""
+    rows = [("a", 0, 2 * HOUR, "ResNet-50", 64), ("b", 60, 1 * HOUR, "LM", 20)]
+    jobs = pd.DataFrame([{"job_id": j, "submit_time": t, "duration": d, "num_gpus": 1, "model": m, "batch_size": bs,
+                          "gpu_milli": 500.0} for j, t, d, m, bs in rows])
+    settings_ = SimSettings(measurement_noise=0.0, queue=queue)
+    out = simulate(jobs, make_policy("iadeep", model), model, ClusterSpec(1, 1, 24.0), settings_).jobs.set_index("job_id")
+    alone = simulate(jobs, make_policy("exclusive", model), model, ClusterSpec(1, 2, 24.0), settings_).jobs.set_index("job_id")
+    assert out["placement"].nunique() == 1 and (out["colocations"] > 0).all()  # both on the one GPU
+    assert out["tuning_trials"].sum() == 0
+    assert out["final_batch_size"].tolist() == [64, 20]
+    assert out["jct_s"].tolist() == pytest.approx(alone["jct_s"].tolist()) == [2 * HOUR, 1 * HOUR]
+
+
+@pytest.mark.parametrize("queue", ["kube", "fifo"])
 @pytest.mark.parametrize("gang_h, shares", [(3.5, False), (2.0, True)])
 def test_a_gang_counts_its_own_delay_and_wait_once_not_once_per_shared_gpu(model, queue, gang_h, shares):
     """One node, 4 GPUs. Two 4-h A3C jobs run alone on GPUs 0 and 1; a minute later a 4-GPU
