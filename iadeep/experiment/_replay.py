@@ -406,10 +406,11 @@ class _Holds:
 
     def _drop(self, key: str) -> None:  # with _lock
         if self._since.pop(key, None) is not None:
-            self.clock.release()
+            # the figure first: whoever sees the clock released (another thread) reads it complete
             if not self._since and self._first is not None:
                 self.held_s += self._wall() - self._first
                 self._first = None
+            self.clock.release()
 
     def opened(self, pod: str) -> None:
         with self._lock:

@@ -89,6 +89,27 @@ def test_the_holds_thread_ends_the_holds_that_are_due(tmp_path, wall):
         holds.close()
 
 
+def test_the_held_time_is_counted_before_the_clock_is_released(tmp_path, wall):
+    """Whoever sees the clock released (another thread: the test above waits for that) reads the
+    held time complete: at the release the hold's 0.5 s is already counted."""
+    at_release: list[float] = []
+
+    class Watched(HeldClock):
+        def release(self) -> None:
+            at_release.append(holds.held_s)
+            super().release()
+
+    clock = Watched(tmp_path / "clock", wall=wall)
+    holds = _Holds(clock, hold_max_s=30.0, settle_s=0.0, wall=wall)
+    try:
+        holds.opened("a")
+        wall.step(0.5)
+        holds.seen("a", _pod("a", node="n1", phase="Running"))
+        assert at_release == [pytest.approx(0.5, abs=wall.EPS)]
+    finally:
+        holds.close()
+
+
 def test_closing_releases_every_hold_left(tmp_path):
     clock = HeldClock(tmp_path / "clock")
     holds = _Holds(clock, hold_max_s=30.0, settle_s=30.0)
