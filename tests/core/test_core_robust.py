@@ -299,8 +299,8 @@ def test_shares_on_one_gpu_are_not_tuned_and_run_as_fast_as_alone(model, queue):
     session, whose trials at other batch sizes would only slow its jobs down. One GPU, a ResNet-50
     and an LM pod of half of it each (both types have several batch sizes to try): both run from
     their arrival at their trace speed, as they would alone (exclusive's JCTs on two GPUs), and
-    measure nothing. Found on openb windows of fresh draws, where iadeep's
-    sessions on shared GPUs put its avg JCT 0.01-0.09 % above exclusive's."""
+    measure nothing. Sessions on such GPUs would put iadeep's avg JCT 0.01-0.09 % above
+    exclusive's on openb windows (docs/design/2026-12-05-shares-are-not-tuned.md)."""
     rows = [("a", 0, 2 * HOUR, "ResNet-50", 64), ("b", 60, 1 * HOUR, "LM", 20)]
     jobs = pd.DataFrame([{"job_id": j, "submit_time": t, "duration": d, "num_gpus": 1, "model": m, "batch_size": bs,
                           "gpu_milli": 500.0} for j, t, d, m, bs in rows])
