@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import yaml
 from kubernetes import client
-from node_support import host_pod, pod_log, wait_phase
+from node_support import host_pod, pod_log, wait_not_terminating, wait_phase
 
 from iadeep.dev import ControlPlane, Node
 from iadeep.dev._binaries import Binaries
@@ -138,10 +138,7 @@ def rolled_out(control_plane: ControlPlane, real_node: Node, k8s_client: Any, th
     store = EtcdStateStore(etcd)
     try:
         assert label_real_nodes(k8s_client) == [real_node.name]
-        # the module before (or the Helm test) deleted iadeep-system without waiting for it to go:
-        # while the namespace controller empties it, the API server refuses new objects in it
-        wait_for(lambda: [n.status.phase for n in core.list_namespace().items if n.metadata.name == SYSTEM],
-                 lambda phase: phase in ([], ["Active"]), timeout=120, what=f"{SYSTEM} not terminating")
+        wait_not_terminating(core, SYSTEM)  # an earlier module's rollout may still be deleting it
         apply(docs, kubeconfig=str(control_plane.kubeconfig))
         try:
             ready = wait_ready(k8s_client, docs, timeout_s=300)

@@ -33,6 +33,14 @@ def host_pod(name: str, image: str, command: list[str], *, node: str | None = No
     return body
 
 
+def wait_not_terminating(core: Any, namespace: str, timeout: float = 120.0) -> None:
+    """Wait until ``namespace`` is absent or active: an earlier rollout's teardown deletes it
+    without waiting, and while the namespace controller empties it the API server refuses new
+    objects in it ("unable to create new content ... because it is being terminated")."""
+    wait_for(lambda: [n.status.phase for n in core.list_namespace().items if n.metadata.name == namespace],
+             lambda phase: phase in ([], ["Active"]), timeout=timeout, what=f"{namespace} not terminating")
+
+
 def wait_phase(core: Any, namespace: str, name: str, phases: set[str], timeout: float = 120.0) -> Any:
     """Wait until the pod's phase is one of ``phases``; the assertion names the pod's status."""
     pod = wait_for(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from node_support import host_pod, pod_log, wait_phase
+from node_support import host_pod, pod_log, wait_not_terminating, wait_phase
 
 from iadeep.dev import ControlPlane, Node
 from iadeep.dev._binaries import Binaries
@@ -101,9 +101,7 @@ def test_helm_install_upgrade_uninstall_on_the_real_node(control_plane: ControlP
     for name in ("extender", "deviceplugin", "coordinator", "tuner", "kube-scheduler"):
         old = f"localhost/iadeep/{name}:{local_scheduler_tag() if name == 'kube-scheduler' else 'dev'}"
         real_node.ctr("images", "tag", "--force", old, f"localhost/iadeep/{name}:{NEW_TAG}")
-    # An earlier module's rollout into the same namespace may still be finishing its deletion.
-    wait_for(lambda: [n.status.phase for n in core.list_namespace().items if n.metadata.name == SYSTEM],
-             lambda phase: phase in ([], ["Active"]), timeout=120, what=f"{SYSTEM} not terminating")
+    wait_not_terminating(core, SYSTEM)  # an earlier module's rollout may still be deleting it
     ns = f"gpu-{uuid.uuid4().hex[:8]}"
     control_plane.create_namespace(ns)
     etcd = StateSettings(endpoints=[f"http://127.0.0.1:{control_plane.ports['etcd']}"], prefix=f"/t-{ns}")
