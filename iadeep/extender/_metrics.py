@@ -113,7 +113,7 @@ class ExtenderMetrics:
         self.retries = Counter("iadeep_extender_reservation_retries", "Placements retried after a reservation conflict",
                                registry=r)
         self.releases = Counter("iadeep_extender_releases", "Reservations released", ["why"], registry=r)
-        self.undos = Counter("iadeep_extender_undos", "Undo records carried out (evicted, gone)", ["outcome"], registry=r)
+        self.undos = Counter("iadeep_extender_undos", "Undo records carried out (evicted, gone, kept)", ["outcome"], registry=r)
         self.node_annotations = Counter("iadeep_extender_node_annotations", "Writes of the iadeep.io/gpu-reservations Node "
                                         "annotation", ["outcome"], registry=r)
         self.bind_phase = Histogram("iadeep_extender_bind_phase_seconds", "Time a bind spends in each phase (s)",

@@ -113,7 +113,8 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
         self.metrics = ExtenderMetrics(self._metrics_rows)
         self.undos = UndoApplier(store=store, pod_api=pod_api, types=self.types, policy=self.policy,
                                  policy_lock=self._policy_lock, before_evict=self._resume_after_undo, clock=clock,
-                                 on_settled=lambda outcome: self.metrics.undos.labels(outcome).inc())
+                                 on_settled=lambda outcome: self.metrics.undos.labels(outcome).inc(),
+                                 keep=self._keeps_after_undo)
         # the iadeep.io/gpu-reservations Node annotation: a Node event after each change, on which kube-scheduler
         # retries the pods this extender refused (iadeep.extender._nodestate)
         self.node_state: NodeStatePublisher | None = None
@@ -315,6 +316,21 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
         h = base.handles.get(record.pod_uid)
         if h is not None:
             self._keep_work(base, h, record.namespace, record.name, self.clock())
+
+    def _keeps_after_undo(self, record: UndoRecord) -> bool:
+        """Whether the policy keeps ``record``'s pod on its GPU (:meth:`iadeep.policy.Policy.keeps`
+        on the current view, the record's types in reservation order); False when the pod or the
+        state is not at hand."""
+        try:
+            _, base = self.cache.current()
+        except StoreUnavailable:
+            return False
+        h = base.handles.get(record.pod_uid)
+        if h is None:
+            return False
+        ids = tuple(self.types.resolve(t.model, t.batch_size) for t in record.types)
+        with self._policy_lock:
+            return self.policy.keeps(h, ids, base.cluster_view(now_s=self.clock()))
 
     def _keep_work(self, base: ViewBase, h: int, namespace: str, name: str, now: float) -> None:
         """Pod ``namespace/name`` (handle ``h`` of ``base``) is evicted: its Job's replacement pod

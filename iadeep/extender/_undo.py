@@ -20,6 +20,13 @@ with the rest of the state (:class:`~iadeep.extender._cache.StateCache`) and:
 3. **settles** the record (``outcome`` ``evicted``, or ``gone`` when the pod had already left:
    404, or a UID precondition that failed), by compare and swap.
 
+Before it evicts, it asks the policy whether the pod **stays**
+(:meth:`iadeep.policy.Policy.keeps`, on the extender's current view): with the ban in force the
+pod would be locked out, every GPU of the cluster holding a job of a type banned beside it, for
+longer than its pair costs (:class:`iadeep.policy.IADeep`). The simulator's policy asks the same
+at the end of the session. A kept pod is not evicted; the record is settled ``kept`` and the ban
+stands.
+
 Idempotence: a settled record only bans. A pending one processed again (the extender restarted
 between the eviction and the settlement; two workers) evicts by UID, so it can never evict a
 second pod: the pod of that name is read first and evicted only if it still has the record's UID
@@ -63,12 +70,15 @@ class UndoApplier:
         clock: Unix seconds.
         retry_s: how often pending evictions that failed are tried again (s).
         on_settled: called with each outcome this process settled (the service counts them).
+        keep: asked with a pending record before its pod is evicted: True keeps the pod
+            (module docstring; ``None``: every pod is evicted). An exception counts as False.
     """
 
     def __init__(self, *, store: StateStore, pod_api: PodApi | None, types: TypeResolver, policy: Policy,
                  policy_lock: threading.RLock, before_evict: Callable[[UndoRecord], None] | None = None,
                  clock: Callable[[], float] = time.time, retry_s: float = 5.0,
-                 on_settled: Callable[[str], None] | None = None) -> None:
+                 on_settled: Callable[[str], None] | None = None,
+                 keep: Callable[[UndoRecord], bool] | None = None) -> None:
         self.store = store
         self.pod_api = pod_api
         self.types = types
@@ -78,6 +88,7 @@ class UndoApplier:
         self.clock = clock
         self.retry_s = retry_s
         self.on_settled = on_settled
+        self.keep = keep
         self.banned: set[tuple[int, ...]] = set()  # type-id tuples applied to the policy
         self.settled: dict[str, str] = {}  # pod UID -> outcome, of the records this process settled
         self._pending: dict[str, UndoRecord] = {}  # pod UID -> record to carry out
@@ -173,6 +184,16 @@ class UndoApplier:
             log.info("undo of pod %s/%s (%s): the pod is gone%s; nothing evicted", r.namespace, r.name, r.pod_uid,
                      f" (that name is now pod {uid})" if uid else "")
             return "gone"
+        if self._kept(r):
+            log.info("undo of pod %s/%s on %s/gpu%d: kept (every GPU holds a type banned beside it, longer than "
+                     "its pair costs); the ban stands", r.namespace, r.name, r.node, r.gpu)
+            try:
+                self.pod_api.event(r.namespace, r.name, r.pod_uid, "IadeepKept",
+                                   f"not evicted: {r.reason or 'co-location undone'}, but every GPU holds a type "
+                                   "banned beside it for longer than this pair costs")
+            except Exception:  # noqa: BLE001 - an event is for humans
+                pass
+            return "kept"
         if self.before_evict is not None:
             self.before_evict(r)
         try:  # the UID precondition still guards the race with a replacement made meanwhile
@@ -191,6 +212,15 @@ class UndoApplier:
         except Exception:  # noqa: BLE001 - an event is for humans; the eviction stands
             pass
         return "evicted"
+
+    def _kept(self, r: UndoRecord) -> bool:
+        if self.keep is None:
+            return False
+        try:
+            return bool(self.keep(r))
+        except Exception:  # noqa: BLE001 - a failed question evicts, as without the rule
+            log.exception("undo of pod %s/%s: whether it stays could not be decided; evicting", r.namespace, r.name)
+            return False
 
     # -- background ----------------------------------------------------------------------------
     def start(self) -> None:

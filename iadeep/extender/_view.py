@@ -302,6 +302,15 @@ class ViewBase:
         jtype[idx], jgpus[idx], jleft[idx], jupd[idx] = t, n, left, now_s
         return replace(self, job_type=_ro(jtype), job_num_gpus=_ro(jgpus), job_work_left_s=_ro(jleft), job_updated_s=_ro(jupd))
 
+    def cluster_view(self, *, now_s: float) -> ClusterView:
+        """The policy's view of the placed pods alone (no job asking; handles are the job keys),
+        each at dedicated speed as in :meth:`with_job`."""
+        jtype = _ro(self.job_type.copy())
+        return ClusterView(now_s, self.node_names, self.gpu_node, self.gpu_local_index, self.gpu_mem_total_gib,
+                           self.gpu_mem_used_gib, self.slots, jtype, jtype, self.job_num_gpus, self.job_work_left_s,
+                           self.job_updated_s, _ro(np.ones(len(self.pods))), gpu_model=self.gpu_model,
+                           node_pos=self.node_pos)
+
     def with_job(self, job: JobRecord, type_id: int, *, now_s: float,
                  jobs: Mapping[str, JobRecord] | None = None) -> tuple[ClusterView, JobRequest]:
         """The policy's inputs for ``job`` asking to be placed (it becomes handle ``J``); the

@@ -217,6 +217,13 @@ class Policy(ABC):
                     self.avoided[a, b] = True
         self._avoiding = self.avoided.any(axis=1).tolist()
 
+    def keeps(self, evict: int, avoid: tuple[int, ...], view: ClusterView) -> bool:
+        """Whether the newest job of an undone co-location (handle ``evict`` of ``view``; ``avoid``
+        the undo's job types in placement order, its own last) stays on its GPU: the ban is
+        applied either way, the eviction only when this is False. Both drivers ask it (the
+        simulator through :meth:`tune`'s decision, the extender before it evicts). Here: never."""
+        return False
+
     @abstractmethod
     def utility(self, job: JobRequest, view: ClusterView, mask: np.ndarray) -> np.ndarray:
         """Preference for each GPU in [0, 1] (higher is better), shape ``(G,)``; only ``mask`` GPUs matter."""

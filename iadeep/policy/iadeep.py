@@ -59,7 +59,7 @@ from dataclasses import replace
 import numpy as np
 
 from iadeep.interference import InterferenceModel, InterferenceSample, OnlineInterferenceLearner
-from iadeep.policy._base import Policy, _wait_reason, choose_gpus, pod_wait_reason
+from iadeep.policy._base import _POLICY, Policy, _wait_reason, choose_gpus, pod_wait_reason
 from iadeep.policy._registry import register
 from iadeep.policy._rows import row_prod
 from iadeep.policy._tuning import BatchSizeTuner
@@ -149,6 +149,9 @@ def _waits(job: JobRequest, wait: float) -> Wait:
                 expected_wait_s=wait)
 
 
+#: why a locked-out job shares a GPU with a banned partner (IADeep._place_locked_out, IADeep.keeps)
+_LOCKED_OUT = "every GPU holds a partner banned beside it"
+
 #: GPUs remembered as freeing up soonest (IADeep._remember_soonest)
 _SOONEST = 8
 
@@ -187,7 +190,8 @@ class IADeep(Policy):
     def __init__(self, model: InterferenceModel, *, colocation_limit: int | None = None, predictor: str = "learned",
                  learner: OnlineInterferenceLearner | None = None, tuning_trials: int = DEFAULT_TRIALS,
                  bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0, preempt: bool = True,
-                 checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = False):
+                 checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = False,
+                 waive_lockout: bool = True):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")
@@ -200,6 +204,7 @@ class IADeep(Policy):
         self.checkpoint_cost_s = checkpoint_cost_s
         self.preempt_unblocked = preempt_unblocked
         self.queue_pressure = queue_pressure
+        self.waive_lockout = waive_lockout
         self._preempted: dict[Hashable, float] = {}  # job (ClusterView.job_key) -> delay its preemptions have cost it so far (s)
         self._soonest: list[int] = []  # GPUs that freed up soonest when last computed: a hint (_wait_within)
 
@@ -323,6 +328,10 @@ class IADeep(Policy):
         njobs = view.njobs
         k = job.num_gpus
         if not np.count_nonzero(mask):  # no eligible GPU (the most common wait): no free or shareable ones to look for
+            if self.waive_lockout and k == 1 and self._avoiding[job.type_id]:
+                waived = self._place_locked_out(job, view, reason)
+                if waived is not None:
+                    return waived
             return Wait(job.job_id, _wait_reason(job, mask, reason))
         share_used = view.gpu_share_used_milli
         if k == 1 and job.gpu_milli < 1000.0 and share_used is not None:  # a share (NaN compares False: no share)
@@ -415,6 +424,81 @@ class IADeep(Policy):
         # no pod rule, or pods of one GPU (jobs of pods of several: _place_pods): any GPUs, never None
         return Placement(job.job_id, choose_gpus(k, chosen, self.utility(job, view, chosen), view, pod_gpus=job.pod_gpus),
                          reason)
+
+    def lockout_s(self, type_id: int, view: ClusterView, *, exclude: int = -1, also: tuple[int, ...] = ()) -> float:
+        """How long a job of ``type_id`` is locked out by the bans: the time (s, at current rates)
+        until some GPU of the cluster holds no job of a type banned beside it; 0 when one holds
+        none now (a GPU without a banned partner, full or not, ends a lockout as its jobs leave).
+
+        Args:
+            exclude: a handle not counted (the job itself, when it is on a GPU).
+            also: types counted as banned beside ``type_id`` besides the policy's bans (an undo
+                about to ban them).
+        """
+        banned_t = self.avoided[type_id]
+        if also:
+            banned_t = banned_t.copy()
+            banned_t[list(also)] = True
+        slots = view.slots
+        banned = view.occupied & banned_t[view.slot_types]
+        if exclude >= 0:
+            banned &= slots != exclude
+        if not banned.any(axis=1).all():
+            return 0.0
+        h = np.where(banned, slots, 0)
+        hold = np.where(banned, view.remaining_s(h) / np.maximum(view.job_rate.take(h), 1e-6), 0.0)
+        return float(hold.max(axis=1).min())
+
+    def pair_cost_s(self, type_id: int, remaining_s: float, partners: np.ndarray, view: ClusterView) -> np.ndarray:
+        """The change of completion times (job-seconds) of a job of ``type_id`` with
+        ``remaining_s`` of work co-located with each of ``partners`` (handles, shape ``(P,)``,
+        each alone on its GPU), against both running as now: ``d_n + d_p`` of the module
+        docstring (:func:`finish_times`, a gang partner at its slowest GPU), shape ``(P,)``."""
+        pred = self.predicted()
+        occ_t = view.job_type.take(partners)
+        a = np.maximum(pred[type_id].take(occ_t), 1e-3)
+        b = np.maximum(pred[:, type_id].take(occ_t), 1e-3)
+        rate = np.maximum(view.job_rate.take(partners), 1e-6)
+        r_p_now = view.remaining_s(partners) / rate
+        t_new, t_part = finish_times(remaining_s, r_p_now, a, np.minimum(b, rate) / rate)
+        return (t_new - remaining_s) + view.job_num_gpus.take(partners) * (t_part - r_p_now)
+
+    def _place_locked_out(self, job: JobRequest, view: ClusterView, reason: np.ndarray) -> Placement | None:
+        """A one-GPU job with no eligible GPU: the GPU with room whose only bar is a ban, when the
+        job is locked out (:meth:`lockout_s`) longer than the cheapest such pair costs
+        (:meth:`pair_cost_s`); ``None``: it waits (module docstring, reserve step 0)."""
+        cand = (reason == _POLICY).nonzero()[0]
+        if not len(cand):
+            return None
+        lock = self.lockout_s(job.type_id, view)
+        if lock <= 0:
+            return None
+        cost = self.pair_cost_s(job.type_id, job.remaining_s, view.slots[:, 0].take(cand), view)
+        i = int(cost.argmin())
+        if not cost[i] < lock:
+            return None
+        return Placement(job.job_id, (int(cand[i]),), f"ban set aside: {_LOCKED_OUT} ({lock:.0f}s), "
+                                                        f"the pair costs {float(cost[i]):.0f} job-seconds")
+
+    def keeps(self, evict: int, avoid: tuple[int, ...], view: ClusterView) -> bool:
+        """Whether an undo's newest job (handle ``evict``, alone with its partner on one GPU) stays:
+        with the undo's ban in force it would be locked out (:meth:`lockout_s`) longer than its
+        pair costs (:meth:`pair_cost_s`), the test :meth:`reserve` places a locked-out job by.
+        ``avoid``: the undo's types in placement order, the newest's last. False for a job of
+        several GPUs or with ``waive_lockout`` off."""
+        if not self.waive_lockout or int(view.job_num_gpus[evict]) != 1:
+            return False
+        on = (view.slots == evict).any(axis=1).nonzero()[0]
+        if len(on) != 1:
+            return False
+        partners = np.array([h for h in view.occupants(int(on[0])).tolist() if h != evict][:1], dtype=np.int64)
+        if not len(partners):
+            return False
+        lock = self.lockout_s(avoid[-1], view, exclude=evict, also=tuple(avoid[:-1]))
+        if lock <= 0:
+            return False
+        cost = self.pair_cost_s(int(view.job_type[evict]), float(view.remaining_s(np.array([evict]))[0]), partners, view)
+        return bool(cost[0] < lock)
 
     def _wait_credit(self, job: JobRequest, wait: float, good: np.ndarray, need: int, n_free: int) -> np.ndarray:
         """What waiting ``wait`` s costs, per shared GPU of the choice (job-seconds; shape of ``good``):
@@ -572,10 +656,14 @@ class IADeep(Policy):
             for _, _, t, p, y in decision.samples:
                 self.learner.observe(InterferenceSample(types[t], types[p], y))
         # even the best configuration progresses less than taking turns would: undo (the rule both
-        # drivers share; the driver bans the types and evicts when the session ends)
+        # drivers share; the driver bans the types and evicts when the session ends), unless the
+        # newest job would be locked out (keeps)
         occupants = view.occupants(gpu).tolist()  # placement order (ClusterView's slot contract)
         undo = undo_rule(decision.progress, occupants, [int(view.job_base_type[h]) for h in occupants],  # as submitted
                          self.undo_below)
-        if undo is not None:
-            return replace(decision, type_ids={}, evict=(undo.evict,), avoid=undo.avoid, reason=undo.reason)
+        if undo is None:
+            return decision
+        if self.keeps(undo.evict, undo.avoid, view):  # locked out: it stays, the ban stands (module docstring)
+            return replace(decision, avoid=undo.avoid, reason=f"{undo.reason}; kept: {_LOCKED_OUT}")
+        return replace(decision, type_ids={}, evict=(undo.evict,), avoid=undo.avoid, reason=undo.reason)
         return decision

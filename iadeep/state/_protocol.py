@@ -269,7 +269,7 @@ class StateStore(Protocol):
         """Every undo record by the evicted pod's UID (malformed ones are logged and left out)."""
 
     def settle_undo(self, record: UndoRecord, outcome: str, *, at: float) -> bool:
-        """Mark an undo carried out (``outcome``: ``evicted`` or ``gone``, at ``at`` Unix s) if the
+        """Mark an undo carried out (``outcome``: ``evicted``, ``gone`` or ``kept``, at ``at`` Unix s) if the
         stored record is still ``record`` (compare and swap on its value); False when it changed or
         is gone (nothing written).
 

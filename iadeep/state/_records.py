@@ -104,7 +104,7 @@ KeyName = Annotated[str, Meta(pattern=r"^[^/]+$")]
 
 WorkloadState = Literal["running", "completed", "failed"]
 SessionKind = Literal["tune", "profile"]
-UndoOutcome = Literal["pending", "evicted", "gone"]
+UndoOutcome = Literal["pending", "evicted", "gone", "kept"]
 
 
 class _Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

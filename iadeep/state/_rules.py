@@ -79,7 +79,7 @@ def settled_undo(record: UndoRecord, outcome: str, at: float) -> UndoRecord:
     """``record`` carried out (``outcome`` at ``at``).
 
     Raises:
-        RecordError: an outcome other than ``evicted`` or ``gone``.
+        RecordError: an outcome other than ``evicted``, ``gone`` or ``kept``.
     """
     if outcome not in UNDO_OUTCOMES or outcome == "pending":
         raise RecordError(f"settle_undo: outcome must be one of {', '.join(UNDO_OUTCOMES[1:])}, got {outcome!r}")

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from iadeep.jobtypes import JobType
-from iadeep.policy import Undo, make_policy, undo_rule
+from iadeep.policy import ClusterView, JobRequest, Placement, Undo, Wait, make_policy, undo_rule
 from iadeep.sim import ClusterSpec, SimSettings, Simulator
 
 
@@ -36,17 +37,27 @@ def _jobs(rows) -> pd.DataFrame:
                          for j, s, d, m, b in rows])
 
 
+def _survivor_and_newcomer(model, *, gpus: int = 1) -> pd.DataFrame:
+    """A 50,000-s A3C job, a 5,000-s ResNet-50/32 job 200 s later (a pair below taking turns), and
+    ``gpus - 1`` 300-s ResNet-18 jobs at 0 s beside them on the other GPUs."""
+    a3c = next(t.batch_size for t in model.types if t.model == "A3C")
+    rows = [("survivor", 0, 50_000, "A3C", a3c), ("newcomer", 200, 5_000, "ResNet-50", 32)]
+    rows += [(f"short-{i}", 0, 300, "ResNet-18", 64) for i in range(gpus - 1)]
+    return _jobs(rows)
+
+
 def test_the_simulator_bans_the_pair_when_the_session_ends_not_when_it_starts(model):
     """A3C and ResNet-50/32 share a GPU worse than taking turns (Gavel's measurements), and no
     batch sizes the session measures make up for it; the newcomer is co-located for its own sake (its wait would be the survivor's
     50,000 s), the session measures it, and the policy undoes it. The policy's decision carries the
     ban (``avoid``) without applying it; the simulator applies it ``trials x trial_s`` after the
-    session began, together with the eviction."""
+    session began, together with the eviction. (On this one GPU the banned newcomer would be locked
+    out; ``waive_lockout=False`` takes the lockout rule, tested below, out of the way.)"""
     trial_s = 20.0
-    policy = make_policy("iadeep", model, predictor="oracle", bad_pairs_when_waiting=True, preempt=False)
-    jobs = _jobs([("survivor", 0, 50_000, "A3C", next(t.batch_size for t in model.types if t.model == "A3C")),
-                  ("newcomer", 200, 5_000, "ResNet-50", 32)])
-    sim = Simulator(jobs, policy, model, ClusterSpec(1, 1, 32.0), SimSettings(trial_s=trial_s, measurement_noise=0.0))
+    policy = make_policy("iadeep", model, predictor="oracle", bad_pairs_when_waiting=True, preempt=False,
+                         waive_lockout=False)
+    sim = Simulator(_survivor_and_newcomer(model), policy, model, ClusterSpec(1, 1, 32.0),
+                    SimSettings(trial_s=trial_s, measurement_noise=0.0))
     tuned, banned = [], []
     tune, avoid = policy.tune, policy.avoid
 
@@ -69,3 +80,75 @@ def test_the_simulator_bans_the_pair_when_the_session_ends_not_when_it_starts(mo
     assert not avoided_then.any()  # the policy decided; it did not ban by itself
     assert banned[0] == (pytest.approx(t0 + decision.trials * trial_s), list(decision.avoid))
     assert policy.avoided[a3c, r50] and policy.avoided[r50, a3c]
+
+
+def _run(model, gpus: int, **options):
+    policy = make_policy("iadeep", model, predictor="oracle", preempt=False, **options)
+    sim = Simulator(_survivor_and_newcomer(model, gpus=gpus), policy, model, ClusterSpec(1, gpus, 32.0),
+                    SimSettings(trial_s=20.0, measurement_noise=0.0))
+    return policy, sim.run().jobs.set_index("job_id")
+
+
+def test_a_job_the_ban_would_lock_out_stays_and_the_ban_stands(model):
+    """On one GPU the survivor holds the only GPU for 50,000 s: with the ban in force the newcomer
+    would wait that long, far more than the pair costs, so the undo keeps it (no eviction) and bans
+    the pair; it ends sooner than when evicted, and the survivor no later than the newcomer's
+    whole run costs it."""
+    policy, kept = _run(model, 1)
+    _, evicted = _run(model, 1, waive_lockout=False)
+    a3c = next(i for i, t in enumerate(model.types) if t.model == "A3C")
+    r50 = model.type_id(JobType("ResNet-50", 32))
+    assert kept.loc["newcomer", "evictions"] == 0 and evicted.loc["newcomer", "evictions"] >= 1
+    assert policy.avoided[a3c, r50] and policy.avoided[r50, a3c]
+    assert kept.loc["newcomer", "jct_s"] < 0.5 * evicted.loc["newcomer", "jct_s"]
+    assert kept["jct_s"].mean() < evicted["jct_s"].mean()
+
+
+def _two_gpus(model, second: tuple[str, float], survivor_left_s: float = 50_000.0):
+    """GPU 0: the survivor (A3C, ``survivor_left_s`` left) and the newcomer (ResNet-50/32, 5,000 s
+    left, placed last); GPU 1: one job of ``second = (model name, s left)``. Handles 0, 1, 2."""
+    a3c = next(i for i, t in enumerate(model.types) if t.model == "A3C")
+    r50 = model.type_id(JobType("ResNet-50", 32))
+    other = next(i for i, t in enumerate(model.types) if t.model == second[0])
+    types = np.array([a3c, r50, other])
+    view = ClusterView(0.0, ("n0",), np.zeros(2, dtype=np.int64), np.arange(2), np.full(2, 32.0), np.zeros(2),
+                       np.array([[0, 1], [2, -1]]), types, types, np.ones(3, dtype=np.int64),
+                       np.array([survivor_left_s, 5_000.0, second[1]]), np.zeros(3), np.ones(3))
+    return view, (a3c, r50)
+
+
+@pytest.mark.parametrize("second, survivor_left_s, kept", [
+    (("A3C", 40_000.0), 50_000.0, True),  # both GPUs hold a banned partner for 40,000 s or more
+    (("ResNet-18", 300.0), 50_000.0, False),  # GPU 1 holds no banned partner: not locked out
+    (("A3C", 40_000.0), 600.0, False),  # locked out for 600 s: less than the pair costs
+])
+def test_an_undo_keeps_the_newest_job_only_while_the_ban_would_lock_it_out(model, second, survivor_left_s, kept):
+    policy = make_policy("iadeep", model, predictor="oracle")
+    view, undone = _two_gpus(model, second, survivor_left_s)
+    lock = policy.lockout_s(undone[1], view, exclude=1, also=(undone[0],))
+    assert lock == (pytest.approx(min(survivor_left_s, second[1])) if second[0] == "A3C" else 0.0)
+    assert not policy.avoided.any()  # keeps() asks as if the undo's ban were in force, without banning
+    assert policy.keeps(1, undone, view) is kept
+    assert make_policy("iadeep", model, predictor="oracle", waive_lockout=False).keeps(1, undone, view) is False
+
+
+@pytest.mark.parametrize("left_s, placed", [(40_000.0, True), (600.0, False)])
+def test_reserve_places_a_locked_out_job_beside_a_banned_partner_when_waiting_costs_more(model, left_s, placed):
+    """Both GPUs hold an A3C job (``left_s`` left) and (A3C, ResNet-50/32) is banned: a ResNet-50
+    job of 5,000 s is placed beside one when the lockout outlasts the pair's cost, else it waits;
+    without the rule it always waits."""
+    a3c = next(i for i, t in enumerate(model.types) if t.model == "A3C")
+    r50 = model.type_id(JobType("ResNet-50", 32))
+    types = np.array([a3c, a3c, r50])
+    view = ClusterView(0.0, ("n0",), np.zeros(2, dtype=np.int64), np.arange(2), np.full(2, 32.0), np.zeros(2),
+                       np.array([[0, -1], [1, -1]]), types, types, np.ones(3, dtype=np.int64),
+                       np.array([left_s, left_s + 100.0, 5_000.0]), np.zeros(3), np.array([1.0, 1.0, 0.0]))
+    job = JobRequest(2, "newcomer", r50, 1, 4.0, 5_000.0)
+    for waive in (True, False):
+        policy = make_policy("iadeep", model, predictor="oracle", waive_lockout=waive)
+        policy.avoid([a3c, r50])
+        decision = policy.reserve(job, view)
+        if waive and placed:
+            assert isinstance(decision, Placement) and decision.gpus == (0,), decision  # the sooner-ending partner
+        else:
+            assert isinstance(decision, Wait), decision

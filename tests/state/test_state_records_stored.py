@@ -132,7 +132,7 @@ def test_a_record_that_breaks_a_rule_over_its_fields_cannot_be_built(build, mess
                  '{"model":"","batch_size":1}],"progress":0,"undo_below":1}', r'^UndoRecord: \$\.types\[1\]\.model: '),
     (UndoRecord, '{"pod_uid":"a","namespace":"n","name":"x","node":"n","gpu":0,"types":[{"model":"a","batch_size":1},'
                  '{"model":"b","batch_size":1}],"progress":0,"undo_below":1,"outcome":"maybe"}',
-     r"^UndoRecord: \$\.outcome: must be one of pending, evicted, gone, got 'maybe'$"),
+     r"^UndoRecord: \$\.outcome: must be one of pending, evicted, gone, kept, got 'maybe'$"),
     (WorkloadStatus, '{"pod_uid":"p","state":"paused","batch_size":8}',
      r"^WorkloadStatus: \$\.state: must be one of running, completed, failed, got 'paused'$"),
     (Measurement, '{"pod_uid":"p","steps_per_s":1,"batch_size":true,"at":1}', r"^Measurement: \$\.batch_size: .*`bool`"),
