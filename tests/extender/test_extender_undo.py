@@ -51,12 +51,12 @@ def start(make_service, api):
         svc.stop()
 
 
-def _running(core, store, api, ns, name, job_type, node, mem=8):
+def _running(core, store, api, ns, name, job_type, node, mem=8, duration_s=3600.0):
     """A pod of ``job_type`` reserved on the node's GPU 0 and bound there, as the extender's bind leaves it
     (reserved directly: the placement decision is not what is tested here)."""
     ann = {"iadeep.io/model": job_type[0], "iadeep.io/batch-size": str(job_type[1])}
     pod = core.create_namespaced_pod(ns, gpu_pod(name, mem=mem, namespace=ns, scheduler=NOBODY, annotations=ann))
-    store.reserve(JobRecord(pod.metadata.uid, ns, name, job_type[0], job_type[1], 1, float(mem), 3600.0, time.time()),
+    store.reserve(JobRecord(pod.metadata.uid, ns, name, job_type[0], job_type[1], 1, float(mem), duration_s, time.time()),
                   node, [0], colocation_limit=2, now_s=time.time())
     api.bind(ns, name, pod.metadata.uid, node)
     return pod
@@ -118,6 +118,27 @@ def test_an_undo_bans_the_pair_evicts_the_newest_pod_and_survives_a_restart(k8s_
     out = _filter(again, ns, "train-b-x3", B, node)
     assert BANNED in (out.failed_nodes or {}).get(node, "")
     assert core.read_namespaced_pod("train-a-x1", ns).metadata.deletion_timestamp is None
+
+
+def test_an_undone_pod_the_ban_would_lock_out_of_every_gpu_stays(k8s_client, k8s_namespace, store, api, node, start,
+                                                                  model):
+    """The node's one GPU holds A for ten days: with the pair banned, B would wait that long for a
+    GPU, far more than its 600-s pair with A costs (the rule the simulator's policy applies at the
+    end of the session, :meth:`iadeep.policy.IADeep.keeps`). The extender bans the pair, does not
+    evict B, and settles the record ``kept``."""
+    core = client.CoreV1Api(k8s_client)
+    ns = k8s_namespace
+    _running(core, store, api, ns, "train-a-k1", A, node, duration_s=864_000.0)
+    b = _running(core, store, api, ns, "train-b-k1", B, node, duration_s=600.0)
+    svc = start()
+    store.put_undo(_undo(b, node, A, B))
+    wait_for(lambda: store.undos()[b.metadata.uid].outcome, lambda o: o == "kept", timeout=30, what="undo settled")
+    ta, tb = (model.type_id(JobType(*t)) for t in (A, B))
+    assert svc.policy.avoided[ta, tb] and svc.policy.avoided[tb, ta]  # the ban stands
+    time.sleep(1.0)
+    live = core.read_namespaced_pod("train-b-k1", ns)
+    assert live.metadata.uid == b.metadata.uid and live.metadata.deletion_timestamp is None
+    assert svc.metrics.undos.labels("kept")._value.get() == 1 and (ns, "train-b") not in svc._resumed
 
 
 def test_a_pending_record_processed_again_never_evicts_another_pod(k8s_client, k8s_namespace, store, api, node, start):
