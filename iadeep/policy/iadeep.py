@@ -10,6 +10,12 @@ kube-scheduler's queue), ``Q`` the other queued jobs (``jobs_queued``), ``G`` th
 
 Reserve phase (:meth:`IADeep.reserve`), in order:
 
+0. **a job the bans lock out** (one GPU, no eligible GPU, and every GPU of the cluster holding a
+   job of a type banned beside it: :meth:`IADeep.lockout_s`, the time ``L`` until some GPU holds
+   none, at current rates): the GPU with room whose only bar is a ban, the one whose pair costs
+   least (``d_n + d_p`` below, :meth:`IADeep.pair_cost_s`), when that cost is below ``L`` (its
+   wait is at least ``L``); otherwise it waits. A ban is a wait with no price; this prices it
+   where it can starve a job type (a gang holding a slot on every GPU);
 1. a GPU share (openb ``gpu_milli`` < 1000): best fit beside other shares (shares do not interfere);
 2. free GPUs, when enough are eligible;
 3. otherwise every eligible GPU holding one job is priced by :func:`finish_times` (both progress
@@ -43,10 +49,14 @@ sizes and no session runs; its trials would only slow them down); every
 measurement trains the :class:`~iadeep.interference.OnlineInterferenceLearner` (or the measured
 table with ``predictor="oracle"``). A session whose best configuration still sums below
 ``undo_below`` undoes the co-location (:func:`iadeep.policy.undo_rule`): the newest job is
-evicted and the pair of job types banned (:meth:`~iadeep.policy.Policy.avoid`).
+evicted and the pair of job types banned (:meth:`~iadeep.policy.Policy.avoid`), unless the ban
+would lock it out longer than its pair costs (:meth:`IADeep.keeps`, step 0's test): then it stays
+and the ban stands. The extender asks :meth:`IADeep.keeps` before it evicts
+(:mod:`iadeep.extender._undo`), the simulator applies the decision: the same rule in both drivers.
 
 The measurements behind each rule and the alternatives tried: ``docs/design/``
-(2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md, 2026-12-04-a-gangs-wait-on-nodes.md).
+(2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md, 2026-12-04-a-gangs-wait-on-nodes.md,
+2026-12-05-a-lockout-is-priced.md).
 """
 
 from __future__ import annotations
@@ -182,6 +192,8 @@ class IADeep(Policy):
         queue_pressure: credit a co-location with the queue's gain from the work it adds (module
             docstring); off by default (docs/design/2026-12-03-queue-pressure.md: it moved a design
             draw's median and not the acceptance draw's).
+        waive_lockout: price a ban where it locks a job out of every GPU (module docstring, reserve
+            step 0, and :meth:`keeps`); off: every ban holds and every undo evicts.
     """
 
     name = "iadeep"
@@ -664,6 +676,7 @@ class IADeep(Policy):
         if undo is None:
             return decision
         if self.keeps(undo.evict, undo.avoid, view):  # locked out: it stays, the ban stands (module docstring)
-            return replace(decision, avoid=undo.avoid, reason=f"{undo.reason}; kept: {_LOCKED_OUT}")
+            # as an undo, no configuration (the live coordinator restores the sizes from before it)
+            return replace(decision, type_ids={}, avoid=undo.avoid, reason=f"{undo.reason}; kept: {_LOCKED_OUT}")
         return replace(decision, type_ids={}, evict=(undo.evict,), avoid=undo.avoid, reason=undo.reason)
         return decision
