@@ -220,8 +220,9 @@ class Policy(ABC):
     def keeps(self, evict: int, avoid: tuple[int, ...], view: ClusterView) -> bool:
         """Whether the newest job of an undone co-location (handle ``evict`` of ``view``; ``avoid``
         the undo's job types in placement order, its own last) stays on its GPU: the ban is
-        applied either way, the eviction only when this is False. Both drivers ask it (the
-        simulator through :meth:`tune`'s decision, the extender before it evicts). Here: never."""
+        applied either way, the eviction only when this is False. Both drivers ask it when they
+        carry an undo out (the simulator at the session's end, the extender before it evicts),
+        after the ban. Here: never."""
         return False
 
     @abstractmethod

@@ -51,8 +51,8 @@ table with ``predictor="oracle"``). A session whose best configuration still sum
 ``undo_below`` undoes the co-location (:func:`iadeep.policy.undo_rule`): the newest job is
 evicted and the pair of job types banned (:meth:`~iadeep.policy.Policy.avoid`), unless the ban
 would lock it out longer than its pair costs (:meth:`IADeep.keeps`, step 0's test): then it stays
-and the ban stands. The extender asks :meth:`IADeep.keeps` before it evicts
-(:mod:`iadeep.extender._undo`), the simulator applies the decision: the same rule in both drivers.
+and the ban stands. Both drivers ask :meth:`IADeep.keeps` when they carry the undo out: the
+simulator at the session's end, the extender before it evicts (:mod:`iadeep.extender._undo`).
 
 The measurements behind each rule and the alternatives tried: ``docs/design/``
 (2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md, 2026-12-04-a-gangs-wait-on-nodes.md,
@@ -159,7 +159,7 @@ def _waits(job: JobRequest, wait: float) -> Wait:
                 expected_wait_s=wait)
 
 
-#: why a locked-out job shares a GPU with a banned partner (IADeep._place_locked_out, IADeep.keeps)
+#: why a locked-out job shares a GPU with a banned partner (IADeep._place_locked_out)
 _LOCKED_OUT = "every GPU holds a partner banned beside it"
 
 #: GPUs remembered as freeing up soonest (IADeep._remember_soonest)
@@ -438,9 +438,11 @@ class IADeep(Policy):
                          reason)
 
     def lockout_s(self, type_id: int, view: ClusterView, *, exclude: int = -1, also: tuple[int, ...] = ()) -> float:
-        """How long a job of ``type_id`` is locked out by the bans: the time (s, at current rates)
-        until some GPU of the cluster holds no job of a type banned beside it; 0 when one holds
-        none now (a GPU without a banned partner, full or not, ends a lockout as its jobs leave).
+        """How long a job of ``type_id`` is locked out by the bans: the time (s) until some GPU of
+        the cluster holds no job of a type banned beside it, from the banned jobs' remaining work at
+        dedicated speed (a lower bound where a partner runs slower; the extender's view knows no
+        rates, so both drivers count the same); 0 when one holds none now (a GPU without a banned
+        partner, full or not, ends a lockout as its jobs leave).
 
         Args:
             exclude: a handle not counted (the job itself, when it is on a GPU).
@@ -457,20 +459,22 @@ class IADeep(Policy):
             banned &= slots != exclude
         if not banned.any(axis=1).all():
             return 0.0
-        h = np.where(banned, slots, 0)
-        hold = np.where(banned, view.remaining_s(h) / np.maximum(view.job_rate.take(h), 1e-6), 0.0)
+        hold = np.where(banned, view.remaining_s(np.where(banned, slots, 0)), 0.0)
         return float(hold.max(axis=1).min())
 
-    def pair_cost_s(self, type_id: int, remaining_s: float, partners: np.ndarray, view: ClusterView) -> np.ndarray:
+    def pair_cost_s(self, type_id: int, remaining_s: float, partners: np.ndarray, view: ClusterView, *,
+                    alone: bool = False) -> np.ndarray:
         """The change of completion times (job-seconds) of a job of ``type_id`` with
         ``remaining_s`` of work co-located with each of ``partners`` (handles, shape ``(P,)``,
         each alone on its GPU), against both running as now: ``d_n + d_p`` of the module
-        docstring (:func:`finish_times`, a gang partner at its slowest GPU), shape ``(P,)``."""
+        docstring (:func:`finish_times`, a gang partner at its slowest GPU), shape ``(P,)``.
+        ``alone``: against each partner at dedicated speed (the partner of a job already beside
+        it, for :meth:`keeps`; the extender's view has no rates, so both drivers count the same)."""
         pred = self.predicted()
         occ_t = view.job_type.take(partners)
         a = np.maximum(pred[type_id].take(occ_t), 1e-3)
         b = np.maximum(pred[:, type_id].take(occ_t), 1e-3)
-        rate = np.maximum(view.job_rate.take(partners), 1e-6)
+        rate = np.ones(len(partners)) if alone else np.maximum(view.job_rate.take(partners), 1e-6)
         r_p_now = view.remaining_s(partners) / rate
         t_new, t_part = finish_times(remaining_s, r_p_now, a, np.minimum(b, rate) / rate)
         return (t_new - remaining_s) + view.job_num_gpus.take(partners) * (t_part - r_p_now)
@@ -495,7 +499,9 @@ class IADeep(Policy):
     def keeps(self, evict: int, avoid: tuple[int, ...], view: ClusterView) -> bool:
         """Whether an undo's newest job (handle ``evict``, alone with its partner on one GPU) stays:
         with the undo's ban in force it would be locked out (:meth:`lockout_s`) longer than its
-        pair costs (:meth:`pair_cost_s`), the test :meth:`reserve` places a locked-out job by.
+        pair costs beside its partner at dedicated speed (:meth:`pair_cost_s`), the test
+        :meth:`reserve` places a locked-out job by. Asked by the driver when it carries the undo
+        out (the simulator at the session's end, the extender before it evicts).
         ``avoid``: the undo's types in placement order, the newest's last. False for a job of
         several GPUs or with ``waive_lockout`` off."""
         if not self.waive_lockout or int(view.job_num_gpus[evict]) != 1:
@@ -509,7 +515,8 @@ class IADeep(Policy):
         lock = self.lockout_s(avoid[-1], view, exclude=evict, also=tuple(avoid[:-1]))
         if lock <= 0:
             return False
-        cost = self.pair_cost_s(int(view.job_type[evict]), float(view.remaining_s(np.array([evict]))[0]), partners, view)
+        cost = self.pair_cost_s(int(view.job_type[evict]), float(view.remaining_s(np.array([evict]))[0]), partners, view,
+                                alone=True)
         return bool(cost[0] < lock)
 
     def _wait_credit(self, job: JobRequest, wait: float, good: np.ndarray, need: int, n_free: int) -> np.ndarray:
@@ -668,15 +675,12 @@ class IADeep(Policy):
             for _, _, t, p, y in decision.samples:
                 self.learner.observe(InterferenceSample(types[t], types[p], y))
         # even the best configuration progresses less than taking turns would: undo (the rule both
-        # drivers share; the driver bans the types and evicts when the session ends), unless the
-        # newest job would be locked out (keeps)
+        # drivers share; the driver bans the types when the session ends, and evicts unless
+        # keeps() says the newest job stays)
         occupants = view.occupants(gpu).tolist()  # placement order (ClusterView's slot contract)
         undo = undo_rule(decision.progress, occupants, [int(view.job_base_type[h]) for h in occupants],  # as submitted
                          self.undo_below)
-        if undo is None:
-            return decision
-        if self.keeps(undo.evict, undo.avoid, view):  # locked out: it stays, the ban stands (module docstring)
-            # as an undo, no configuration (the live coordinator restores the sizes from before it)
-            return replace(decision, type_ids={}, avoid=undo.avoid, reason=f"{undo.reason}; kept: {_LOCKED_OUT}")
-        return replace(decision, type_ids={}, evict=(undo.evict,), avoid=undo.avoid, reason=undo.reason)
+        if undo is not None:
+            return replace(decision, type_ids={}, evict=(undo.evict,), avoid=undo.avoid, reason=undo.reason)
+        return decision
         return decision

@@ -112,8 +112,11 @@ class TuningSessions:
     def _undo(self, evict: tuple[int, ...], avoid: tuple[int, ...], affected: set[int]) -> None:
         """Apply a session's undo when the session ends (the live system's order: the coordinator
         records it at the end of the session, then the extender bans the pair and evicts the pod):
-        the policy bans the types (:meth:`~iadeep.policy.Policy.avoid`), the jobs are re-queued."""
+        the policy bans the types (:meth:`~iadeep.policy.Policy.avoid`), the jobs are re-queued,
+        each unless the policy keeps it (:meth:`~iadeep.policy.Policy.keeps`, on the view now, as the
+        extender asks before it evicts)."""
         if avoid:
             self.policy.avoid(list(avoid))
         for h in evict:
-            self._evict(h, affected)
+            if not self.policy.keeps(h, avoid, self.view()):
+                self._evict(h, affected)

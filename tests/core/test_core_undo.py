@@ -91,9 +91,9 @@ def _run(model, gpus: int, **options):
 
 def test_a_job_the_ban_would_lock_out_stays_and_the_ban_stands(model):
     """On one GPU the survivor holds the only GPU for 50,000 s: with the ban in force the newcomer
-    would wait that long, far more than the pair costs, so the undo keeps it (no eviction) and bans
-    the pair; it ends sooner than when evicted, and the survivor no later than the newcomer's
-    whole run costs it."""
+    would wait that long, far more than the pair costs, so the simulator, asking the policy when
+    it carries the undo out, keeps it (no eviction) and bans the pair; it ends in less than half
+    the time it takes when evicted, and the two jobs' mean JCT is lower."""
     policy, kept = _run(model, 1)
     _, evicted = _run(model, 1, waive_lockout=False)
     a3c = next(i for i, t in enumerate(model.types) if t.model == "A3C")
