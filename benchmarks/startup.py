@@ -229,7 +229,13 @@ def main(argv: list[str] | None = None) -> int:
                     outcome[label] = json.loads((out / "summary.json").read_text())["policies"]
                     print(f"  {label:<24} {cpu:7.1f} CPU s ({wall:.1f} s wall)", flush=True)
                 if len(outcome) == 2:
-                    print(f"  per-policy results identical to the baseline's: {len({json.dumps(v) for v in outcome.values()}) == 1}")
+                    same = len({json.dumps(v) for v in outcome.values()}) == 1
+                    print(f"  per-policy results identical to the baseline's: {same}")
+                    if not same:  # what differs, as avg JCT (h) per policy: working tree vs baseline
+                        (_, new), (_, old) = outcome.items()
+                        for name in new:
+                            a, b = new[name]["avg_jct_s"] / 3600, old.get(name, {}).get("avg_jct_s", float("nan")) / 3600
+                            print(f"    {name:<10} avg JCT {a:.3f} h vs {b:.3f} h")
             if not args.skip_callgrind:
                 if shutil.which("valgrind") is None:
                     print("instructions per job: no valgrind (Debian: apt-get install valgrind)")
