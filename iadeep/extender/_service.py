@@ -61,7 +61,7 @@ from iadeep.extender._wire import (
 )
 from iadeep.podspec import TypeResolver
 from iadeep.interference import InterferenceModel, InterferenceSample
-from iadeep.policy import POLICIES, ClusterView, FilterResult, JobRequest, Preemption, Wait, make_policy
+from iadeep.policy import POLICIES, ClusterView, FilterResult, JobRequest, Placement, Preemption, Wait, make_policy
 from iadeep.state import (
     InterferenceSampleRecord,
     JobRecord,
@@ -317,16 +317,18 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
         if h is not None:
             self._keep_work(base, h, record.namespace, record.name, self.clock())
 
-    def _keeps_after_undo(self, record: UndoRecord) -> bool:
+    def _keeps_after_undo(self, record: UndoRecord) -> bool | None:
         """Whether the policy keeps ``record``'s pod on its GPU (:meth:`iadeep.policy.Policy.keeps`
-        on the current view, the record's types in reservation order); False when the pod or the
-        state is not at hand."""
+        on the current view, the record's types in reservation order): False for a pod the view
+        does not hold or a gang member (the view holds its pod, not its gang); ``None`` while the
+        state store is unreachable (decided later)."""
         try:
-            _, base = self.cache.current()
+            snap, base = self.cache.current()
         except StoreUnavailable:
-            return False
+            return None
         h = base.handles.get(record.pod_uid)
-        if h is None:
+        job = snap.jobs.get(record.pod_uid)
+        if h is None or (job is not None and job.gang):
             return False
         ids = tuple(self.types.resolve(t.model, t.batch_size) for t in record.types)
         with self._policy_lock:
@@ -380,7 +382,8 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
         """The policy's scheduling cycle for the pod on ``base`` (:mod:`iadeep.policy._base`): filter
         and score ``names``, then reserve and post-filter on the whole cluster, as the simulator
         calls them. Every node fails when the cycle waits (with its reason) or preempts (the
-        :class:`Preemption` is returned; the victims must leave first). The scores are remembered
+        :class:`Preemption` is returned; the victims must leave first); a placement where filter
+        found no node (a job the bans lock out) passes its node. The scores are remembered
         for the pod's ``prioritize``; ``decide=False`` (``prioritize`` without remembered scores) runs
         filter and score only."""
         view, request = self._request(demand, type_id, base, self.clock())
@@ -388,7 +391,13 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
             result, scores = self.policy.assess(request, view, names)
             decision = self.policy.place(request, view) if decide else None
         preemption = None
-        if isinstance(decision, Wait):
+        if isinstance(decision, Placement) and not result.feasible:
+            # placed where filter finds no eligible GPU: a job the bans lock out (IADeep's reserve
+            # step 0); its node passes, the others keep filter's reasons
+            node = view.node_names[int(view.gpu_node[decision.gpus[0]])]
+            if node in names:
+                result = FilterResult({node: len(decision.gpus)}, {n: r for n, r in result.failed.items() if n != node})
+        elif isinstance(decision, Wait):
             result = FilterResult({}, {**result.failed, **{name: decision.reason for name in result.feasible}})
         elif isinstance(decision, Preemption):
             preemption = decision

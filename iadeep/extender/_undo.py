@@ -70,15 +70,16 @@ class UndoApplier:
         clock: Unix seconds.
         retry_s: how often pending evictions that failed are tried again (s).
         on_settled: called with each outcome this process settled (the service counts them).
-        keep: asked with a pending record before its pod is evicted: True keeps the pod
-            (module docstring; ``None``: every pod is evicted). An exception counts as False.
+        keep: asked with a pending record before its pod is evicted: True keeps the pod, ``None``
+            leaves the record pending, to be asked again (module docstring; ``keep=None``: every
+            pod is evicted). An exception counts as False.
     """
 
     def __init__(self, *, store: StateStore, pod_api: PodApi | None, types: TypeResolver, policy: Policy,
                  policy_lock: threading.RLock, before_evict: Callable[[UndoRecord], None] | None = None,
                  clock: Callable[[], float] = time.time, retry_s: float = 5.0,
                  on_settled: Callable[[str], None] | None = None,
-                 keep: Callable[[UndoRecord], bool] | None = None) -> None:
+                 keep: Callable[[UndoRecord], bool | None] | None = None) -> None:
         self.store = store
         self.pod_api = pod_api
         self.types = types
@@ -184,7 +185,12 @@ class UndoApplier:
             log.info("undo of pod %s/%s (%s): the pod is gone%s; nothing evicted", r.namespace, r.name, r.pod_uid,
                      f" (that name is now pod {uid})" if uid else "")
             return "gone"
-        if self._kept(r):
+        kept = self._kept(r)
+        if kept is None:
+            log.info("undo of pod %s/%s: whether it stays cannot be decided now (state store); retried in %.0f s",
+                     r.namespace, r.name, self.retry_s)
+            return None
+        if kept:
             log.info("undo of pod %s/%s on %s/gpu%d: kept (every GPU holds a type banned beside it, longer than "
                      "its pair costs); the ban stands", r.namespace, r.name, r.node, r.gpu)
             try:
@@ -213,11 +219,12 @@ class UndoApplier:
             pass
         return "evicted"
 
-    def _kept(self, r: UndoRecord) -> bool:
+    def _kept(self, r: UndoRecord) -> bool | None:
         if self.keep is None:
             return False
         try:
-            return bool(self.keep(r))
+            kept = self.keep(r)
+            return None if kept is None else bool(kept)
         except Exception:  # noqa: BLE001 - a failed question evicts, as without the rule
             log.exception("undo of pod %s/%s: whether it stays could not be decided; evicting", r.namespace, r.name)
             return False

@@ -12,9 +12,10 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
 
 0. **a job the bans lock out** (one GPU, no eligible GPU, and every GPU of the cluster holding a
    job of a type banned beside it: :meth:`IADeep.lockout_s`, the time ``L`` until some GPU holds
-   none, at current rates): the GPU with room whose only bar is a ban, the one whose pair costs
-   least (``d_n + d_p`` below, :meth:`IADeep.pair_cost_s`), when that cost is below ``L`` (its
-   wait is at least ``L``); otherwise it waits. A ban is a wait with no price; this prices it
+   none, from the banned jobs' work left at dedicated speed): the GPU holding one job whose only
+   bar is a ban, the one whose pair costs least against that partner at dedicated speed
+   (``d_n + d_p`` below, :meth:`IADeep.pair_cost_s`), when that cost is below ``L`` (its wait is
+   at least ``L``); otherwise it waits. A ban is a wait with no price; this prices it
    where it can starve a job type (a gang holding a slot on every GPU);
 1. a GPU share (openb ``gpu_milli`` < 1000): best fit beside other shares (shares do not interfere);
 2. free GPUs, when enough are eligible;
@@ -440,9 +441,9 @@ class IADeep(Policy):
     def lockout_s(self, type_id: int, view: ClusterView, *, exclude: int = -1, also: tuple[int, ...] = ()) -> float:
         """How long a job of ``type_id`` is locked out by the bans: the time (s) until some GPU of
         the cluster holds no job of a type banned beside it, from the banned jobs' remaining work at
-        dedicated speed (a lower bound where a partner runs slower; the extender's view knows no
-        rates, so both drivers count the same); 0 when one holds none now (a GPU without a banned
-        partner, full or not, ends a lockout as its jobs leave).
+        dedicated speed (a lower bound where a partner runs slower; the extender's view has no
+        rates, so both drivers use the same formula); 0 when one holds none now (a GPU without a
+        banned partner, full or not, ends a lockout as its jobs leave).
 
         Args:
             exclude: a handle not counted (the job itself, when it is on a GPU).
@@ -468,8 +469,8 @@ class IADeep(Policy):
         ``remaining_s`` of work co-located with each of ``partners`` (handles, shape ``(P,)``,
         each alone on its GPU), against both running as now: ``d_n + d_p`` of the module
         docstring (:func:`finish_times`, a gang partner at its slowest GPU), shape ``(P,)``.
-        ``alone``: against each partner at dedicated speed (the partner of a job already beside
-        it, for :meth:`keeps`; the extender's view has no rates, so both drivers count the same)."""
+        ``alone``: against each partner at dedicated speed (the lockout rule's price: the
+        extender's view has no rates, so both drivers use the same formula)."""
         pred = self.predicted()
         occ_t = view.job_type.take(partners)
         a = np.maximum(pred[type_id].take(occ_t), 1e-3)
@@ -480,16 +481,17 @@ class IADeep(Policy):
         return (t_new - remaining_s) + view.job_num_gpus.take(partners) * (t_part - r_p_now)
 
     def _place_locked_out(self, job: JobRequest, view: ClusterView, reason: np.ndarray) -> Placement | None:
-        """A one-GPU job with no eligible GPU: the GPU with room whose only bar is a ban, when the
-        job is locked out (:meth:`lockout_s`) longer than the cheapest such pair costs
-        (:meth:`pair_cost_s`); ``None``: it waits (module docstring, reserve step 0)."""
-        cand = (reason == _POLICY).nonzero()[0]
+        """A one-GPU job with no eligible GPU: the GPU holding one job whose only bar is a ban,
+        when the job is locked out (:meth:`lockout_s`) longer than the cheapest such pair costs
+        (:meth:`pair_cost_s` at dedicated speed, as :meth:`keeps` prices it, so a pair placed is
+        a pair kept); ``None``: it waits (module docstring, reserve step 0)."""
+        cand = ((reason == _POLICY) & (view.njobs == 1)).nonzero()[0]  # a pair (only pairs are priced)
         if not len(cand):
             return None
         lock = self.lockout_s(job.type_id, view)
         if lock <= 0:
             return None
-        cost = self.pair_cost_s(job.type_id, job.remaining_s, view.slots[:, 0].take(cand), view)
+        cost = self.pair_cost_s(job.type_id, job.remaining_s, view.slots[:, 0].take(cand), view, alone=True)
         i = int(cost.argmin())
         if not cost[i] < lock:
             return None
@@ -507,7 +509,7 @@ class IADeep(Policy):
         if not self.waive_lockout or int(view.job_num_gpus[evict]) != 1:
             return False
         on = (view.slots == evict).any(axis=1).nonzero()[0]
-        if len(on) != 1:
+        if len(on) != 1 or view.njobs.item(int(on[0])) != 2:  # one GPU, one partner (only pairs are priced)
             return False
         partners = np.array([h for h in view.occupants(int(on[0])).tolist() if h != evict][:1], dtype=np.int64)
         if not len(partners):
@@ -682,5 +684,4 @@ class IADeep(Policy):
                          self.undo_below)
         if undo is not None:
             return replace(decision, type_ids={}, evict=(undo.evict,), avoid=undo.avoid, reason=undo.reason)
-        return decision
         return decision

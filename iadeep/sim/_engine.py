@@ -531,7 +531,7 @@ class Simulator(RateModel, TuningSessions):
                         continue
                     del self.sessions[a]
                     if session.evict or session.avoid:
-                        self._undo(session.evict, session.avoid, affected)
+                        self._undo(session.evict, session.avoid, affected, a)
                     else:
                         self._apply_config(a, session.config, affected)
             for g in sorted(freed):

@@ -87,7 +87,7 @@ class TuningSessions:
                                             tuple(decision.avoid))
                 self._push(self.now + decision.trials * self.settings.trial_s, TUNED, g, int(self.gpu_version[g]))
         elif evict or decision.avoid:
-            self._undo(evict, decision.avoid, affected)
+            self._undo(evict, decision.avoid, affected, g)
         elif decision.type_ids:
             self._apply_config(g, dict(decision.type_ids), affected)
 
@@ -109,14 +109,20 @@ class TuningSessions:
         self._change_log.append(g)
         self._refresh_gpu(g, affected)
 
-    def _undo(self, evict: tuple[int, ...], avoid: tuple[int, ...], affected: set[int]) -> None:
+    def _undo(self, evict: tuple[int, ...], avoid: tuple[int, ...], affected: set[int], g: int = -1) -> None:
         """Apply a session's undo when the session ends (the live system's order: the coordinator
         records it at the end of the session, then the extender bans the pair and evicts the pod):
         the policy bans the types (:meth:`~iadeep.policy.Policy.avoid`), the jobs are re-queued,
         each unless the policy keeps it (:meth:`~iadeep.policy.Policy.keeps`, on the view now, as the
-        extender asks before it evicts)."""
+        extender asks before it evicts); the jobs of a GPU ``g`` whose job is kept leave the session's
+        trial rates for their types' rates."""
         if avoid:
             self.policy.avoid(list(avoid))
         for h in evict:
             if not self.policy.keeps(h, avoid, self.view()):
                 self._evict(h, affected)
+            elif g >= 0:
+                for x in self._occupants(g):
+                    self._sync(x)
+                self._epoch += 1
+                self._refresh_gpu(g, affected)

@@ -127,8 +127,8 @@ def test_an_undo_keeps_the_newest_job_only_while_the_ban_would_lock_it_out(model
     view, undone = _two_gpus(model, second, survivor_left_s)
     lock = policy.lockout_s(undone[1], view, exclude=1, also=(undone[0],))
     assert lock == (pytest.approx(min(survivor_left_s, second[1])) if second[0] == "A3C" else 0.0)
-    assert not policy.avoided.any()  # keeps() asks as if the undo's ban were in force, without banning
     assert policy.keeps(1, undone, view) is kept
+    assert not policy.avoided.any()  # keeps() asks as if the undo's ban were in force, without banning
     assert make_policy("iadeep", model, predictor="oracle", waive_lockout=False).keeps(1, undone, view) is False
 
 

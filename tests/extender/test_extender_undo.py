@@ -21,6 +21,8 @@ from iadeep.state import BannedType, JobRecord, PlacementPolicy, UndoRecord
 client = pytest.importorskip("kubernetes.client")
 
 NOBODY = "nobody-schedules-this"
+# The evicting tests' partner A has 600 s left: with the pair banned, B would be locked out of the
+# node's one GPU for 600 s, less than the pair costs B's 3,600 s, so the policy does not keep it.
 A = ("ResNet-50", 64)
 B = ("Transformer", 64)
 BANNED = "refused by the policy (this pair was measured to share badly)"
@@ -86,7 +88,7 @@ def test_an_undo_bans_the_pair_evicts_the_newest_pod_and_survives_a_restart(k8s_
                                                                             node, start, model):
     core = client.CoreV1Api(k8s_client)
     ns = k8s_namespace
-    a = _running(core, store, api, ns, "train-a-x1", A, node)
+    a = _running(core, store, api, ns, "train-a-x1", A, node, duration_s=600.0)
     b = _running(core, store, api, ns, "train-b-x1", B, node)
     svc = start()
     ta, tb = (model.type_id(JobType(*t)) for t in (A, B))
@@ -141,13 +143,37 @@ def test_an_undone_pod_the_ban_would_lock_out_of_every_gpu_stays(k8s_client, k8s
     assert svc.metrics.undos.labels("kept")._value.get() == 1 and (ns, "train-b") not in svc._resumed
 
 
+def test_filter_passes_the_node_of_a_pod_the_bans_lock_out(k8s_client, k8s_namespace, store, api, node, start, model):
+    """The pair (A, B) is banned and the node's one GPU holds A for ten days: a B pod would wait
+    that long, far more than its 600-s pair with A costs, so the extender's filter passes the node
+    (the policy's reserve step 0, as the simulator places it); with A leaving in 60 s it fails it
+    by the ban."""
+    core = client.CoreV1Api(k8s_client)
+    ns = k8s_namespace
+    a = _running(core, store, api, ns, "train-a-f1", A, node, duration_s=864_000.0)
+    svc = start()
+    ta, tb = (model.type_id(JobType(*t)) for t in (A, B))
+    with svc._policy_lock:
+        svc.policy.avoid([ta, tb])
+    b = core.create_namespaced_pod(ns, gpu_pod("train-b-f1", mem=8, namespace=ns, scheduler=NOBODY,
+                                               annotations={"iadeep.io/model": B[0], "iadeep.io/batch-size": str(B[1]),
+                                                            "iadeep.io/duration-s": "600"}))
+    out = svc.filter(ExtenderArgs.model_validate(extender_args(b, [node])))
+    assert out.node_names == [node], out
+    store.release(a.metadata.uid, now_s=time.time())
+    _running(core, store, api, ns, "train-a-f2", A, node, duration_s=60.0)
+    wait_for(lambda: svc.filter(ExtenderArgs.model_validate(extender_args(b, [node]))),
+             lambda o: not o.node_names and BANNED in (o.failed_nodes or {}).get(node, ""), timeout=30,
+             what="the ban refuses the node once A leaves soon")
+
+
 def test_a_pending_record_processed_again_never_evicts_another_pod(k8s_client, k8s_namespace, store, api, node, start):
     """The extender died after the eviction, before settling: the pod's Job made a replacement of
     the same name pattern (here: even the same name, a new UID). Processing the record again evicts
     nobody: the eviction names the evicted pod's UID."""
     core = client.CoreV1Api(k8s_client)
     ns = k8s_namespace
-    _running(core, store, api, ns, "train-a-y1", A, node)
+    _running(core, store, api, ns, "train-a-y1", A, node, duration_s=600.0)
     b = _running(core, store, api, ns, "train-b-y1", B, node)
     record = _undo(b, node, A, B)
     store.put_undo(record)
@@ -168,7 +194,7 @@ def test_malformed_or_unknown_records_are_skipped_with_a_clear_error(k8s_client,
                                                                       model, caplog):
     core = client.CoreV1Api(k8s_client)
     ns = k8s_namespace
-    a = _running(core, store, api, ns, "train-a-z1", A, node)
+    a = _running(core, store, api, ns, "train-a-z1", A, node, duration_s=600.0)
     b = _running(core, store, api, ns, "train-b-z1", B, node)
 
     def put_raw(key: str, value: bytes) -> None:
