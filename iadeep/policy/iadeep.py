@@ -506,7 +506,7 @@ class IADeep(Policy):
         out (the simulator at the session's end, the extender before it evicts).
         ``avoid``: the undo's types in placement order, the newest's last. False for a job of
         several GPUs or with ``waive_lockout`` off."""
-        if not self.waive_lockout or int(view.job_num_gpus[evict]) != 1:
+        if not self.waive_lockout or not 0 <= evict < len(view.job_num_gpus) or int(view.job_num_gpus[evict]) != 1:
             return False
         on = (view.slots == evict).any(axis=1).nonzero()[0]
         if len(on) != 1 or view.njobs.item(int(on[0])) != 2:  # one GPU, one partner (only pairs are priced)
