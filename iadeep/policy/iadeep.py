@@ -365,28 +365,10 @@ class IADeep(Policy):
             return Wait(job.job_id, pod_wait_reason(job))
         if n_free + len(shared) < k:
             return Wait(job.job_id, _wait_reason(job, mask, reason))
-        pred = self.predicted()
-        # gathers with take and in-place maxima: the values of the indexing and np.maximum they
-        # replace, with fewer temporaries (one co-location decision makes some 40 array operations)
         first = view.slots[:, 0].take(shared)  # the occupant of each shareable GPU (slot contract of ClusterView)
-        occ_t = view.job_type.take(first)
-        a = pred[job.type_id].take(occ_t)
-        np.maximum(a, 1e-3, out=a)
-        b = pred[:, job.type_id].take(occ_t)
-        np.maximum(b, 1e-3, out=b)
-        r_p = view.remaining_s(first)
         # change of the two jobs' summed completion times versus both running on as now; waiting
         # ``W`` for a free GPU would add ``W`` to it (the new job starts later)
-        # a gang partner holds all its GPUs while it is slowed: weight its delay by its GPU count
-        k_p = view.job_num_gpus.take(first)
-        rate = view.job_rate.take(first)
-        np.maximum(rate, 1e-6, out=rate)
-        # the partner's time left at its current rate, and its pace beside the job relative to now:
-        # a gang already slowed elsewhere to ``rate`` runs at min(b, rate) (module docstring)
-        r_p_now = r_p / rate
-        t_new, t_part = finish_times(job.remaining_s, r_p_now, a, np.minimum(b, rate) / rate)
-        own = t_new - job.remaining_s
-        part = k_p * (t_part - r_p_now)
+        a, b, k_p, t_new, t_part, own, part = self._pair_terms(job.type_id, job.remaining_s, first, view)
         if self.queue_pressure and job.jobs_queued > 0:
             # the queue's share (module docstring: queue pressure): while both run, the pair does
             # a + k_p b GPU-seconds of work a second on the partner's GPUs instead of k_p, and each
@@ -471,14 +453,36 @@ class IADeep(Policy):
         docstring (:func:`finish_times`, a gang partner at its slowest GPU), shape ``(P,)``.
         ``alone``: against each partner at dedicated speed (the lockout rule's price: the
         extender's view has no rates, so both drivers use the same formula)."""
+        own, part = self._pair_terms(type_id, remaining_s, partners, view, alone=alone)[5:]
+        return own + part
+
+    def _pair_terms(self, type_id: int, remaining_s: float, partners: np.ndarray, view: ClusterView, *,
+                    alone: bool = False) -> tuple[np.ndarray, ...]:
+        """The pricing terms of a job of ``type_id`` beside each of ``partners`` (handles, shape
+        ``(P,)``, each alone on its GPU), each of shape ``(P,)``: ``a``, ``b`` (predicted normalised
+        throughputs, floored at 1e-3), ``k_p`` (the partners' GPUs), the finish times ``t_new``,
+        ``t_part`` (s from now, :func:`finish_times`), the job's own delay ``own = t_new - R_n`` and
+        the partner's ``part = k_p (t_part - R_p / rate_p)`` (job-seconds): a partner at its current
+        rate (``alone``: at dedicated speed), a gang already slowed to ``rate`` running at
+        ``min(b, rate)`` (module docstring)."""
         pred = self.predicted()
+        # gathers with take and in-place maxima: the values of the indexing and np.maximum they
+        # replace, with fewer temporaries (one co-location decision makes some 40 array operations)
         occ_t = view.job_type.take(partners)
-        a = np.maximum(pred[type_id].take(occ_t), 1e-3)
-        b = np.maximum(pred[:, type_id].take(occ_t), 1e-3)
-        rate = np.ones(len(partners)) if alone else np.maximum(view.job_rate.take(partners), 1e-6)
-        r_p_now = view.remaining_s(partners) / rate
+        a = pred[type_id].take(occ_t)
+        np.maximum(a, 1e-3, out=a)
+        b = pred[:, type_id].take(occ_t)
+        np.maximum(b, 1e-3, out=b)
+        # a gang partner holds all its GPUs while it is slowed: its delay weighs its GPU count
+        k_p = view.job_num_gpus.take(partners)
+        if alone:
+            rate = np.ones(len(partners))
+        else:
+            rate = view.job_rate.take(partners)
+            np.maximum(rate, 1e-6, out=rate)
+        r_p_now = view.remaining_s(partners) / rate  # the partner's time left at that rate
         t_new, t_part = finish_times(remaining_s, r_p_now, a, np.minimum(b, rate) / rate)
-        return (t_new - remaining_s) + view.job_num_gpus.take(partners) * (t_part - r_p_now)
+        return a, b, k_p, t_new, t_part, t_new - remaining_s, k_p * (t_part - r_p_now)
 
     def _place_locked_out(self, job: JobRequest, view: ClusterView, reason: np.ndarray) -> Placement | None:
         """A one-GPU job with no eligible GPU: the GPU holding one job whose only bar is a ban,
