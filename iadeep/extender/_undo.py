@@ -193,12 +193,8 @@ class UndoApplier:
         if kept:
             log.info("undo of pod %s/%s on %s/gpu%d: kept (every GPU holds a type banned beside it, longer than "
                      "its pair costs); the ban stands", r.namespace, r.name, r.node, r.gpu)
-            try:
-                self.pod_api.event(r.namespace, r.name, r.pod_uid, "IadeepKept",
-                                   f"not evicted: {r.reason or 'co-location undone'}, but every GPU holds a type "
-                                   "banned beside it for longer than this pair costs")
-            except Exception:  # noqa: BLE001 - an event is for humans
-                pass
+            self._event(r, "IadeepKept", f"not evicted: {r.reason or 'co-location undone'}, but every GPU holds a "
+                                           "type banned beside it for longer than this pair costs")
             return "kept"
         if self.before_evict is not None:
             self.before_evict(r)
@@ -212,12 +208,17 @@ class UndoApplier:
                         self.retry_s, exc)
             return None
         log.info("undo: evicted pod %s/%s from %s/gpu%d: %s", r.namespace, r.name, r.node, r.gpu, r.reason)
-        try:
-            self.pod_api.event(r.namespace, r.name, r.pod_uid, "IadeepUndone",
-                               f"evicted: {r.reason or 'co-location undone'}; its Job replaces it")
-        except Exception:  # noqa: BLE001 - an event is for humans; the eviction stands
-            pass
+        self._event(r, "IadeepUndone", f"evicted: {r.reason or 'co-location undone'}; its Job replaces it")
         return "evicted"
+
+    def _event(self, r: UndoRecord, reason: str, message: str) -> None:
+        """A Kubernetes event on ``r``'s pod; a failure is ignored (an event is for humans; what
+        was done stands)."""
+        assert self.pod_api is not None
+        try:
+            self.pod_api.event(r.namespace, r.name, r.pod_uid, reason, message)
+        except Exception:  # noqa: BLE001
+            pass
 
     def _kept(self, r: UndoRecord) -> bool | None:
         if self.keep is None:
