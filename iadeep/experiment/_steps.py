@@ -298,8 +298,16 @@ def check_measured(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: s
 def policy_flags(cfg: ExperimentConfig) -> dict[str, Any]:
     """iadeep's constructor options that follow the experiment's queue: head-of-line preemption
     with no job blocked behind (``preempt_unblocked``) under the ``kube`` queue with
-    ``kube_preemption``; the kubernetes backend gives its extender the same."""
-    return {"preempt_unblocked": True} if cfg.queue == "kube" and cfg.kube_preemption else {}
+    ``kube_preemption``, as the kubernetes backend gives its extender; the arrival price
+    (``price_arrivals``) under the queues that let a later job start first (``kube``, as the
+    extender has it, and ``backfill``): under strict FIFO the jobs arriving wait behind a job held
+    for them as they would beside it."""
+    flags: dict[str, Any] = {}
+    if cfg.queue == "kube" and cfg.kube_preemption:
+        flags["preempt_unblocked"] = True
+    if cfg.queue != "fifo":
+        flags["price_arrivals"] = True
+    return flags
 
 
 def run_policy(cfg: ExperimentConfig, name: str, workload: pd.DataFrame, throughputs: str | Path,
@@ -471,7 +479,7 @@ def run_live(cfg: ExperimentConfig, workload: pd.DataFrame, throughputs: str | P
         for name, run in iter_runs(list(cfg.policies)):
             prefix = lc.prepare(run, name, seed=cfg.seed, speedup=cfg.speedup, held_clock=cfg.held_clock,
                                 tuning=cfg.tuning and name in TUNED_POLICIES, trial_s=cfg.trial_s,
-                                preemption=name == "iadeep" and bool(policy_flags(cfg)))
+                                preemption=name == "iadeep" and policy_flags(cfg).get("preempt_unblocked", False))
             store = EtcdStateStore(StateSettings(endpoints=[lc.etcd.endpoint], prefix=prefix))
             try:
                 cb = on_policy(name, len(workload)) if on_policy else None

@@ -103,6 +103,8 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
             if "preempt_unblocked" not in inspect.signature(POLICIES[settings.policy]).parameters:
                 raise ValueError(f"policy {settings.policy!r} does not preempt: IADEEP_EXTENDER_PREEMPTION needs iadeep")
             options["preempt_unblocked"] = True
+        if "price_arrivals" in inspect.signature(POLICIES[settings.policy]).parameters:
+            options["price_arrivals"] = True  # kube-scheduler's queue lets a later pod start first
         if "undo_below" in inspect.signature(POLICIES[settings.policy]).parameters:
             options["undo_below"] = settings.undo_below or None  # 0: never undo
         self.policy = make_policy(settings.policy, model, **options)

@@ -18,7 +18,9 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
    at least ``L``); otherwise it waits. A ban is a wait with no price; this prices it
    where it can starve a job type (a gang holding a slot on every GPU);
 1. a GPU share (openb ``gpu_milli`` < 1000): best fit beside other shares (shares do not interfere);
-2. free GPUs, when enough are eligible;
+2. free GPUs, when enough are eligible; a job of several GPUs that would leave no room for the
+   one-GPU jobs arriving (the **arrival price** below) waits instead when that price is above its
+   expected wait ``W`` for GPUs that free up (``W (1 + B)`` with ``B`` blocked behind it);
 3. otherwise every eligible GPU holding one job is priced by :func:`finish_times` (both progress
    at ``a``/``b`` until one ends, then the survivor runs alone): the change of completion times is
    ``d_n = t_n - R_n`` for the job and ``d_p = k_p (t_p - R_p / rate_p)`` for the partner
@@ -34,14 +36,24 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
    node, has its GPUs chosen as pods first (fewest shared GPUs, then the cheapest) and exactly
    those shared GPUs priced (:meth:`IADeep._place_pods`). A pair predicted below taking turns
    (``a + b < 1``) is credited the job's own wait only, the queue's too when the job would leave
-   free GPUs idle (``bad_pairs_when_waiting``).
+   free GPUs idle (``bad_pairs_when_waiting``). A job of several GPUs pays the arrival price
+   on top of the pairs' prices.
+
+**The arrival price** (:meth:`IADeep.arrival_cost_s`, ``price_arrivals``): a job of several GPUs
+that holds its GPUs for ``T`` (its remaining work) blocks the one-GPU jobs arriving meanwhile when
+none of them would find an eligible GPU (the last free GPUs taken, a share beside a whole-GPU pod,
+the second slots full or out of memory). Arriving at the rate ``lambda_b`` of the last day's
+one-GPU jobs that would be blocked, they wait ``lambda_b T**2 / 2`` in all. No other price sees
+them: the queue of now may be empty while the stream that follows is not. The price lapses once
+the job has waited ``2 T`` (:data:`ARRIVAL_HOLD_AT_MOST`).
 
 Post-filter phase (:meth:`IADeep.post_filter`, only after a wait): head-of-line preemption. A
 running job ``v`` alone on enough GPUs is preempted (checkpointed, queued again) when
 ``W (1 + b) > (R_h + c) + R_h b`` (``R_h`` the waiting job's run time, ``c`` the checkpoint cost,
 ``b = min(B, GPUs with room)``; with ``preempt_unblocked`` also at ``B = 0``: ``W > R_h + c``),
 only if ``v`` would hold its GPUs longer than ``R_h + c`` (fewest GPUs, then longest hold first),
-and while the delays charged to ``v`` stay within its remaining work (a thrash guard).
+and while the delays charged to ``v`` stay within its remaining work (a thrash guard), and not
+when the head's arrival price exceeds ``W (1 + b) - (R_h + c) - R_h b``.
 
 Tuning (:meth:`IADeep.tune`): after a GPU's co-location set changes,
 :class:`~iadeep.policy._tuning.BatchSizeTuner` picks the batch sizes of its jobs (a GPU whose jobs
@@ -57,13 +69,14 @@ simulator at the session's end, the extender before it evicts (:mod:`iadeep.exte
 
 The measurements behind each rule and the alternatives tried: ``docs/design/``
 (2026-12-03-queue-pressure.md, 2026-12-03-policy-rules.md, 2026-12-04-a-gangs-wait-on-nodes.md,
-2026-12-05-a-lockout-is-priced.md).
+2026-12-05-a-lockout-is-priced.md, 2026-12-05-the-arrival-price.md).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Hashable
 from dataclasses import replace
 
@@ -166,6 +179,13 @@ _LOCKED_OUT = "every GPU holds a partner banned beside it"
 #: GPUs remembered as freeing up soonest (IADeep._remember_soonest)
 _SOONEST = 8
 
+#: how far back (s) the arrivals that set the arrival price's rate are remembered (IADeep.arrival_cost_s)
+ARRIVAL_WINDOW_S = 24 * 3600.0
+
+#: the arrival price lapses once its job has waited this many times its remaining work
+#: (IADeep.arrival_cost_s; 1, 2 and 4 measured: docs/design/2026-12-05-the-arrival-price.md)
+ARRIVAL_HOLD_AT_MOST = 2.0
+
 
 @register
 class IADeep(Policy):
@@ -195,6 +215,13 @@ class IADeep(Policy):
             draw's median and not the acceptance draw's).
         waive_lockout: price a ban where it locks a job out of every GPU (module docstring, reserve
             step 0, and :meth:`keeps`); off: every ban holds and every undo evicts.
+        price_arrivals: charge a job of several GPUs for the one-GPU jobs it would leave no room
+            for (:meth:`arrival_cost_s`, module docstring: the arrival price); off: a gang's
+            placement sees only the jobs running and the queue. Off by default: it belongs to
+            queues that let a later job start before a waiting one, and the drivers that run one
+            turn it on (the extender, under kube-scheduler's queue; the experiment under its
+            ``kube`` and ``backfill`` queues: ``iadeep.experiment._steps.policy_flags``). Under
+            strict FIFO the arrivals wait behind a job held for them anyway.
     """
 
     name = "iadeep"
@@ -204,7 +231,7 @@ class IADeep(Policy):
                  learner: OnlineInterferenceLearner | None = None, tuning_trials: int = DEFAULT_TRIALS,
                  bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0, preempt: bool = True,
                  checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = False,
-                 waive_lockout: bool = True):
+                 waive_lockout: bool = True, price_arrivals: bool = False):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")
@@ -218,6 +245,12 @@ class IADeep(Policy):
         self.preempt_unblocked = preempt_unblocked
         self.queue_pressure = queue_pressure
         self.waive_lockout = waive_lockout
+        self.price_arrivals = price_arrivals
+        # the jobs first asked about within ARRIVAL_WINDOW_S, oldest first: (time s, job id, the
+        # needs of a one-GPU job as (type, GiB, share) or None), and each one's time (a one-GPU
+        # job's pruned with it; a job of several GPUs' kept: it bounds how long the price holds it)
+        self._arrivals: deque[tuple[float, Hashable, tuple[int, float, float] | None]] = deque()
+        self._arrived: dict[Hashable, float] = {}
         self._preempted: dict[Hashable, float] = {}  # job (ClusterView.job_key) -> delay its preemptions have cost it so far (s)
         self._soonest: list[int] = []  # GPUs that freed up soonest when last computed: a hint (_wait_within)
 
@@ -340,6 +373,8 @@ class IADeep(Policy):
         """Free GPUs first; otherwise co-locate only where it beats waiting (module docstring)."""
         njobs = view.njobs
         k = job.num_gpus
+        if self.price_arrivals and job.job_id not in self._arrived:
+            self._note_arrival(job, view.now_s)
         if not np.count_nonzero(mask):  # no eligible GPU (the most common wait): no free or shareable ones to look for
             if self.waive_lockout and k == 1 and self._avoiding[job.type_id]:
                 waived = self._place_locked_out(job, view, reason)
@@ -359,6 +394,12 @@ class IADeep(Policy):
             gpus = (int(free.argmax()),) if k == 1 else choose_gpus(k, free, np.ones(view.n_gpus), view,
                                                                    pod_gpus=job.pod_gpus)
             if gpus is not None:
+                if k > 1 and self.price_arrivals:  # the arrival price against holding (module docstring)
+                    blocked = self.arrival_cost_s(job, view, gpus)
+                    if blocked > 0.0:
+                        hold = self.expected_wait_s(job, view, 0)
+                        if blocked > hold * (1 + job.jobs_behind):
+                            return _waits(job, hold)
                 return Placement(job.job_id, gpus, "free GPU")
         shared = (mask & (njobs > 0)).nonzero()[0]  # flatnonzero of a 1-D array, without its Python wrappers
         if n_free >= k and not len(shared):  # free GPUs enough in number, not as pods on single nodes
@@ -393,8 +434,10 @@ class IADeep(Policy):
             good_base = np.where(good, base, np.inf)
             order = _smallest(good_base, need)
             cost = float(good_base[order[0]] if need == 1 else good_base[order].sum())  # a one-element sum is the element
+        wait = None
         if cost < 0:  # sharing beats even an immediate free GPU: no need to estimate the wait
-            reason = _saving(-cost)
+            gain = -cost
+            reason = _saving(gain)
         else:
             # Waiting also holds back the queue: under FIFO no job behind starts before the head,
             # so each of them starts up to ``W`` later (module docstring: all of them count).
@@ -417,8 +460,72 @@ class IADeep(Policy):
         chosen[best] = True
         chosen |= free
         # no pod rule, or pods of one GPU (jobs of pods of several: _place_pods): any GPUs, never None
-        return Placement(job.job_id, choose_gpus(k, chosen, self.utility(job, view, chosen), view, pod_gpus=job.pod_gpus),
-                         reason)
+        gpus = choose_gpus(k, chosen, self.utility(job, view, chosen), view, pod_gpus=job.pod_gpus)
+        if self.price_arrivals:  # the arrival price on top of the pair prices (module docstring)
+            blocked = self.arrival_cost_s(job, view, gpus)
+            if blocked >= gain:
+                return _waits(job, self.expected_wait_s(job, view, n_free, free) if wait is None else wait)
+        return Placement(job.job_id, gpus, reason)
+
+    def _note_arrival(self, job: JobRequest, now_s: float) -> None:
+        """Remember that ``job`` was first asked about at ``now_s`` (s), with its needs when it takes
+        one GPU, and forget the arrivals older than :data:`ARRIVAL_WINDOW_S`."""
+        needs = (job.type_id, job.mem_gib, job.gpu_milli) if job.num_gpus == 1 else None
+        self._arrivals.append((now_s, job.job_id, needs))
+        self._arrived[job.job_id] = now_s
+        arrivals, arrived = self._arrivals, self._arrived
+        while arrivals and arrivals[0][0] < now_s - ARRIVAL_WINDOW_S:
+            _, gone, one = arrivals.popleft()
+            if one is not None and arrived.get(gone, now_s) < now_s - ARRIVAL_WINDOW_S:
+                del arrived[gone]
+
+    def arrival_cost_s(self, job: JobRequest, view: ClusterView, gpus: tuple[int, ...]) -> float:
+        """What the one-GPU jobs expected to arrive while ``job`` holds ``gpus`` would wait
+        (job-seconds) because no GPU would have room for them: ``lambda_b T**2 / 2``.
+
+        ``T`` is the job's remaining work at dedicated speed (s), the time it holds the GPUs;
+        ``lambda_b`` (jobs/s) the rate of the one-GPU jobs first asked about within
+        :data:`ARRIVAL_WINDOW_S` whose needs (type, memory, share) would find no eligible GPU
+        once ``job`` holds ``gpus``: none among the others (:meth:`eligible` on ``view``) and, for
+        a whole-GPU job, none beside ``job`` on ``gpus`` (below the co-location limit, memory left
+        beside both, a pair that fits and is not banned); a share never sits beside a whole-GPU
+        pod. A Poisson stream of rate ``lambda`` meeting a blocked period of length ``T`` waits
+        ``lambda T**2 / 2`` in all (each arrival waits the rest of the period, ``T / 2`` on
+        average). 0 when an arrival would find room, or none arrived, and once ``job`` has waited
+        :data:`ARRIVAL_HOLD_AT_MOST` ``x T`` since it was first asked about: a steady stream would
+        meet the same blocked period whenever the job starts, so holding it pays only until a
+        lull, and never makes its completion time more than three times ``T``. Both drivers remember the arrivals the same way: a job is noted the first
+        time the reserve phase is asked about it.
+        """
+        now = view.now_s
+        if now - self._arrived.get(job.job_id, now) >= ARRIVAL_HOLD_AT_MOST * job.remaining_s:
+            return 0.0
+        recent: dict[tuple[int, float, float], int] = {}
+        oldest = now
+        for t, _, needs in self._arrivals:
+            if t >= now - ARRIVAL_WINDOW_S:
+                oldest = min(oldest, t)
+                if needs is not None:
+                    recent[needs] = recent.get(needs, 0) + 1
+        if not recent:
+            return 0.0
+        taken = np.zeros(view.n_gpus, dtype=bool)
+        taken[list(gpus)] = True
+        njobs, left = view.njobs, view.gpu_mem_total_gib - view.gpu_mem_used_gib
+        beside_ok = taken & (njobs + 1 < self.limit)
+        blocked = 0
+        for (t, mem, milli), count in recent.items():
+            mask = self.eligible(JobRequest(-1, "", t, 1, mem, 0.0, gpu_milli=milli), view)[0]
+            if (mask & ~taken).any():
+                continue  # room on a GPU the job does not take
+            if milli != milli and self.model.fits[t, job.type_id] and not self.avoided[t, job.type_id] and \
+                    (mask & beside_ok & (left - job.mem_gib >= mem - 1e-9)).any():
+                continue  # room beside one of the job's pods
+            blocked += count
+        if not blocked:
+            return 0.0
+        rate = blocked / max(now - oldest, 3600.0)  # at least an hour: a first arrival is no rate
+        return rate * job.remaining_s ** 2 / 2.0
 
     def lockout_s(self, type_id: int, view: ClusterView, *, exclude: int = -1, also: tuple[int, ...] = ()) -> float:
         """How long a job of ``type_id`` is locked out by the bans: the time (s) until some GPU of
@@ -566,6 +673,8 @@ class IADeep(Policy):
             return Placement(job.job_id, gpus, "free GPU")
         once = need > 1 and job.jobs_behind <= 0  # a gang's delay and wait once (module docstring)
         cost = float(own[pos].max() + part[pos].sum()) if once else float(base[pos].sum())
+        if self.price_arrivals:  # the one-GPU jobs it would leave no room for (module docstring)
+            cost += self.arrival_cost_s(job, view, gpus)
         if cost < 0 and good[pos].all():  # sharing beats even an immediate free GPU
             return Placement(job.job_id, gpus, _saving(-cost))
         wait = self.expected_wait_s(job, view, n_free, free)
@@ -659,6 +768,8 @@ class IADeep(Policy):
         gpus = choose_gpus(job.num_gpus, freed, np.ones(view.n_gpus), view, pod_gpus=job.pod_gpus)
         if gpus is None:  # the GPUs freed do not split into the head's pods: no preemption
             return wait
+        if self.price_arrivals and job.num_gpus > 1 and self.arrival_cost_s(job, view, gpus) > w * (1 + b) - ceiling:
+            return holds(ANY_BEHIND)  # the arrivals it would leave no room for cost more (module docstring)
         key = view.job_key(victim)  # the same job in later views (the extender renumbers handles)
         self._preempted[key] = self._preempted.get(key, 0.0) + run_s + c
         return Preemption(job.job_id, gpus, (victim,), f"preempted a job holding {best[0]} GPU(s) for {-best[1]:.0f}s: "
