@@ -485,13 +485,15 @@ class IADeep(Policy):
 
         ``T`` is the job's remaining work at dedicated speed (s), the time it holds the GPUs;
         ``lambda_b`` (jobs/s) the rate of the one-GPU jobs first asked about within
-        :data:`ARRIVAL_WINDOW_S` whose needs (type, memory, share) would find no eligible GPU
+        :data:`ARRIVAL_WINDOW_S` (their count less one, over the time since the oldest arrival
+        remembered: a single arrival is no stream) whose needs (type, memory, share) would find no eligible GPU
         once ``job`` holds ``gpus``: none among the others (:meth:`eligible` on ``view``) and, for
         a whole-GPU job, none beside ``job`` on ``gpus`` (below the co-location limit, memory left
         beside both, a pair that fits and is not banned); a share never sits beside a whole-GPU
         pod. A Poisson stream of rate ``lambda`` meeting a blocked period of length ``T`` waits
         ``lambda T**2 / 2`` in all (each arrival waits the rest of the period, ``T / 2`` on
-        average). 0 when an arrival would find room, or none arrived, and once ``job`` has waited
+        average). 0 when an arrival would find room, when fewer than one is expected while the job
+        runs (``lambda_b T < 1``: no stream to block), and once ``job`` has waited
         :data:`ARRIVAL_HOLD_AT_MOST` ``x T`` since it was first asked about: a steady stream would
         meet the same blocked period whenever the job starts, so holding it pays only until a
         lull, and never makes its completion time more than three times ``T``. Both drivers remember the arrivals the same way: a job is noted the first
@@ -524,7 +526,11 @@ class IADeep(Policy):
             blocked += count
         if not blocked:
             return 0.0
-        rate = blocked / max(now - oldest, 3600.0)  # at least an hour: a first arrival is no rate
+        # the rate over the time since the oldest arrival remembered, that one not counted (the
+        # stream is observed from it: n events after it over that time; at least an hour)
+        rate = (blocked - 1) / max(now - oldest, 3600.0)
+        if rate * job.remaining_s < 1.0:  # not one arrival expected while it runs: no stream to block
+            return 0.0
         return rate * job.remaining_s ** 2 / 2.0
 
     def lockout_s(self, type_id: int, view: ClusterView, *, exclude: int = -1, also: tuple[int, ...] = ()) -> float:

@@ -90,9 +90,9 @@ def _request(model, job_id: str, model_name: str, batch: int, gpus: int, remaini
 
 
 def test_the_price_is_the_blocked_rate_times_half_the_square_of_the_hold(model):
-    """The formula on an empty 8-GPU cluster: 10 one-GPU ResNet-50/128 arrivals noted over 5 h
-    (2 per hour: the rate is over the time since the oldest), then an 8-GPU LM gang of 12 h
-    asking: ``2/3600 x (12 h)**2 / 2`` = 144 job-hours when it takes all eight GPUs; 0 when it
+    """The formula on an empty 8-GPU cluster: 11 one-GPU ResNet-50/128 arrivals every half hour
+    from 0, then at 5 h an 8-GPU LM gang of 12 h asking: 10 arrivals after the first in 5 h, 2 per
+    hour, ``2/3600 x (12 h)**2 / 2`` = 144 job-hours when it takes all eight GPUs; 0 when it
     takes four (room on the others), 0 for arrivals that fit beside it, and 0 once it has waited
     twice its 12 h."""
     from iadeep.sim import Simulator
@@ -100,7 +100,7 @@ def test_the_price_is_the_blocked_rate_times_half_the_square_of_the_hold(model):
     pol = make_policy("iadeep", model, predictor="oracle", price_arrivals=True)
     sim = Simulator(_jobs([("x", 0, 1.0, 1, "ResNet-18", 64)]), pol, model, ClusterSpec(2, 4, 24.0), SimSettings())
     view = sim.view()
-    for i in range(10):
+    for i in range(11):
         pol._note_arrival(_request(model, f"r{i}", "ResNet-50", 128, 1, 600.0), i * 0.5 * HOUR)
     gang = _request(model, "gang", "LM", 10, 8, 12 * HOUR)
     at = view.at(5 * HOUR)
@@ -110,12 +110,24 @@ def test_the_price_is_the_blocked_rate_times_half_the_square_of_the_hold(model):
     assert pol.arrival_cost_s(gang, view.at(5 * HOUR + 23 * HOUR), tuple(range(8))) > 0.0
     assert pol.arrival_cost_s(gang, view.at(5 * HOUR + 24 * HOUR), tuple(range(8))) == 0.0  # waited 2 T: lapsed
     fits = make_policy("iadeep", model, predictor="oracle", price_arrivals=True)
-    for i in range(10):  # ResNet-18/64 fits beside LM/10: room beside the gang's pods
+    for i in range(11):  # ResNet-18/64 fits beside LM/10: room beside the gang's pods
         fits._note_arrival(_request(model, f"s{i}", "ResNet-18", 64, 1, 600.0), i * 0.5 * HOUR)
     fits._note_arrival(gang, 5 * HOUR)
     r18, lm = model.type_id(JobType("ResNet-18", 64)), gang.type_id
     assert model.fits[r18, lm]
     assert fits.arrival_cost_s(gang, at, tuple(range(8))) == 0.0
+
+
+def test_a_single_arrival_is_no_stream(model):
+    """One one-GPU job an hour ago is no rate: a gang taking every GPU pays nothing for it."""
+    pol = make_policy("iadeep", model, predictor="oracle", price_arrivals=True)
+    from iadeep.sim import Simulator
+
+    sim = Simulator(_jobs([("x", 0, 1.0, 1, "ResNet-18", 64)]), pol, model, ClusterSpec(2, 4, 24.0), SimSettings())
+    pol._note_arrival(_request(model, "r", "ResNet-50", 128, 1, 600.0), 0.0)
+    gang = _request(model, "gang", "LM", 10, 8, 12 * HOUR)
+    pol._note_arrival(gang, HOUR)
+    assert pol.arrival_cost_s(gang, sim.view().at(HOUR), tuple(range(8))) == 0.0
 
 
 def test_arrivals_are_forgotten_after_the_window(model):
