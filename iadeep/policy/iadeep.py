@@ -486,8 +486,9 @@ class IADeep(Policy):
         ``T`` is the job's remaining work at dedicated speed (s), the time it holds the GPUs;
         ``lambda_b`` (jobs/s) the rate of the one-GPU jobs first asked about within
         :data:`ARRIVAL_WINDOW_S` (their count less one, over the time since the oldest arrival
-        remembered: a single arrival is no stream) whose needs (type, memory, share) would find no eligible GPU
-        once ``job`` holds ``gpus``: none among the others (:meth:`eligible` on ``view``) and, for
+        remembered: a single arrival is no stream) whose needs (type, memory, share) would find
+        no eligible GPU once ``job`` holds ``gpus``: none among the others (:meth:`eligible` on
+        ``view``) and, for
         a whole-GPU job, none beside ``job`` on ``gpus`` (below the co-location limit, memory left
         beside both, a pair that fits and is not banned); a share never sits beside a whole-GPU
         pod. A Poisson stream of rate ``lambda`` meeting a blocked period of length ``T`` waits
@@ -496,8 +497,14 @@ class IADeep(Policy):
         runs (``lambda_b T < 1``: no stream to block), and once ``job`` has waited
         :data:`ARRIVAL_HOLD_AT_MOST` ``x T`` since it was first asked about: a steady stream would
         meet the same blocked period whenever the job starts, so holding it pays only until a
-        lull, and never makes its completion time more than three times ``T``. Both drivers remember the arrivals the same way: a job is noted the first
-        time the reserve phase is asked about it.
+        lull, and never makes its completion time more than three times ``T``. Both drivers
+        remember the arrivals the same way: a job is noted the first time the reserve phase is
+        asked about it.
+
+        Args:
+            job: the job of several GPUs asking.
+            view: the cluster now.
+            gpus: the GPUs it would take.
         """
         now = view.now_s
         if now - self._arrived.get(job.job_id, now) >= ARRIVAL_HOLD_AT_MOST * job.remaining_s:
@@ -775,7 +782,7 @@ class IADeep(Policy):
         if gpus is None:  # the GPUs freed do not split into the head's pods: no preemption
             return wait
         if self.price_arrivals and job.num_gpus > 1 and self.arrival_cost_s(job, view, gpus) > w * (1 + b) - ceiling:
-            return holds(ANY_BEHIND)  # the arrivals it would leave no room for cost more (module docstring)
+            return wait  # the arrivals it would leave no room for cost more (module docstring); it changes with time
         key = view.job_key(victim)  # the same job in later views (the extender renumbers handles)
         self._preempted[key] = self._preempted.get(key, 0.0) + run_s + c
         return Preemption(job.job_id, gpus, (victim,), f"preempted a job holding {best[0]} GPU(s) for {-best[1]:.0f}s: "
