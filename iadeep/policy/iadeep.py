@@ -251,6 +251,7 @@ class IADeep(Policy):
         # job's pruned with it; a job of several GPUs' kept: it bounds how long the price holds it)
         self._arrivals: deque[tuple[float, Hashable, tuple[int, float, float] | None]] = deque()
         self._arrived: dict[Hashable, float] = {}
+        self._arriving: dict[tuple[int, float, float], int] = {}  # one-GPU needs -> count in _arrivals
         self._preempted: dict[Hashable, float] = {}  # job (ClusterView.job_key) -> delay its preemptions have cost it so far (s)
         self._soonest: list[int] = []  # GPUs that freed up soonest when last computed: a hint (_wait_within)
 
@@ -470,14 +471,27 @@ class IADeep(Policy):
     def _note_arrival(self, job: JobRequest, now_s: float) -> None:
         """Remember that ``job`` was first asked about at ``now_s`` (s), with its needs when it takes
         one GPU, and forget the arrivals older than :data:`ARRIVAL_WINDOW_S`."""
+        self._forget_arrivals(now_s)
         needs = (job.type_id, job.mem_gib, job.gpu_milli) if job.num_gpus == 1 else None
         self._arrivals.append((now_s, job.job_id, needs))
         self._arrived[job.job_id] = now_s
-        arrivals, arrived = self._arrivals, self._arrived
+        if needs is not None:
+            self._arriving[needs] = self._arriving.get(needs, 0) + 1
+
+    def _forget_arrivals(self, now_s: float) -> None:
+        """Forget the arrivals first asked about before ``now_s - ARRIVAL_WINDOW_S`` (a job of
+        several GPUs keeps its time in ``_arrived``: it bounds how long the price holds it)."""
+        arrivals, arrived, arriving = self._arrivals, self._arrived, self._arriving
         while arrivals and arrivals[0][0] < now_s - ARRIVAL_WINDOW_S:
             _, gone, one = arrivals.popleft()
-            if one is not None and arrived.get(gone, now_s) < now_s - ARRIVAL_WINDOW_S:
-                del arrived[gone]
+            if one is not None:
+                left = arriving[one] - 1
+                if left:
+                    arriving[one] = left
+                else:
+                    del arriving[one]
+                if arrived.get(gone, now_s) < now_s - ARRIVAL_WINDOW_S:
+                    del arrived[gone]
 
     def arrival_cost_s(self, job: JobRequest, view: ClusterView, gpus: tuple[int, ...]) -> float:
         """What the one-GPU jobs expected to arrive while ``job`` holds ``gpus`` would wait
@@ -509,15 +523,11 @@ class IADeep(Policy):
         now = view.now_s
         if now - self._arrived.get(job.job_id, now) >= ARRIVAL_HOLD_AT_MOST * job.remaining_s:
             return 0.0
-        recent: dict[tuple[int, float, float], int] = {}
-        oldest = now
-        for t, _, needs in self._arrivals:
-            if t >= now - ARRIVAL_WINDOW_S:
-                oldest = min(oldest, t)
-                if needs is not None:
-                    recent[needs] = recent.get(needs, 0) + 1
+        self._forget_arrivals(now)
+        recent = self._arriving
         if not recent:
             return 0.0
+        oldest = self._arrivals[0][0]  # in order of arrival
         taken = np.zeros(view.n_gpus, dtype=bool)
         taken[list(gpus)] = True
         njobs, left = view.njobs, view.gpu_mem_total_gib - view.gpu_mem_used_gib
