@@ -528,6 +528,9 @@ class IADeep(Policy):
         if not recent:
             return 0.0
         oldest = self._arrivals[0][0]  # in order of arrival
+        span = max(now - oldest, 3600.0)
+        if (sum(recent.values()) - 1) / span * job.remaining_s < 1.0:  # not one expected even if all blocked
+            return 0.0
         taken = np.zeros(view.n_gpus, dtype=bool)
         taken[list(gpus)] = True
         njobs, left = view.njobs, view.gpu_mem_total_gib - view.gpu_mem_used_gib
@@ -545,7 +548,7 @@ class IADeep(Policy):
             return 0.0
         # the rate over the time since the oldest arrival remembered, that one not counted (the
         # stream is observed from it: n events after it over that time; at least an hour)
-        rate = (blocked - 1) / max(now - oldest, 3600.0)
+        rate = (blocked - 1) / span
         if rate * job.remaining_s < 1.0:  # not one arrival expected while it runs: no stream to block
             return 0.0
         return rate * job.remaining_s ** 2 / 2.0
@@ -696,13 +699,18 @@ class IADeep(Policy):
             return Placement(job.job_id, gpus, "free GPU")
         once = need > 1 and job.jobs_behind <= 0  # a gang's delay and wait once (module docstring)
         cost = float(own[pos].max() + part[pos].sum()) if once else float(base[pos].sum())
-        if self.price_arrivals:  # the one-GPU jobs it would leave no room for (module docstring)
-            cost += self.arrival_cost_s(job, view, gpus)
+        # the arrival price (module docstring) only adds to the cost: computed where it could turn
+        # a placement into a wait, so the many waits never pay for it
+        blocked = None
         if cost < 0 and good[pos].all():  # sharing beats even an immediate free GPU
-            return Placement(job.job_id, gpus, _saving(-cost))
+            blocked = self.arrival_cost_s(job, view, gpus) if self.price_arrivals else 0.0
+            if cost + blocked < 0:
+                return Placement(job.job_id, gpus, _saving(-(cost + blocked)))
         wait = self.expected_wait_s(job, view, n_free, free)
         credit = self._wait_credit(job, wait, good[pos], need, n_free)
         gain = float(credit.sum() / need if once else credit.sum()) - cost
+        if gain > 0 and self.price_arrivals:
+            gain -= self.arrival_cost_s(job, view, gpus) if blocked is None else blocked
         return Placement(job.job_id, gpus, _saving(gain, wait)) if gain > 0 else _waits(job, wait)
 
     def post_filter(self, job: JobRequest, view: ClusterView, wait: Wait) -> Preemption | Wait:
