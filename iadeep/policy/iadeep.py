@@ -523,11 +523,19 @@ class IADeep(Policy):
         now = view.now_s
         if now - self._arrived.get(job.job_id, now) >= ARRIVAL_HOLD_AT_MOST * job.remaining_s:
             return 0.0
-        self._forget_arrivals(now)
-        recent = self._arriving
-        if not recent:
+        # the arrivals within the window: the counts less the expired ones not yet forgotten (they
+        # are forgotten when the next arrival is noted, so that asking changes nothing)
+        recent = dict(self._arriving)
+        oldest = None
+        for t, _, needs in self._arrivals:  # in order of arrival
+            if t >= now - ARRIVAL_WINDOW_S:
+                oldest = t
+                break
+            if needs is not None:
+                recent[needs] -= 1
+        recent = {needs: n for needs, n in recent.items() if n > 0}
+        if not recent or oldest is None:
             return 0.0
-        oldest = self._arrivals[0][0]  # in order of arrival
         span = max(now - oldest, 3600.0)
         if (sum(recent.values()) - 1) / span * job.remaining_s < 1.0:  # not one expected even if all blocked
             return 0.0
