@@ -131,10 +131,20 @@ def test_a_single_arrival_is_no_stream(model):
 
 
 def test_arrivals_are_forgotten_after_the_window(model):
-    """One-GPU arrivals older than :data:`ARRIVAL_WINDOW_S` no longer set the rate."""
+    """One-GPU arrivals older than :data:`ARRIVAL_WINDOW_S` no longer set the rate; asking the
+    price changes nothing (they are forgotten when the next arrival is noted), so a driver that
+    asks more often decides the same."""
+    from iadeep.sim import Simulator
+
     pol = make_policy("iadeep", model, predictor="oracle", price_arrivals=True)
+    sim = Simulator(_jobs([("x", 0, 1.0, 1, "ResNet-18", 64)]), pol, model, ClusterSpec(2, 4, 24.0), SimSettings())
     for i in range(5):
-        pol._note_arrival(_request(model, f"r{i}", "ResNet-50", 128, 1, 600.0), float(i))
-    pol._note_arrival(_request(model, "late", "ResNet-50", 128, 1, 600.0), ARRIVAL_WINDOW_S + 10.0)
+        pol._note_arrival(_request(model, f"r{i}", "ResNet-50", 128, 1, 600.0), i * HOUR)
+    gang = _request(model, "gang", "LM", 10, 8, 12 * HOUR)
+    assert pol.arrival_cost_s(gang, sim.view().at(5 * HOUR), tuple(range(8))) > 0.0
+    late = sim.view().at(ARRIVAL_WINDOW_S + 10.0 * HOUR)
+    assert pol.arrival_cost_s(gang, late, tuple(range(8))) == 0.0  # r0-r4 expired
+    assert len(pol._arrivals) == 5 and len(pol._arrived) == 5  # asking forgot nothing
+    pol._note_arrival(_request(model, "late", "ResNet-50", 128, 1, 600.0), ARRIVAL_WINDOW_S + 10.0 * HOUR)
     assert [a[1] for a in pol._arrivals] == ["late"]
     assert set(pol._arrived) == {"late"}
