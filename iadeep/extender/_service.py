@@ -34,6 +34,7 @@ from iadeep.extender._bind import (
     PodApi,
 )
 from iadeep.extender._admission import AdmissionGate
+from iadeep.extender._arrivals import ArrivalLog
 from iadeep.extender._binding import NO_INVENTORY, BindPipeline
 from iadeep.extender._cache import StateCache
 from iadeep.extender._gang import GangScheduling
@@ -155,6 +156,11 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
         # take turns (iadeep.extender._admission); fed by the pod follower
         self.admissions = AdmissionGate(self._still_allocating if pod_api is not None else None)
         self._placement_published = False
+        # the policy's arrival log (the arrival price), kept in the store across restarts
+        self.arrivals: ArrivalLog | None = None
+        if getattr(self.policy, "price_arrivals", False):
+            self.arrivals = ArrivalLog(store, self.types, clock=clock)
+            self.policy.on_arrival = self.arrivals.record
         self._init_gangs()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -174,12 +180,19 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
             log.warning("state store not reachable at start: %s", exc)
         except Exception:  # noqa: BLE001 - serve anyway: /readyz reports it and the follower retries
             log.exception("could not load the state at start")
+        if self.arrivals is not None:
+            try:
+                self.arrivals.restore(self.policy, self._policy_lock)
+            except StoreUnavailable:  # the writer thread restores once the store answers
+                pass
         gc.collect()
         gc.freeze()
         if self.node_state is not None:
             self.node_state.start()
         self.cache.start()
         self.undos.start()
+        if self.arrivals is not None:
+            self.arrivals.start(self.policy, self._policy_lock)
         if self.settings.cache.pod_watch and self.pod_api is not None:
             self.pod_follower = PodFollower(self.pod_api, self.release_ended,  # type: ignore[arg-type]
                                             timeout_s=self.settings.cache.pod_watch_timeout_s, pending=self.pending,
@@ -198,6 +211,8 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
             self.pod_follower = None
         self.cache.stop()
         self.undos.stop()
+        if self.arrivals is not None:
+            self.arrivals.stop()
         if self.node_state is not None:
             self.node_state.stop()
         if self._sweeper is not None:

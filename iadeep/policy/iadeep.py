@@ -77,7 +77,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 
 import numpy as np
@@ -173,6 +173,19 @@ def _waits(job: JobRequest, wait: float) -> Wait:
                 expected_wait_s=wait)
 
 
+#: a one-GPU job's needs in the arrival log: (type id, GiB, share in 1/1000 GPU or None for a whole GPU)
+_Needs = tuple[int, float, "float | None"]
+
+
+def _needs(job: JobRequest) -> _Needs | None:
+    """The needs of ``job`` in the arrival log; ``None`` for a job of several GPUs. A whole GPU's
+    share is ``None``, not NaN, so that equal needs are one key (NaN equals no NaN)."""
+    if job.num_gpus != 1:
+        return None
+    milli = job.gpu_milli
+    return job.type_id, job.mem_gib, None if milli != milli else milli
+
+
 #: why a locked-out job shares a GPU with a banned partner (IADeep._place_locked_out)
 _LOCKED_OUT = "every GPU holds a partner banned beside it"
 
@@ -249,9 +262,14 @@ class IADeep(Policy):
         # the jobs first asked about within ARRIVAL_WINDOW_S, oldest first: (time s, job id, the
         # needs of a one-GPU job as (type, GiB, share) or None), and each one's time (a one-GPU
         # job's pruned with it; a job of several GPUs' kept: it bounds how long the price holds it)
-        self._arrivals: deque[tuple[float, Hashable, tuple[int, float, float] | None]] = deque()
+        self._arrivals: deque[tuple[float, Hashable, _Needs | None]] = deque()
         self._arrived: dict[Hashable, float] = {}
-        self._arriving: dict[tuple[int, float, float], int] = {}  # one-GPU needs -> count in _arrivals
+        self._arriving: dict[_Needs, int] = {}  # one-GPU needs -> count in _arrivals
+        #: called with ``(time s, job)`` when the reserve phase first meets a job under
+        #: ``price_arrivals``: a driver that keeps the arrival log across its restarts records it
+        #: there (the extender: :mod:`iadeep.extender._arrivals`) and gives it back with
+        #: :meth:`remember_arrivals`. It sees what is noted; it decides nothing.
+        self.on_arrival: Callable[[float, JobRequest], None] | None = None
         self._preempted: dict[Hashable, float] = {}  # job (ClusterView.job_key) -> delay its preemptions have cost it so far (s)
         self._soonest: list[int] = []  # GPUs that freed up soonest when last computed: a hint (_wait_within)
 
@@ -472,11 +490,35 @@ class IADeep(Policy):
         """Remember that ``job`` was first asked about at ``now_s`` (s), with its needs when it takes
         one GPU, and forget the arrivals older than :data:`ARRIVAL_WINDOW_S`."""
         self._forget_arrivals(now_s)
-        needs = (job.type_id, job.mem_gib, job.gpu_milli) if job.num_gpus == 1 else None
+        needs = _needs(job)
         self._arrivals.append((now_s, job.job_id, needs))
         self._arrived[job.job_id] = now_s
         if needs is not None:
             self._arriving[needs] = self._arriving.get(needs, 0) + 1
+        if self.on_arrival is not None:
+            self.on_arrival(now_s, job)
+
+    def remember_arrivals(self, arrivals: Iterable[tuple[float, JobRequest]]) -> int:
+        """Take back arrivals noted before (a restarted driver's log: ``(time s, job)`` pairs, as
+        :attr:`on_arrival` was given them, in any order): each job not remembered already is
+        remembered at its time, among the others in order of time, as if the reserve phase had
+        met it then. Nothing is forgotten here (the next arrival noted forgets what is then too
+        old). Returns how many were taken back."""
+        known = self._arrived
+        taken: dict[Hashable, tuple[float, Hashable, _Needs | None]] = {}
+        for t, job in sorted(arrivals, key=lambda a: a[0]):  # a job given twice: its first time
+            if job.job_id not in known and job.job_id not in taken:
+                taken[job.job_id] = (t, job.job_id, _needs(job))
+        fresh = list(taken.values())
+        if not fresh:
+            return 0
+        entries = sorted([*self._arrivals, *fresh], key=lambda e: e[0])  # stable: equal times keep their order
+        self._arrivals = deque(entries)
+        for t, job_id, needs in fresh:
+            known[job_id] = t
+            if needs is not None:
+                self._arriving[needs] = self._arriving.get(needs, 0) + 1
+        return len(fresh)
 
     def _forget_arrivals(self, now_s: float) -> None:
         """Forget the arrivals first asked about before ``now_s - ARRIVAL_WINDOW_S`` (a job of
@@ -545,10 +587,10 @@ class IADeep(Policy):
         beside_ok = taken & (njobs + 1 < self.limit)
         blocked = 0
         for (t, mem, milli), count in recent.items():
-            mask = self.eligible(JobRequest(-1, "", t, 1, mem, 0.0, gpu_milli=milli), view)[0]
+            mask = self.eligible(JobRequest(-1, "", t, 1, mem, 0.0, gpu_milli=math.nan if milli is None else milli), view)[0]
             if (mask & ~taken).any():
                 continue  # room on a GPU the job does not take
-            if milli != milli and self.model.fits[t, job.type_id] and not self.avoided[t, job.type_id] and \
+            if milli is None and self.model.fits[t, job.type_id] and not self.avoided[t, job.type_id] and \
                     (mask & beside_ok & (left - job.mem_gib >= mem - 1e-9)).any():
                 continue  # room beside one of the job's pods
             blocked += count

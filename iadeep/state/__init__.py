@@ -40,6 +40,7 @@ from iadeep.state._records import (
     UNDO_OUTCOMES,
     BannedType,
     UndoRecord,
+    ArrivalRecord,
     from_json,
     to_json,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "UNDO_OUTCOMES",
     "BannedType",
     "UndoRecord",
+    "ArrivalRecord",
     "from_json",
     "reservation_gpu_limit",
     "to_json",

@@ -100,6 +100,9 @@ class Keys:
     def undo(self, pod_uid: str) -> str:
         return f"{self.prefix}/undos/{pod_uid}"
 
+    def arrival(self, job: str) -> str:
+        return f"{self.prefix}/arrivals/{job}"
+
     def lock(self, name: str) -> str:
         return f"{self.prefix}/locks/{name}"
 

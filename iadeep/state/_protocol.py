@@ -35,6 +35,7 @@ from iadeep.state._records import (
     PlacementPolicy,
     TuningRequest,
     UndoRecord,
+    ArrivalRecord,
 )
 
 if TYPE_CHECKING:
@@ -276,6 +277,23 @@ class StateStore(Protocol):
         Raises:
             RecordError: ``outcome`` is not one of :data:`iadeep.state.UNDO_OUTCOMES`.
         """
+
+    # the extender's arrival log (extender -> a restarted extender)
+    def put_arrivals(self, records: Sequence[ArrivalRecord]) -> None:
+        """Record when the policy first met these jobs (:class:`ArrivalRecord`, key
+        ``arrivals/<job>``; replaces a record of the same job), in as few transactions as the
+        backend's operation limit allows.
+
+        Raises:
+            RecordError: a job id is not a key segment.
+        """
+
+    def arrivals(self) -> list[ArrivalRecord]:
+        """Every arrival record, oldest first (malformed ones are logged and left out)."""
+
+    def prune_arrivals(self, now: float) -> int:
+        """Delete the arrival records whose ``keep_until`` is before ``now`` (Unix s) and the
+        malformed ones; returns how many were deleted."""
 
     # jobs' own records (workload SDK, coordinator)
     def set_batch_size(self, assignment: BatchSizeAssignment) -> None:

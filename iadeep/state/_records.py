@@ -44,6 +44,10 @@ gpu-count slots per GPU)
 GPU's co-location: the pair's ban and the   progress is below ``undo_below``);     by the pairs of job types (a
 pod to evict)                               the extender settles it                banned pair is never formed again)
                                             (``settle_undo``) once it evicted
+``<p>/arrivals/<job>``:                     extender (``put_arrivals``, when its   deleted by ``prune_arrivals``
+:class:`ArrivalRecord` (when the policy     policy first meets a job)              after its ``keep_until`` (a
+first met a job, and its needs)                                                    day for a one-GPU job: bounded
+                                                                                   by a day's arrivals)
 ``<p>/locks/<name>``: etcd lock keys        (none written today)                   attached to the holder's lease
 ==========================================  =====================================  ===================================
 
@@ -79,6 +83,7 @@ __all__ = [
     "BannedType",
     "UndoRecord",
     "UNDO_OUTCOMES",
+    "ArrivalRecord",
     "RecordError",
     "to_json",
     "from_json",
@@ -406,6 +411,36 @@ class UndoRecord(_Record):
         if not 0 <= self.progress < self.undo_below:
             raise RecordError(f"UndoRecord: $.progress: must be >= 0 and below undo_below ({self.undo_below}), "
                               f"got {self.progress}")
+
+
+class ArrivalRecord(_Record):
+    """When the extender's policy first met a job (its reserve phase was asked about it), so
+    that a restarted extender prices arrivals (:meth:`iadeep.policy.iadeep.IADeep.arrival_cost_s`)
+    from the same log as before the restart.
+
+    Attributes:
+        job: the policy's job id (the asking pod's UID; a key segment).
+        at: when it was first met (Unix seconds; >= 0).
+        num_gpus: GPUs the job needs at once (a gang's: all its pods').
+        model / batch_size: its job type (the pod's model family and batch size).
+        mem_gib: memory it reserves on each GPU (GiB; > 0).
+        gpu_milli: the share of a GPU it needs (1/1000 GPU); ``None``: not a share request.
+        keep_until: when the record is of no more use (Unix seconds; >= ``at``): a one-GPU
+            job's once it leaves the policy's window, a gang's once its price has lapsed too.
+    """
+
+    job: KeyName
+    at: NonNegFloat
+    keep_until: NonNegFloat
+    num_gpus: PosInt
+    model: str
+    batch_size: PosInt
+    mem_gib: PosFloat
+    gpu_milli: Annotated[float, Meta(gt=0, le=1000)] | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep_until < self.at:
+            raise RecordError(f"ArrivalRecord: $.keep_until: must be >= at ({self.at}), got {self.keep_until}")
 
 
 def to_json(record: Any) -> str:

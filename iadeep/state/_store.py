@@ -22,6 +22,7 @@ How the protocol's guarantees are met:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -33,11 +34,14 @@ from iadeep.state._kv import KV, Delete, KVBackend, Put, WatchBatch, first, hold
 from iadeep.state._protocol import ChangeBatch, NodeRecords, StateListing, StoreUnavailable
 from iadeep.state._records import (
     Assignment, BatchSizeAssignment, GpuState, InterferenceSampleRecord, JobCheckpoint, JobRecord, Measurement,
-    NodeInventory, PlacementPolicy, RecordError, TuningRequest, UndoRecord, WorkloadStatus, from_json, to_json,
+    NodeInventory, PlacementPolicy, RecordError, TuningRequest, UndoRecord, WorkloadStatus, ArrivalRecord, from_json,
+    to_json,
 )
 from iadeep.state._rules import GangMember, checked_undo, settled_undo
 
 __all__ = ["KVStateStore"]
+
+log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
@@ -46,6 +50,14 @@ _FOLLOWED = ("nodes/", "gpus/", "jobs/", "samples/", "undos/")
 
 def _oldest_first(kvs: list[KV]) -> list[KV]:
     return sorted(kvs, key=lambda kv: (kv.create_revision, kv.key))
+
+
+def _kept_until_before(text: str, now: float) -> bool:
+    """Whether a stored arrival record is of no more use at ``now`` (Unix s); a malformed one is."""
+    try:
+        return from_json(ArrivalRecord, text).keep_until < now
+    except RecordError:
+        return True
 
 
 class KVStateStore:
@@ -275,6 +287,30 @@ class KVStateStore:
             return True
         # a retried transaction may have committed the first time: then the record is the new one
         return result.retried and self._get_record(UndoRecord, key) == new
+
+    # -- the extender's arrival log -----------------------------------------------------------
+
+    def put_arrivals(self, records: Sequence[ArrivalRecord]) -> None:
+        ops = [Put(self.keys.arrival(check_name("ArrivalRecord.job", r.job)), to_json(r)) for r in records]
+        step = self.max_txn_ops
+        for i in range(0, len(ops), step):
+            self.backend.txn([], ops[i:i + step])
+
+    def arrivals(self) -> list[ArrivalRecord]:
+        found = []
+        for kv in self._scan("arrivals/"):
+            try:
+                found.append(from_json(ArrivalRecord, kv.value))
+            except RecordError as exc:
+                log.warning("malformed arrival record %s left out: %s", kv.key, exc)
+        return sorted(found, key=lambda r: (r.at, r.job))
+
+    def prune_arrivals(self, now: float) -> int:
+        stale = [kv for kv in self._scan("arrivals/") if _kept_until_before(kv.value, now)]
+        step = self.max_txn_ops
+        for i in range(0, len(stale), step):
+            self.backend.txn([], [Delete(kv.key) for kv in stale[i:i + step]])
+        return len(stale)
 
     # -- jobs' own records ------------------------------------------------------------------
 

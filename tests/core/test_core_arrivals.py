@@ -148,3 +148,44 @@ def test_arrivals_are_forgotten_after_the_window(model):
     pol._note_arrival(_request(model, "late", "ResNet-50", 128, 1, 600.0), ARRIVAL_WINDOW_S + 10.0 * HOUR)
     assert [a[1] for a in pol._arrivals] == ["late"]
     assert set(pol._arrived) == {"late"}
+
+
+def test_a_restarted_policy_takes_the_log_back_and_prices_the_same(model):
+    """What :attr:`on_arrival` is given, handed to a new policy (:meth:`remember_arrivals`, in any
+    order, one job twice), gives the same price at every time: the rate of the one-GPU arrivals
+    and the gang's lapse, which counts from when the first policy met it. Nothing is taken back
+    twice."""
+    from iadeep.sim import Simulator
+
+    first = make_policy("iadeep", model, predictor="oracle", price_arrivals=True)
+    noted: list[tuple[float, JobRequest]] = []
+    first.on_arrival = lambda t, job: noted.append((t, job))
+    sim = Simulator(_jobs([("x", 0, 1.0, 1, "ResNet-18", 64)]), first, model, ClusterSpec(2, 4, 24.0), SimSettings())
+    for i in range(11):
+        first._note_arrival(_request(model, f"r{i}", "ResNet-50", 128, 1, 600.0), i * 0.5 * HOUR)
+    gang = _request(model, "gang", "LM", 10, 8, 12 * HOUR)
+    first._note_arrival(gang, 5 * HOUR)
+    assert [j.job_id for _, j in noted] == [*(f"r{i}" for i in range(11)), "gang"]
+
+    restarted = make_policy("iadeep", model, predictor="oracle", price_arrivals=True)
+    given = list(reversed(noted)) + noted[:2]
+    assert restarted.remember_arrivals(given) == 12
+    assert restarted.remember_arrivals(noted) == 0
+    view = sim.view()
+    for hours in (5.0, 8.0, 23.0, 24.0, 29.5):
+        at = view.at(hours * HOUR)
+        assert restarted.arrival_cost_s(gang, at, tuple(range(8))) == first.arrival_cost_s(gang, at, tuple(range(8)))
+    assert restarted.arrival_cost_s(gang, view.at(5 * HOUR), tuple(range(8))) > 0.0
+    assert restarted.arrival_cost_s(gang, view.at(29.5 * HOUR), tuple(range(8))) == 0.0  # lapsed, as for the first
+    later = _request(model, "late", "ResNet-50", 128, 1, 600.0)
+    for pol in (first, restarted):  # both forget the same expired arrivals when the next is noted
+        pol._note_arrival(later, ARRIVAL_WINDOW_S + 3 * HOUR)
+    kept = [sorted((t, str(j)) for t, j, _ in pol._arrivals) for pol in (first, restarted)]
+    assert kept[0] == kept[1] and len(kept[0]) > 1  # arrivals at one time in either order
+    assert restarted._arriving == first._arriving
+    # a store that answers only after the policy met a job of its own: the two logs merge in order
+    merged = make_policy("iadeep", model, predictor="oracle", price_arrivals=True)
+    merged._note_arrival(_request(model, "own", "ResNet-50", 128, 1, 600.0), 6 * HOUR)
+    assert merged.remember_arrivals(noted[:12]) == 12
+    times = [t for t, _, _ in merged._arrivals]
+    assert times == sorted(times) and len(times) == 13

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +12,7 @@ from state_support import inventory, job
 
 from iadeep.state import (
     UNDO_OUTCOMES,
+    ArrivalRecord,
     Assignment,
     BannedType,
     GpuState,
@@ -207,3 +209,30 @@ def test_a_placement_record_names_its_session_kind_and_reads_as_tune_without_it(
     assert from_json(PlacementPolicy, to_json(p)) == p
     with pytest.raises(RecordError, match=r"\$\.session: must be one of tune, profile, got 'search'"):
         from_json(PlacementPolicy, '{"policy":"gandiva","colocation_limit":2,"session":"search"}')
+
+
+def test_arrival_records_round_trip_oldest_first_and_are_pruned_after_their_use(store, caplog):
+    """Both stores: arrivals written in one call (more than one transaction's worth) list oldest
+    first; a malformed record is logged and left out, never read as another; a record is pruned
+    once its ``keep_until`` has passed, the malformed one with the first prune; nothing else goes."""
+    many = [ArrivalRecord(f"j{i:03d}", 1000.0 - i, 1000.0 - i + 86400.0, 1, "ResNet-50", 128, 12.9)
+            for i in range(store.max_txn_ops + 5)]
+    gang = ArrivalRecord("gang", 500.0, 500.0 + 4 * 86400.0, 8, "LM", 5, 8.0)
+    share = ArrivalRecord("share", 600.0, 601.0, 1, "A3C", 1, 2.0, gpu_milli=250.0)
+    store.put_arrivals([*many, gang, share])
+    store.put_undo(_undo())  # another folder: never listed nor pruned as an arrival
+    store._put(store.keys.arrival("bad"), '{"job":"bad","at":"yesterday"}')
+    with caplog.at_level("WARNING"):
+        listed = store.arrivals()
+    assert [r.job for r in listed] == ["gang", "share", *reversed([r.job for r in many])]
+    assert listed[0] == gang and listed[1] == share
+    assert "arrivals/bad" in caplog.text and "ArrivalRecord" in caplog.text
+    assert store.prune_arrivals(0.0) == 1  # the malformed record only
+    assert store.prune_arrivals(many[-3].keep_until + 0.5) == 4  # the three oldest of many, and the share
+    left = {r.job for r in store.arrivals()}
+    assert left == {"gang", *(r.job for r in many[:-3])}
+    assert store.undos() == {"p2": _undo()}
+    store.put_arrivals([msgspec.structs.replace(gang, at=400.0)])  # the same job again: replaced
+    assert [r.at for r in store.arrivals() if r.job == "gang"] == [400.0]
+    with pytest.raises(RecordError):
+        store.put_arrivals([msgspec.structs.replace(gang, job="a/b")])

@@ -17,6 +17,7 @@ import pytest
 
 from iadeep import state
 from iadeep.state import (
+    ArrivalRecord,
     Assignment,
     BannedType,
     BatchSizeAssignment,
@@ -62,6 +63,10 @@ STORED: list[tuple[type, str]] = [
     (UndoRecord, '{"at":5.0,"gpu":0,"name":"train-p2","namespace":"ns","node":"n1","outcome":"evicted","pod_uid":"p2",'
                  '"progress":0.0,"reason":"co-location undone \\u2014 \\u00b5 \\u2264 1","session":"n1.0.1","settled_at":7.25,'
                  '"types":[{"batch_size":64,"model":"ResNet-50"},{"batch_size":5,"model":"LM"}],"undo_below":1.0}'),
+    (ArrivalRecord, '{"at":1700000000.5,"batch_size":128,"gpu_milli":null,"job":"uid-1","keep_until":1700086400.5,'
+                    '"mem_gib":12.932,"model":"ResNet-50","num_gpus":1}'),
+    (ArrivalRecord, '{"at":0.0,"batch_size":1,"gpu_milli":250.0,"job":"uid-2","keep_until":86400.0,"mem_gib":2.0,'
+                    '"model":"A3C","num_gpus":8}'),
 ]
 
 RESERVATION = ('{"assignments":[{"assumed_at":1.5,"gpu":0,"mem_gib":1e-05,"node":"n1","pod_uid":"uid-1"},'
@@ -107,6 +112,7 @@ def test_a_stored_reservation_writes_back_the_same_bytes() -> None:
      r"UndoRecord: \$\.progress: must be >= 0"),
     (lambda: UndoRecord("p", "ns", "n", "n1", 0, (BannedType("a", 1), BannedType("b", 1)), float("nan"), 1.0),
      r"UndoRecord: \$\.progress"),
+    (lambda: ArrivalRecord("j", 10.0, 9.0, 1, "LM", 5, 8.0), r"ArrivalRecord: \$\.keep_until: must be >= at"),
 ])
 def test_a_record_that_breaks_a_rule_over_its_fields_cannot_be_built(build, message) -> None:
     with pytest.raises(RecordError, match=message):
@@ -133,6 +139,10 @@ def test_a_record_that_breaks_a_rule_over_its_fields_cannot_be_built(build, mess
     (UndoRecord, '{"pod_uid":"a","namespace":"n","name":"x","node":"n","gpu":0,"types":[{"model":"a","batch_size":1},'
                  '{"model":"b","batch_size":1}],"progress":0,"undo_below":1,"outcome":"maybe"}',
      r"^UndoRecord: \$\.outcome: must be one of pending, evicted, gone, kept, got 'maybe'$"),
+    (ArrivalRecord, '{"job":"a/b","at":1,"keep_until":2,"num_gpus":1,"model":"LM","batch_size":5,"mem_gib":8}',
+     r'^ArrivalRecord: \$\.job: .*got "a/b"$'),
+    (ArrivalRecord, '{"job":"a","at":1,"keep_until":2,"num_gpus":1,"model":"LM","batch_size":5,"mem_gib":8,"gpu_milli":0}',
+     r"^ArrivalRecord: \$\.gpu_milli: "),
     (WorkloadStatus, '{"pod_uid":"p","state":"paused","batch_size":8}',
      r"^WorkloadStatus: \$\.state: must be one of running, completed, failed, got 'paused'$"),
     (Measurement, '{"pod_uid":"p","steps_per_s":1,"batch_size":true,"at":1}', r"^Measurement: \$\.batch_size: .*`bool`"),

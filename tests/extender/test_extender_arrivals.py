@@ -1,0 +1,88 @@
+"""The extender's arrival log (:mod:`iadeep.extender._arrivals`) against a real etcd: the jobs its
+policy meets are written to the store, and a restarted extender's policy takes them back, so
+the arrival price reads the same rate and a gang's price lapses when it would have."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+
+import pytest
+from extender_support import extender_args, gpu_pod, publish
+
+from iadeep.dev import LocalEtcd
+from iadeep.extender._wire import ExtenderArgs
+from iadeep.policy.iadeep import ARRIVAL_WINDOW_S
+from iadeep.state import EtcdStateStore, StateSettings
+from iadeep.testing import wait_for
+
+pytest.importorskip("kubernetes.client")
+
+R50 = {"iadeep.io/model": "ResNet-50", "iadeep.io/batch-size": "128"}
+
+
+def _filter(svc, uid: str, node: str = "a"):
+    pod = gpu_pod(f"p-{uid}", mem=8, uid=uid, annotations=R50)
+    return svc.filter(ExtenderArgs.model_validate(extender_args(pod, [node])))
+
+
+def test_a_restarted_extender_takes_back_the_arrivals_its_policy_met(make_service, store):
+    publish(store, ["a"], gpus=2)
+    first = make_service()
+    first.start()
+    try:
+        for uid in ("u1", "u2", "u3"):
+            assert _filter(first, uid).node_names == ["a"]
+        met = dict(first.policy._arrived)
+        assert set(met) == {"u1", "u2", "u3"}
+        stored = wait_for(store.arrivals, lambda rs: len(rs) == 3, what="three arrivals stored")
+    finally:
+        first.stop()
+    assert {r.job: r.at for r in stored} == met
+    assert all((r.model, r.batch_size, r.num_gpus, r.gpu_milli) == ("ResNet-50", 128, 1, None) for r in stored)
+    assert all(r.keep_until == r.at + ARRIVAL_WINDOW_S for r in stored)
+
+    second = make_service()
+    second.start()
+    try:
+        assert second.arrivals is not None and second.arrivals.restored
+        assert second.policy._arrived == met
+        assert second.policy._arriving == first.policy._arriving
+        _filter(second, "u1")  # met before the restart: not a new arrival
+        _filter(second, "u4")
+        assert set(second.policy._arrived) == {"u1", "u2", "u3", "u4"} and second.policy._arrived["u1"] == met["u1"]
+        wait_for(store.arrivals, lambda rs: len(rs) == 4, what="the new arrival stored")
+    finally:
+        second.stop()
+
+
+def test_an_extender_started_while_etcd_is_paused_takes_the_log_back_once_it_answers(make_service, tmp_path):
+    server = LocalEtcd(tmp_path / "etcd")
+    server.start()
+    store = EtcdStateStore(StateSettings(endpoints=[server.endpoint], prefix=f"/t-{uuid.uuid4().hex[:8]}"))
+    try:
+        publish(store, ["a"], gpus=2)
+        first = make_service(state_store=store)
+        first.start()
+        try:
+            _filter(first, "u1")
+            _filter(first, "u2")
+            wait_for(store.arrivals, lambda rs: len(rs) == 2, what="two arrivals stored")
+        finally:
+            first.stop()
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            second = make_service(state_store=store)
+            second.start()  # the store does not answer: served without the log
+            assert second.arrivals is not None and not second.arrivals.restored and not second.policy._arrived
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        try:
+            wait_for(lambda: second.arrivals.restored, bool, timeout=60, what="the log taken back once etcd answers")
+            assert set(second.policy._arrived) == {"u1", "u2"}
+        finally:
+            second.stop()
+    finally:
+        store.close()
+        server.stop()
