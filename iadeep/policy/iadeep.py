@@ -25,7 +25,10 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
    at ``a``/``b`` until one ends, then the survivor runs alone): the change of completion times is
    ``d_n = t_n - R_n`` for the job and ``d_p = k_p (t_p - R_p / rate_p)`` for the partner
    (**a gang partner's pace**: a gang progresses at its slowest GPU, so a partner already running
-   at ``rate_p`` runs at ``min(b, rate_p)`` beside the job: never faster than now), minus
+   at ``rate_p`` runs at ``min(b, rate_p)`` beside the job; a gang slowed by the other jobs on its
+   GPUs runs so only until the last of them leaves, at ``tau``, and then at ``b`` while the job
+   stays, so its delay is ``k_p`` times what the job adds to its finish time over the gang left to
+   speed up at ``tau``: about ``(1 - b)(t_n - tau)`` per GPU, 0 when the job leaves first), minus
    the **queue pressure** ``Q / G * max(a - k_p (1 - b), 0) * min(t_n, t_p)`` when ``queue_pressure``
    is on (off by default: it did not hold on a draw it was not designed on): the work the pair adds
    on the partner's GPUs while both run moves every queued job's start earlier, spread over the
@@ -108,6 +111,16 @@ def finish_times(r_new: np.ndarray, r_partner: np.ndarray, a: np.ndarray, b: np.
     t_new = np.where(new_first, t_new_alone, t_part_alone + (r_new - a * t_part_alone))
     t_part = np.where(new_first, t_new_alone + (r_partner - b * t_new_alone), t_part_alone)
     return t_new, t_part
+
+
+def _finish_in_phases(work: np.ndarray, d1: np.ndarray, r1: np.ndarray, d2: np.ndarray | float,
+                      r2: np.ndarray | float) -> np.ndarray:
+    """When (s from now) a job with ``work`` s of dedicated work left finishes, running at rate
+    ``r1`` for ``d1`` s, then ``r2`` for ``d2`` s, then at dedicated speed (rates > 0;
+    broadcastable arrays)."""
+    w1 = r1 * d1
+    w2 = w1 + r2 * d2
+    return np.where(work <= w1, work / r1, np.where(work <= w2, d1 + (work - w1) / r2, d1 + d2 + (work - w2)))
 
 
 def _smallest(x: np.ndarray, n: int) -> np.ndarray:
@@ -235,6 +248,10 @@ class IADeep(Policy):
             turn it on (the extender, under kube-scheduler's queue; the experiment under its
             ``kube`` and ``backfill`` queues: ``iadeep.experiment._steps.policy_flags``). Under
             strict FIFO the arrivals wait behind a job held for them anyway.
+        slowdown_ends: price a job beside a gang that other jobs already slow by the time it keeps
+            the gang slowed after they leave (module docstring: a gang partner's pace); off: the
+            gang is taken to stay at its current rate, so joining it costs nothing when the
+            pair is no slower than that rate.
     """
 
     name = "iadeep"
@@ -244,7 +261,7 @@ class IADeep(Policy):
                  learner: OnlineInterferenceLearner | None = None, tuning_trials: int = DEFAULT_TRIALS,
                  bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0, preempt: bool = True,
                  checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = False,
-                 waive_lockout: bool = True, price_arrivals: bool = False):
+                 waive_lockout: bool = True, price_arrivals: bool = False, slowdown_ends: bool = True):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")
@@ -259,6 +276,7 @@ class IADeep(Policy):
         self.queue_pressure = queue_pressure
         self.waive_lockout = waive_lockout
         self.price_arrivals = price_arrivals
+        self.slowdown_ends = slowdown_ends
         # the jobs first asked about within ARRIVAL_WINDOW_S, oldest first: (time s, job id, the
         # needs of a one-GPU job as (type, GiB, share) or None), and each one's time (a one-GPU
         # job's pruned with it; a job of several GPUs' kept: it bounds how long the price holds it)
@@ -647,7 +665,10 @@ class IADeep(Policy):
         ``t_part`` (s from now, :func:`finish_times`), the job's own delay ``own = t_new - R_n`` and
         the partner's ``part = k_p (t_part - R_p / rate_p)`` (job-seconds): a partner at its current
         rate (``alone``: at dedicated speed), a gang already slowed to ``rate`` running at
-        ``min(b, rate)`` (module docstring)."""
+        ``min(b, rate)``; with ``slowdown_ends``, a gang slowed by other jobs (the last leaving
+        at ``tau``, :meth:`_slowed_until`) runs at ``min(b, rate)`` until ``tau``, then at ``b``
+        until ``t_new``, and its delay is measured against running at ``rate`` until ``tau`` and
+        at dedicated speed after (module docstring)."""
         pred = self.predicted()
         # gathers with take and in-place maxima: the values of the indexing and np.maximum they
         # replace, with fewer temporaries (one co-location decision makes some 40 array operations)
@@ -663,9 +684,37 @@ class IADeep(Policy):
         else:
             rate = view.job_rate.take(partners)
             np.maximum(rate, 1e-6, out=rate)
-        r_p_now = view.remaining_s(partners) / rate  # the partner's time left at that rate
+        r_p = view.remaining_s(partners)
+        r_p_now = r_p / rate  # the partner's time left at that rate
         t_new, t_part = finish_times(remaining_s, r_p_now, a, np.minimum(b, rate) / rate)
-        return a, b, k_p, t_new, t_part, t_new - remaining_s, k_p * (t_part - r_p_now)
+        part = k_p * (t_part - r_p_now)
+        if self.slowdown_ends and not alone:
+            slowed = ((k_p > 1) & (rate < 1.0)).nonzero()[0]
+            if len(slowed):
+                part = part.copy()
+                gangs, of = np.unique(partners.take(slowed), return_inverse=True)  # a gang is the first job on each of its GPUs
+                tau = np.array([self._slowed_until(h, view) for h in gangs.tolist()]).take(of)
+                on = tau > 0.0
+                if on.any():
+                    i = slowed[on]
+                    tau, r, rp, bb, tn = tau[on], rate.take(i), r_p.take(i), b.take(i), t_new.take(i)
+                    without = _finish_in_phases(rp, tau, r, 0.0, 1.0)
+                    first = tn <= tau  # the new job leaves before the gang's other partners
+                    with_ = np.where(first, _finish_in_phases(rp, tn, np.minimum(r, bb), tau - tn, r),
+                                     _finish_in_phases(rp, tau, np.minimum(r, bb), tn - tau, bb))
+                    part[i] = k_p.take(i) * (with_ - without)
+        return a, b, k_p, t_new, t_part, t_new - remaining_s, part
+
+    @staticmethod
+    def _slowed_until(h: int, view: ClusterView) -> float:
+        """When (s from now) the last other job on the GPUs of job ``h`` leaves, at its current
+        rate; 0 when none shares them."""
+        on = (view.slots == h).any(axis=1)
+        others = view.slots[on]
+        others = others[(others >= 0) & (others != h)]
+        if not len(others):
+            return 0.0
+        return float((view.remaining_s(others) / np.maximum(view.job_rate.take(others), 1e-6)).max())
 
     def _place_locked_out(self, job: JobRequest, view: ClusterView, reason: np.ndarray) -> Placement | None:
         """A one-GPU job with no eligible GPU: the GPU holding one job whose only bar is a ban,
