@@ -57,6 +57,7 @@ class ArrivalLog:
         self.dropped = 0  # arrivals dropped unwritten (MAX_PENDING exceeded)
         self._pending: deque[ArrivalRecord] = deque()
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -95,15 +96,19 @@ class ArrivalLog:
         Raises:
             StoreUnavailable: the store did not answer (the arrivals stay queued).
         """
-        with self._lock:
-            batch = list(self._pending)
-        if not batch:
-            return 0
-        self.store.put_arrivals(batch)
-        with self._lock:
-            for _ in batch:  # the queue's head is the batch: record() only appends
-                self._pending.popleft()
-        return len(batch)
+        with self._flushing:  # one write at a time (a writer thread and stop's last write)
+            with self._lock:
+                batch = list(self._pending)
+            if not batch:
+                return 0
+            self.store.put_arrivals(batch)
+            written = {id(r) for r in batch}
+            with self._lock:
+                # what is left of the batch is the queue's head (record() appends, and drops the
+                # oldest past MAX_PENDING): only those records go
+                while self._pending and id(self._pending[0]) in written:
+                    self._pending.popleft()
+            return len(batch)
 
     def restore(self, policy: Any, lock: Any) -> int:
         """Give the stored arrivals back to ``policy`` (:meth:`IADeep.remember_arrivals`, under
@@ -137,9 +142,12 @@ class ArrivalLog:
     # -- the writer thread --------------------------------------------------------------------
 
     def start(self, policy: Any, lock: Any) -> None:
-        """Start the writer thread (it also restores, while :meth:`restore` has not succeeded)."""
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, args=(policy, lock), name="iadeep-arrivals", daemon=True)
+        """Start the writer thread (it also restores, while :meth:`restore` has not succeeded).
+        Each start has its own stop event, so a thread that :meth:`stop` did not wait out ends
+        on its own."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(policy, lock, self._stop), name="iadeep-arrivals",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -150,10 +158,10 @@ class ArrivalLog:
             self._thread.join(timeout_s)
             self._thread = None
 
-    def _run(self, policy: Any, lock: Any) -> None:
+    def _run(self, policy: Any, lock: Any, stop: threading.Event) -> None:
         warned = False
         while True:
-            stopping = self._stop.is_set()
+            stopping = stop.is_set()
             try:
                 if not self.restored:
                     self.restore(policy, lock)

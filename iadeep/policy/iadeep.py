@@ -28,7 +28,8 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
    at ``rate_p`` runs at ``min(b, rate_p)`` beside the job; a gang slowed by the other jobs on its
    GPUs runs so only until the last of them leaves, at ``tau``, and then at ``b`` while the job
    stays, so its delay is ``k_p`` times what the job adds to its finish time over the gang left to
-   speed up at ``tau``: about ``(1 - b)(t_n - tau)`` per GPU, 0 when the job leaves first), minus
+   speed up at ``tau``: about ``(1 - b)(t_n - tau)`` per GPU, 0 when the job leaves first and
+   ``b >= rate_p``), minus
    the **queue pressure** ``Q / G * max(a - k_p (1 - b), 0) * min(t_n, t_p)`` when ``queue_pressure``
    is on (off by default: it did not hold on a draw it was not designed on): the work the pair adds
    on the partner's GPUs while both run moves every queued job's start earlier, spread over the
@@ -518,25 +519,34 @@ class IADeep(Policy):
 
     def remember_arrivals(self, arrivals: Iterable[tuple[float, JobRequest]]) -> int:
         """Take back arrivals noted before (a restarted driver's log: ``(time s, job)`` pairs, as
-        :attr:`on_arrival` was given them, in any order): each job not remembered already is
-        remembered at its time, among the others in order of time, as if the reserve phase had
+        :attr:`on_arrival` was given them, in any order): each job is remembered at the earliest
+        of its times given and its own (a job met again while the log could not be read keeps
+        the earlier meeting), among the others in order of time, as if the reserve phase had
         met it then. Nothing is forgotten here (the next arrival noted forgets what is then too
-        old). Returns how many were taken back."""
+        old). Returns how many jobs it took back or moved earlier."""
         known = self._arrived
         taken: dict[Hashable, tuple[float, Hashable, _Needs | None]] = {}
+        earlier: dict[Hashable, float] = {}
         for t, job in sorted(arrivals, key=lambda a: a[0]):  # a job given twice: its first time
-            if job.job_id not in known and job.job_id not in taken:
-                taken[job.job_id] = (t, job.job_id, _needs(job))
-        fresh = list(taken.values())
-        if not fresh:
+            job_id = job.job_id
+            if job_id in taken or job_id in earlier:
+                continue
+            if job_id not in known:
+                taken[job_id] = (t, job_id, _needs(job))
+            elif t < known[job_id]:
+                earlier[job_id] = t
+        if not taken and not earlier:
             return 0
-        entries = sorted([*self._arrivals, *fresh], key=lambda e: e[0])  # stable: equal times keep their order
-        self._arrivals = deque(entries)
-        for t, job_id, needs in fresh:
+        entries = [(earlier.get(job_id, t), job_id, needs) for t, job_id, needs in self._arrivals] if earlier \
+            else list(self._arrivals)
+        # stable: equal times keep their order
+        self._arrivals = deque(sorted([*entries, *taken.values()], key=lambda e: e[0]))
+        known.update(earlier)
+        for t, job_id, needs in taken.values():
             known[job_id] = t
             if needs is not None:
                 self._arriving[needs] = self._arriving.get(needs, 0) + 1
-        return len(fresh)
+        return len(taken) + len(earlier)
 
     def _forget_arrivals(self, now_s: float) -> None:
         """Forget the arrivals first asked about before ``now_s - ARRIVAL_WINDOW_S`` (a job of

@@ -281,8 +281,11 @@ class StateStore(Protocol):
     # the extender's arrival log (extender -> a restarted extender)
     def put_arrivals(self, records: Sequence[ArrivalRecord]) -> None:
         """Record when the policy first met these jobs (:class:`ArrivalRecord`, key
-        ``arrivals/<job>``; replaces a record of the same job), in as few transactions as the
-        backend's operation limit allows.
+        ``arrivals/<job>``). The earliest meeting counts: a stored record of the same job stays
+        when it is no later and still of use (``keep_until``) at the new one's time, and is
+        replaced otherwise (or when malformed). One transaction per record, compared on the
+        stored one, so that writers racing on a key (extender workers, a restart) keep the
+        earliest.
 
         Raises:
             RecordError: a job id is not a key segment.
@@ -293,7 +296,7 @@ class StateStore(Protocol):
 
     def prune_arrivals(self, now: float) -> int:
         """Delete the arrival records whose ``keep_until`` is before ``now`` (Unix s) and the
-        malformed ones; returns how many were deleted."""
+        malformed ones, each unless rewritten since it was read; returns how many were deleted."""
 
     # jobs' own records (workload SDK, coordinator)
     def set_batch_size(self, assignment: BatchSizeAssignment) -> None:

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from iadeep.state._alloc import Allocations
 from iadeep.state._keys import Keys, check_name, new_seqs
-from iadeep.state._kv import KV, Delete, KVBackend, Put, WatchBatch, first, holds, unchanged
+from iadeep.state._kv import KV, Compare, Delete, KVBackend, Put, Range, WatchBatch, first, holds, unchanged
 from iadeep.state._protocol import ChangeBatch, NodeRecords, StateListing, StoreUnavailable
 from iadeep.state._records import (
     Assignment, BatchSizeAssignment, GpuState, InterferenceSampleRecord, JobCheckpoint, JobRecord, Measurement,
@@ -50,6 +50,21 @@ _FOLLOWED = ("nodes/", "gpus/", "jobs/", "samples/", "undos/")
 
 def _oldest_first(kvs: list[KV]) -> list[KV]:
     return sorted(kvs, key=lambda kv: (kv.create_revision, kv.key))
+
+
+#: transactions put_arrivals tries for one record before leaving the stored one as it is
+_ARRIVAL_ATTEMPTS = 5
+
+
+def _keeps(stored: bytes, record: ArrivalRecord) -> bool:
+    """Whether a stored arrival record stays rather than ``record`` of the same job: it is
+    well-formed, no later than ``record`` and still of use at ``record``'s time (the earliest
+    meeting of a job is the one that counts; workers and restarts may meet it again later)."""
+    try:
+        old = from_json(ArrivalRecord, stored)
+    except RecordError:
+        return False
+    return old.at <= record.at <= old.keep_until
 
 
 def _kept_until_before(text: str, now: float) -> bool:
@@ -291,10 +306,20 @@ class KVStateStore:
     # -- the extender's arrival log -----------------------------------------------------------
 
     def put_arrivals(self, records: Sequence[ArrivalRecord]) -> None:
-        ops = [Put(self.keys.arrival(check_name("ArrivalRecord.job", r.job)), to_json(r)) for r in records]
-        step = self.max_txn_ops
-        for i in range(0, len(ops), step):
-            self.backend.txn([], ops[i:i + step])
+        for record in records:
+            key = self.keys.arrival(check_name("ArrivalRecord.job", record.job))
+            text = to_json(record)
+            for _ in range(_ARRIVAL_ATTEMPTS):  # a lost race with another writer of the key: read again
+                result = self.backend.txn([Compare(key, "create", 0)], [Put(key, text)], [Range(key)])
+                if result.succeeded:
+                    break
+                kv = first(result.responses[0])
+                if kv is None:
+                    continue  # deleted since: put it if absent again
+                if _keeps(kv.value, record):
+                    break
+                if self.backend.txn([unchanged(key, kv)], [Put(key, text)]).succeeded:
+                    break
 
     def arrivals(self) -> list[ArrivalRecord]:
         found = []
@@ -306,11 +331,11 @@ class KVStateStore:
         return sorted(found, key=lambda r: (r.at, r.job))
 
     def prune_arrivals(self, now: float) -> int:
-        stale = [kv for kv in self._scan("arrivals/") if _kept_until_before(kv.value, now)]
-        step = self.max_txn_ops
-        for i in range(0, len(stale), step):
-            self.backend.txn([], [Delete(kv.key) for kv in stale[i:i + step]])
-        return len(stale)
+        pruned = 0
+        for kv in self._scan("arrivals/"):
+            if _kept_until_before(kv.value, now) and self.backend.txn([unchanged(kv.key, kv)], [Delete(kv.key)]).succeeded:
+                pruned += 1  # a record rewritten since the scan stays
+        return pruned
 
     # -- jobs' own records ------------------------------------------------------------------
 

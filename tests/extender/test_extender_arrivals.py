@@ -86,3 +86,71 @@ def test_an_extender_started_while_etcd_is_paused_takes_the_log_back_once_it_ans
     finally:
         store.close()
         server.stop()
+
+
+def _policy_and_log(model, store):
+    import threading
+
+    from iadeep.extender._arrivals import ArrivalLog
+    from iadeep.podspec import TypeResolver
+    from iadeep.policy import make_policy
+
+    policy = make_policy("iadeep", model, price_arrivals=True)
+    log = ArrivalLog(store, TypeResolver(model, "ResNet-50", 64), clock=lambda: 0.0)
+    policy.on_arrival = log.record
+    return policy, log, threading.Lock()
+
+
+def _request(model, job_id: str, gpus: int = 1):
+    from iadeep.jobtypes import JobType
+    from iadeep.policy import JobRequest
+
+    t = model.type_id(JobType("ResNet-50", 128))
+    return JobRequest(0, job_id, t, gpus, float(model.mem_gib[t]), 3600.0)
+
+
+def test_a_job_met_again_while_the_log_could_not_be_read_keeps_its_first_meeting(model):
+    """The store holds a gang met at 0 s; the restarted policy, which could not read the log at
+    start, meets it again at 10 h. Once the store answers, the policy takes the earlier meeting
+    back and the store keeps it: the gang's price lapses 2 T after 0 s, not after 10 h."""
+    from iadeep.state import MemoryStateStore
+
+    store = MemoryStateStore()
+    before, log0, _ = _policy_and_log(model, store)
+    before._note_arrival(_request(model, "gang", gpus=8), 0.0)
+    before._note_arrival(_request(model, "one"), 60.0)
+    log0.flush()
+    after, log, lock = _policy_and_log(model, store)
+    after._note_arrival(_request(model, "gang", gpus=8), 36000.0)  # met again during the outage
+    assert log.restore(after, lock) == 2  # "one" taken back, "gang" moved earlier
+    log.flush()
+    assert after._arrived == {"gang": 0.0, "one": 60.0}
+    assert [(t, j) for t, j, _ in after._arrivals] == [(0.0, "gang"), (60.0, "one")]
+    assert [(r.job, r.at) for r in store.arrivals()] == [("gang", 0.0), ("one", 60.0)]
+
+
+def test_arrivals_noted_during_a_write_are_written_next_even_past_the_queue_limit(model, monkeypatch):
+    """Arrivals that come while a long write is in flight, with the queue at its limit (its
+    oldest records dropped to make room), are the ones left queued after the write: none of them
+    is lost, and what was dropped is counted."""
+    from iadeep.extender import _arrivals
+    from iadeep.state import MemoryStateStore
+
+    monkeypatch.setattr(_arrivals, "MAX_PENDING", 5)
+    store = MemoryStateStore()
+    policy, log, _ = _policy_and_log(model, store)
+    for i in range(5):
+        policy._note_arrival(_request(model, f"old{i}"), float(i))
+    write = store.put_arrivals
+
+    def slow_put(records):
+        policy._note_arrival(_request(model, "new0"), 10.0)  # arrive while the write is in flight
+        policy._note_arrival(_request(model, "new1"), 11.0)
+        write(records)
+
+    monkeypatch.setattr(store, "put_arrivals", slow_put)
+    assert log.flush() == 5
+    assert log.dropped == 2 and log.pending == 2
+    monkeypatch.setattr(store, "put_arrivals", write)
+    log.flush()
+    assert {r.job for r in store.arrivals()} == {"old0", "old1", "old2", "old3", "old4", "new0", "new1"}

@@ -232,7 +232,16 @@ def test_arrival_records_round_trip_oldest_first_and_are_pruned_after_their_use(
     left = {r.job for r in store.arrivals()}
     assert left == {"gang", *(r.job for r in many[:-3])}
     assert store.undos() == {"p2": _undo()}
-    store.put_arrivals([msgspec.structs.replace(gang, at=400.0)])  # the same job again: replaced
+    # the same job again: the earliest meeting that is still of use stays
+    store.put_arrivals([msgspec.structs.replace(gang, at=700.0, keep_until=700.0 + 86400.0)])
+    assert [r for r in store.arrivals() if r.job == "gang"] == [gang]
+    store.put_arrivals([msgspec.structs.replace(gang, at=400.0)])
     assert [r.at for r in store.arrivals() if r.job == "gang"] == [400.0]
+    late = msgspec.structs.replace(gang, at=10 * 86400.0, keep_until=11 * 86400.0)  # after the stored one's use
+    store.put_arrivals([late])
+    assert [r for r in store.arrivals() if r.job == "gang"] == [late]
+    store._put(store.keys.arrival("gang"), "{broken")
+    store.put_arrivals([gang])
+    assert [r for r in store.arrivals() if r.job == "gang"] == [gang]
     with pytest.raises(RecordError):
         store.put_arrivals([msgspec.structs.replace(gang, job="a/b")])
