@@ -301,10 +301,13 @@ def policy_flags(cfg: ExperimentConfig) -> dict[str, Any]:
     ``kube_preemption``, as the kubernetes backend gives its extender; the arrival price
     (``price_arrivals``) under the queues that let a later job start first (``kube``, as the
     extender has it, and ``backfill``): under strict FIFO the jobs arriving wait behind a job held
-    for them as they would beside it."""
+    for them as they would beside it; a slowed gang's pricing (``slowdown_ends``) under the
+    ``kube`` queue, as the extender has it (measured better there, neutral under FIFO)."""
     flags: dict[str, Any] = {}
     if cfg.queue == "kube" and cfg.kube_preemption:
         flags["preempt_unblocked"] = True
+    if cfg.queue == "kube":
+        flags["slowdown_ends"] = True
     if cfg.queue != "fifo":
         flags["price_arrivals"] = True
     return flags

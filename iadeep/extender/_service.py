@@ -106,6 +106,8 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
             options["preempt_unblocked"] = True
         if "price_arrivals" in inspect.signature(POLICIES[settings.policy]).parameters:
             options["price_arrivals"] = True  # kube-scheduler's queue lets a later pod start first
+        if "slowdown_ends" in inspect.signature(POLICIES[settings.policy]).parameters:
+            options["slowdown_ends"] = True  # as the experiment's kube queue (policy_flags)
         if "undo_below" in inspect.signature(POLICIES[settings.policy]).parameters:
             options["undo_below"] = settings.undo_below or None  # 0: never undo
         self.policy = make_policy(settings.policy, model, **options)

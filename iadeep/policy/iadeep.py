@@ -252,7 +252,11 @@ class IADeep(Policy):
         slowdown_ends: price a job beside a gang that other jobs already slow by the time it keeps
             the gang slowed after they leave (module docstring: a gang partner's pace); off: the
             gang is taken to stay at its current rate, so joining it costs nothing when the
-            pair is no slower than that rate.
+            pair is no slower than that rate. Off by default: it was measured better under
+            kube-scheduler's queue only (neutral under strict FIFO;
+            docs/design/2026-12-05-a-slowed-gangs-slowdown-ends.md), and the drivers that run that
+            queue turn it on (the extender; the experiment's ``kube`` queue:
+            ``iadeep.experiment._steps.policy_flags``).
     """
 
     name = "iadeep"
@@ -262,7 +266,7 @@ class IADeep(Policy):
                  learner: OnlineInterferenceLearner | None = None, tuning_trials: int = DEFAULT_TRIALS,
                  bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0, preempt: bool = True,
                  checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = False,
-                 waive_lockout: bool = True, price_arrivals: bool = False, slowdown_ends: bool = True):
+                 waive_lockout: bool = True, price_arrivals: bool = False, slowdown_ends: bool = False):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")

@@ -45,3 +45,12 @@ def test_a_job_beside_a_slowed_gang_pays_for_the_slowdown_it_extends(model, new_
         cost = float(pol.pair_cost_s(r18, new_s, np.array([0]), slowed)[0])
         assert cost == pytest.approx(4 * (1 - b) * max(new_s - HOUR, 0.0) if on else 0.0, abs=1e-6)
         assert float(pol.pair_cost_s(r18, new_s, np.array([0]), alone)[0]) == pytest.approx(4 * (1 - b) * new_s)
+
+
+def test_the_experiment_turns_it_on_under_the_kube_queue_only():
+    """kube-scheduler's queue (the extender's) prices a slowed gang's end; strict FIFO does not."""
+    from iadeep.experiment import ExperimentConfig
+    from iadeep.experiment._steps import policy_flags
+
+    assert policy_flags(ExperimentConfig(queue="kube")).get("slowdown_ends") is True
+    assert "slowdown_ends" not in policy_flags(ExperimentConfig(queue="fifo"))
