@@ -187,6 +187,8 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
                 self.arrivals.restore(self.policy, self._policy_lock)
             except StoreUnavailable:  # the writer thread restores once the store answers
                 pass
+            except Exception:  # noqa: BLE001 - serve anyway; the writer thread tries again
+                log.exception("could not take the arrival log back at start")
         gc.collect()
         gc.freeze()
         if self.node_state is not None:
