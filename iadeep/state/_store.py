@@ -56,23 +56,13 @@ def _oldest_first(kvs: list[KV]) -> list[KV]:
 _ARRIVAL_ATTEMPTS = 5
 
 
-def _keeps(stored: bytes, record: ArrivalRecord) -> bool:
-    """Whether a stored arrival record stays rather than ``record`` of the same job: it is
-    well-formed, no later than ``record`` and still of use at ``record``'s time (the earliest
-    meeting of a job is the one that counts; workers and restarts may meet it again later)."""
+def _arrival(kv: KV) -> ArrivalRecord | None:
+    """The arrival record ``kv`` holds; ``None`` (logged) when it is malformed."""
     try:
-        old = from_json(ArrivalRecord, stored)
-    except RecordError:
-        return False
-    return old.at <= record.at <= old.keep_until
-
-
-def _kept_until_before(text: str, now: float) -> bool:
-    """Whether a stored arrival record is of no more use at ``now`` (Unix s); a malformed one is."""
-    try:
-        return from_json(ArrivalRecord, text).keep_until < now
-    except RecordError:
-        return True
+        return from_json(ArrivalRecord, kv.value)
+    except RecordError as exc:
+        log.warning("malformed arrival record %s: %s", kv.key, exc)
+        return None
 
 
 class KVStateStore:
@@ -316,24 +306,24 @@ class KVStateStore:
                 kv = first(result.responses[0])
                 if kv is None:
                     continue  # deleted since: put it if absent again
-                if _keeps(kv.value, record):
+                old = _arrival(kv)
+                # the earliest meeting of a job counts (workers and restarts may meet it again
+                # later): a well-formed stored record no later and still of use stays
+                if old is not None and old.at <= record.at <= old.keep_until:
                     break
                 if self.backend.txn([unchanged(key, kv)], [Put(key, text)]).succeeded:
                     break
 
     def arrivals(self) -> list[ArrivalRecord]:
-        found = []
-        for kv in self._scan("arrivals/"):
-            try:
-                found.append(from_json(ArrivalRecord, kv.value))
-            except RecordError as exc:
-                log.warning("malformed arrival record %s left out: %s", kv.key, exc)
+        found = [r for r in map(_arrival, self._scan("arrivals/")) if r is not None]
         return sorted(found, key=lambda r: (r.at, r.job))
 
     def prune_arrivals(self, now: float) -> int:
         pruned = 0
         for kv in self._scan("arrivals/"):
-            if _kept_until_before(kv.value, now) and self.backend.txn([unchanged(kv.key, kv)], [Delete(kv.key)]).succeeded:
+            record = _arrival(kv)  # a malformed one goes too
+            if (record is None or record.keep_until < now) \
+                    and self.backend.txn([unchanged(kv.key, kv)], [Delete(kv.key)]).succeeded:
                 pruned += 1  # a record rewritten since the scan stays
         return pruned
 
