@@ -174,10 +174,17 @@ DRAW_SIZE = 64
 """Settings of ``make results``' draw (``iadeep experiment sweep --draw``)."""
 
 
-def run_fresh_draw(out: Path, n: int, seed: int, workers: int, say=None) -> dict:
+DRAW_REPEATS = 3
+"""Runs of every policy per drawn setting, each with its own measurement noise (``--repeats``): one
+run of an overloaded setting moves by up to half its avg JCT with the noise alone
+(docs/design/2026-12-05-runs-with-their-own-noise.md)."""
+
+
+def run_fresh_draw(out: Path, n: int, seed: int, workers: int, say=None, repeats: int = DRAW_REPEATS) -> dict:
     """The guard over ``n`` settings drawn from ``seed`` under kube-scheduler's queue (with perfect
-    prediction and the zero-interference ceiling beside) and under FIFO; returns the printed
-    ``lines`` and the results page's ``text``."""
+    prediction and the zero-interference ceiling beside) and under FIFO, every policy run
+    ``repeats`` times a setting with its own measurement noise; returns the printed ``lines`` and
+    the results page's ``text``."""
     import dataclasses
     import json as _json
 
@@ -191,24 +198,37 @@ def run_fresh_draw(out: Path, n: int, seed: int, workers: int, say=None) -> dict
     zero = out / "zero-interference.json"
     zero.write_text(_json.dumps(without_interference(_json.loads(Path(inputs("philly")["throughputs"]).read_text()))[0]))
     kube = run_draw({"kube": dataclasses.replace(base, queue="kube")}, settings, inputs, oracle=True, ceiling=str(zero),
-                    workers=workers, on_done=say)
+                    workers=workers, on_done=say, repeats=repeats)
     fifo = run_draw({"fifo": dataclasses.replace(base, queue="fifo", out=str(out / "fifo"))}, settings, inputs,
-                    workers=workers, on_done=say)
+                    workers=workers, on_done=say, repeats=repeats)
     kube.to_csv(out / "sweep-kube.csv", index=False)
     fifo.to_csv(out / "sweep-fifo.csv", index=False)
     plot_sweep(kube, out / "sweep-kube.png")
     g, f = guard_figures(kube), guard_figures(fifo)
     lines = [f"draw seed {seed}, {n} settings"] + guard_lines(g, "kube", base.policies) + guard_lines(f, "fifo", base.policies)
-    text = (f"**A fresh draw** (draw seed {seed}, {n} settings: `iadeep experiment sweep --draw {n} --draw-seed {seed} "
-            f"--queue kube --oracle --ceiling`). kube-scheduler's queue: iadeep's avg JCT / the better of antman and gandiva "
+    from iadeep.experiment._sweep import by_chance
+
+    text = (f"**A fresh draw** (draw seed {seed}, {n} settings, each policy run {repeats} times a setting with its own "
+            f"measurement noise, figures of their mean avg JCT: `iadeep experiment sweep --draw {n} --draw-seed {seed} "
+            f"--queue kube --oracle --ceiling --repeats {repeats}`). kube-scheduler's queue: iadeep's avg JCT / the better of antman and gandiva "
             f"**{g['worst_vs_packing']:.2f} at worst** ({g['worst_setting']}) and **{g['median_vs_packing']:.2f} at the "
             f"median**; iadeep / exclusive at most **{g['worst_vs_exclusive']:.2f}**; median headroom to the "
             f"zero-interference ceiling captured **{g['median_headroom_captured']:.2f}** (the ceiling's median "
             f"{g['ceiling_median_vs_packing']:.2f} of packing); with perfect prediction worst "
-            f"{g['oracle_worst_vs_packing']:.2f}, median {g['oracle_median_vs_packing']:.2f}. Goals: "
+            f"{g['oracle_worst_vs_packing']:.2f}, median {g['oracle_median_vs_packing']:.2f}"
+            + (f", slower than learned in every run on {_count(g['oracle_worse_every_run'])} settings "
+               f"({n * by_chance(repeats):.1f} expected by chance alone) and faster in every run on "
+               f"{g['oracle_better_every_run']}; one run of iadeep spans x{g['noise_band_median']:.2f} of its avg JCT at "
+               f"the median setting, up to x{g['noise_band_max']:.2f}" if repeats > 1 else "")
+            + ". Goals: "
             f"{GUARD_GOALS_TEXT} (met: {_met(g)}). FIFO beside it: worst {f['worst_vs_packing']:.2f}, median "
             f"{f['median_vs_packing']:.2f}, iadeep / exclusive at most {f['worst_vs_exclusive']:.2f}. Produced by `make results`.")
     return {"lines": lines, "text": text}
+
+
+def _count(names: str | None) -> int:
+    """How many settings a guard's comma-separated list (``"<setting> <ratio>, ..."``) names."""
+    return len([x for x in (names or "").split(",") if x.strip()])
 
 
 GUARD_GOALS_TEXT = "worst <= 1.02, median <= 0.85, never above exclusive, median headroom captured >= 0.7"
@@ -223,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seed of the draw (default: today's date as YYYYMMDD, a fresh draw; with --check: the "
                              "seed the results page names)")
     parser.add_argument("--workers", type=int, default=2, help="processes for the draw's settings")
+    parser.add_argument("--repeats", type=int, default=DRAW_REPEATS,
+                        help=f"runs of every policy per drawn setting, each with its own measurement noise (default {DRAW_REPEATS})")
     args = parser.parse_args(argv)
     if args.draw_seed is None:
         import datetime
@@ -257,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         held.to_csv(out / f"holdout-{queue}.csv", index=False)
         held_guards[queue] = guard_figures(held)
     df = frames["fifo"]
-    draw = run_fresh_draw(out / "draw", args.draw, args.draw_seed, args.workers, say)
+    draw = run_fresh_draw(out / "draw", args.draw, args.draw_seed, args.workers, say, args.repeats)
     for line in draw["lines"]:
         print(line)
     return rewrite_blocks({"main": main_table(summary), "sweep": sweep_table(df), "draw": draw["text"],

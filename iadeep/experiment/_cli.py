@@ -166,6 +166,7 @@ def sweep_cmd(
     from_draw: Annotated[Optional[str], typer.Option(help="Rerun the draw recorded in this guard.json exactly.")] = None,
     oracle: Annotated[bool, typer.Option(help="Also run iadeep with perfect prediction (policy row iadeep@oracle) and report its guard.")] = False,
     ceiling: Annotated[bool, typer.Option(help="Also run iadeep (oracle), antman and gandiva without interference (tools/zero_interference.py's table): the ceiling and the share of headroom iadeep captures.")] = False,
+    repeats: Annotated[int, typer.Option(help="Runs of every policy per setting, each with its own measurement noise (the same jobs): the table and the guard take their mean avg JCT, and the guard says how far one run spreads.")] = 1,
     workers: Annotated[int, typer.Option(help="Settings run in this many processes at once (results identical to 1).")] = 1,
     jobs: Annotated[int, typer.Option(help="Jobs per setting.")] = _D.jobs or 400,
     trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
@@ -207,6 +208,8 @@ def sweep_cmd(
                 raise ConfigError("draw_seed", f"must be >= 0, got {draw_seed}")
         if workers < 1:
             raise ConfigError("workers", f"must be >= 1, got {workers}")
+        if repeats < 1:
+            raise ConfigError("repeats", f"must be >= 1, got {repeats}")
         base = _registry_config(trace, dict(trace=trace, jobs=jobs, virtual_cluster=virtual_cluster, mix=mix,
                                             policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
                                             kube_preemption=kube_preemption, predictor=predictor,
@@ -250,10 +253,11 @@ def sweep_cmd(
         try:
             if drawn:
                 df = run_draw(bases, settings, inputs, oracle=oracle, ceiling=zero, workers=workers, on_done=step,
-                              reference=reference)
+                              reference=reference, repeats=repeats)
             else:
                 df = pd.concat([run_sweep(b, starts, load_list, seed_list, reference=reference, on_setting=step,
-                                          label=label(q), write=False, oracle=oracle, ceiling=zero).assign(queue=q)
+                                          label=label(q), write=False, oracle=oracle, ceiling=zero,
+                                          repeats=repeats).assign(queue=q)
                                 for q, b in bases.items()], ignore_index=True)
         except (ValueError, DatasetError, TraceFormatError, OSError) as exc:  # e.g. a window past the trace's end
             bar.stop()

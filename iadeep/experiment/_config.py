@@ -63,6 +63,8 @@ class ExperimentConfig:
         throughputs_file: measurements in Gavel's schema (e.g. written by ``iadeep profile``)
             instead of the published ones fetched through the dataset registry.
         seed: seeds the mix and measurement noise.
+        noise_seed: seeds the simulator's measurement noise instead of ``seed`` (the jobs stay those
+            of ``seed``): a sweep's repeats of one setting (``iadeep experiment sweep --repeats``).
         backfill: allow queued jobs behind a waiting head to start (the same as ``queue="backfill"``).
         queue: the simulator's scheduling queue: ``fifo``, ``backfill`` or ``kube``
             (kube-scheduler's queue: priority then creation time, backoff, retries on events).
@@ -127,6 +129,7 @@ class ExperimentConfig:
     gpu_type: str = "v100"
     throughputs_file: str | None = None
     seed: int = field(default=0, metadata={"ge": 0})
+    noise_seed: int | None = field(default=None, metadata={"ge": 0})
     backfill: bool = False
     queue: str = "fifo"
     kube_preemption: bool = True

@@ -77,7 +77,8 @@ def sim_settings(cfg: ExperimentConfig) -> SimSettings:
         k = cfg.kube_time_scale
         kube = dataclasses.replace(kube, initial_backoff_s=kube.initial_backoff_s * k, max_backoff_s=kube.max_backoff_s * k,
                                    max_unschedulable_s=kube.max_unschedulable_s * k)
-    return SimSettings(seed=cfg.seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill,
+    seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
+    return SimSettings(seed=seed, trial_s=cfg.trial_s, measurement_noise=cfg.measurement_noise, backfill=cfg.backfill,
                        queue=cfg.queue, kube=kube, tuning=cfg.tuning, gang_placement=cfg.gang_placement)
 
 

@@ -14,18 +14,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from iadeep.experiment._config import ExperimentConfig
 from iadeep.experiment._steps import build_workload, fetch_inputs, run_policy
 
 __all__ = ["check_grid", "run_sweep", "run_setting", "run_draw", "draw_inputs", "CEILING_POLICIES", "guard_lines", "headroom_captured", "sweep_table", "plot_sweep", "guard_figures", "dedicated_floor", "write_sweep_files",
-           "GUARD_GOALS"]
+           "GUARD_GOALS", "noise_seed", "by_chance"]
 
 
 def run_setting(base: ExperimentConfig, paths: dict[str, str], start: int, load: float, seed: int, label: str = "",
                 options: dict[str, dict] | None = None, name: str | None = None, fields: dict[str, Any] | None = None,
-                oracle: bool = False, ceiling: str | None = None) -> list[dict]:
+                oracle: bool = False, ceiling: str | None = None, repeats: int = 1) -> list[dict]:
     """One setting of a sweep: every policy of ``base`` on the window from job ``start`` at target
     load ``load`` with ``seed``; files under ``<base.out>/<name>/``.
 
@@ -40,10 +41,20 @@ def run_setting(base: ExperimentConfig, paths: dict[str, str], start: int, load:
         ceiling: a zero-interference table (:func:`iadeep.interference.without_interference`):
             run iadeep (oracle), antman and gandiva on it too and add ``ceiling_avg_jct_s``, the best
             of them, to every row (files under ``<name>/ceiling/``).
+        repeats: runs of every policy, each with its own measurement noise (:func:`noise_seed`;
+            the jobs are the same): a row's metrics are their means, ``avg_jct_lo_s`` and
+            ``avg_jct_hi_s`` the least and the greatest avg JCT of one run (files of run ``r >= 1``
+            under ``<name>/noise-<r>/``; the ceiling runs once).
 
     Returns:
-        one ``sweep.csv`` row per policy (setting, its fields, policy, summary metrics).
+        one ``sweep.csv`` row per policy (setting, its fields, policy, summary metrics, ``repeats``,
+        ``avg_jct_lo_s``, ``avg_jct_hi_s``).
+
+    Raises:
+        ValueError: ``repeats`` below 1.
     """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     setting = name or f"{label}{start}-{load:g}-{seed}"
     cfg = dataclasses.replace(base, start_job=start, target_load=load, seed=seed, out=str(Path(base.out) / setting),
                               **(fields or {}))
@@ -55,11 +66,18 @@ def run_setting(base: ExperimentConfig, paths: dict[str, str], start: int, load:
                      {**((options or {}).get("iadeep") or {}), "predictor": "oracle"}))
     rows = []
     for label_, run_cfg, policy, opts in runs:
-        result = run_policy(run_cfg, policy, workload, paths["throughputs"], options=opts)
-        s = result.summary(cfg.include_censored)
+        summaries = []
+        for r in range(repeats):
+            cfg_r = run_cfg if r == 0 else dataclasses.replace(run_cfg, noise_seed=noise_seed(seed, r),
+                                                               out=str(run_cfg.out_dir / f"noise-{r}"))
+            result = run_policy(cfg_r, policy, workload, paths["throughputs"], options=opts)
+            summaries.append(result.summary(cfg.include_censored))
+        runs_jct = [x["avg_jct_s"] for x in summaries]
         rows.append({"setting": setting, "start_job": start, "target_load": load, "seed": seed, **(fields or {}),
                      "policy": label_, "offered_load_peak": meta["offered_load_peak"],
-                     "avg_dedicated_s": dedicated_floor(result.jobs, cfg.include_censored), **s})
+                     "avg_dedicated_s": dedicated_floor(result.jobs, cfg.include_censored),
+                     **(summaries[0] if repeats == 1 else {k: float(np.mean([x[k] for x in summaries])) for k in summaries[0]}),
+                     "repeats": repeats, "avg_jct_lo_s": float(np.min(runs_jct)), "avg_jct_hi_s": float(np.max(runs_jct))})
     if ceiling:
         zero = dataclasses.replace(cfg, out=str(cfg.out_dir / "ceiling"))
         best = float("nan")
@@ -72,17 +90,28 @@ def run_setting(base: ExperimentConfig, paths: dict[str, str], start: int, load:
     return rows
 
 
+def noise_seed(seed: int, repeat: int) -> int:
+    """The measurement-noise seed of a setting's ``repeat``-th run (:attr:`ExperimentConfig.noise_seed`):
+    ``seed`` itself for run 0 (a sweep of one run is the plain experiment), otherwise the first
+    32-bit word of numpy's ``SeedSequence((seed, repeat))``, so that no two runs of a sweep share
+    a noise stream."""
+    if repeat == 0:
+        return seed
+    return int(np.random.SeedSequence((seed, repeat)).generate_state(1)[0])
+
+
 #: The sharing policies whose best avg JCT on the zero-interference table is a setting's ceiling.
 CEILING_POLICIES = ("iadeep", "antman", "gandiva")
 
 
 def _run_drawn(args: tuple) -> list[dict]:
     """:func:`run_setting` of one drawn setting (a process pool's task: arguments as one tuple)."""
-    base, paths, setting, queue, oracle, ceiling = args
+    base, paths, setting, queue, oracle, ceiling, repeats = args
     fields = setting.fields()
     start, load, seed = fields.pop("start_job"), fields.pop("target_load"), fields.pop("seed")
     name = f"{queue}:{setting.name}" if queue else setting.name
-    rows = run_setting(base, paths, start, load, seed, name=name, fields=fields, oracle=oracle, ceiling=ceiling)
+    rows = run_setting(base, paths, start, load, seed, name=name, fields=fields, oracle=oracle, ceiling=ceiling,
+                       repeats=repeats)
     return [{**row, "queue": base.queue} for row in rows]
 
 
@@ -116,14 +145,14 @@ def draw_inputs(base: ExperimentConfig, n: int, seed: int, cache_dir: str | Path
 
 def run_draw(bases: dict[str, ExperimentConfig], settings: Sequence[Any], paths_of: Callable[[Any], dict[str, str]],
              oracle: bool = False, ceiling: str | None = None, workers: int = 1,
-             on_done: Callable[[str], None] | None = None, reference: str = "iadeep") -> pd.DataFrame:
+             on_done: Callable[[str], None] | None = None, reference: str = "iadeep", repeats: int = 1) -> pd.DataFrame:
     """Every drawn setting under every queue model of ``bases``; returns the ``sweep.csv`` table.
 
     Args:
         bases: queue model -> the experiment every setting starts from (policies, predictor, ...).
         settings: :class:`iadeep.experiment.DrawnSetting` items (:func:`iadeep.experiment.draw_settings`).
         paths_of: a setting -> its inputs (:func:`fetch_inputs` of its trace).
-        oracle, ceiling: as :func:`run_setting`.
+        oracle, ceiling, repeats: as :func:`run_setting`.
         workers: settings run in this many processes at once (1: in this process); the table is
             the same row for row whatever the number (each setting is its own deterministic run).
         on_done: called with each setting's name as it ends.
@@ -133,7 +162,7 @@ def run_draw(bases: dict[str, ExperimentConfig], settings: Sequence[Any], paths_
         ``queue`` and the setting's fields as columns.
     """
     label = len(bases) > 1
-    tasks = [(b, paths_of(s), s, q if label else "", oracle, ceiling) for s in settings for q, b in bases.items()]
+    tasks = [(b, paths_of(s), s, q if label else "", oracle, ceiling, repeats) for s in settings for q, b in bases.items()]
     parts: list[list[dict]] = [[] for _ in tasks]
     if workers <= 1:
         for i, task in enumerate(tasks):
@@ -203,19 +232,19 @@ def sweep_table(rows: list[dict], reference: str = "iadeep") -> pd.DataFrame:
 
 def run_sweep(base: ExperimentConfig, start_jobs: Sequence[int], loads: Sequence[float], seeds: Sequence[int],
               reference: str = "iadeep", on_setting: Callable[[str], None] | None = None, label: str = "",
-              write: bool = True, oracle: bool = False, ceiling: str | None = None) -> pd.DataFrame:
+              write: bool = True, oracle: bool = False, ceiling: str | None = None, repeats: int = 1) -> pd.DataFrame:
     """Run ``base`` for every (start job, target load, seed); returns the ``sweep.csv`` table.
 
     Each setting is named ``<label><start>-<load>-<seed>`` and writes its files under
     ``<base.out>/<setting>/``; ``write=False`` skips ``sweep.csv`` (for callers that combine sweeps);
-    ``oracle`` and ``ceiling`` as :func:`run_setting`.
+    ``oracle``, ``ceiling`` and ``repeats`` as :func:`run_setting`.
     """
     rows = []
     paths = fetch_inputs(base, progress=False)
     for start, load, seed in itertools.product(start_jobs, loads, seeds):
         if on_setting:
             on_setting(f"{label}{start}-{load:g}-{seed}")
-        rows += run_setting(base, paths, start, load, seed, label, oracle=oracle, ceiling=ceiling)
+        rows += run_setting(base, paths, start, load, seed, label, oracle=oracle, ceiling=ceiling, repeats=repeats)
     df = sweep_table(rows, reference)
     if write:
         out = Path(base.out)
@@ -306,7 +335,14 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
         (:func:`headroom_captured`'s median over the settings with headroom) and
         ``ceiling_median_vs_packing``, ``oracle_worst_vs_packing`` / ``oracle_median_vs_packing``
         (the same ratios of ``<policy>@oracle``) and ``oracle_worse`` (settings where it is
-        :data:`ORACLE_SLACK` slower than ``policy``, worst first), ``settings`` (count), and
+        :data:`ORACLE_SLACK` slower than ``policy``, worst first), ``settings`` (count),
+        ``repeats`` (runs a setting: :func:`run_setting`; the figures above are of their mean avg
+        JCTs), with more than one run ``noise_band_median`` / ``noise_band_max`` /
+        ``noise_band_setting`` (the greatest over the least avg JCT of one run of ``policy``: how
+        far measurement noise alone moves one setting), ``oracle_worse_every_run`` (the settings
+        where every run of ``<policy>@oracle`` is slower than every run of ``policy``, as
+        ``oracle_worse`` names them; :func:`by_chance` says how often that happens without a
+        difference) and ``oracle_better_every_run`` (how many settings the reverse), and
         ``met`` (against :data:`GUARD_GOALS`: ``"no"`` when a measured figure misses its goal,
         ``"yes"`` when every figure is measured and meets it, else ``None``); a figure is ``None``
         when its policies were not run.
@@ -316,7 +352,9 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
         "settings": len(table), "worst_vs_packing": None, "worst_setting": None, "median_vs_packing": None,
         "worst_vs_exclusive": None, "floor_vs_exclusive": None, "above_packing": None,
         "above_exclusive": None, "median_headroom_captured": None, "ceiling_median_vs_packing": None,
-        "oracle_worst_vs_packing": None, "oracle_median_vs_packing": None, "oracle_worse": None, "met": None}
+        "oracle_worst_vs_packing": None, "oracle_median_vs_packing": None, "oracle_worse": None,
+        "repeats": _repeats(df), "noise_band_median": None, "noise_band_max": None, "noise_band_setting": None,
+        "oracle_worse_every_run": None, "oracle_better_every_run": None, "met": None}
     if policy not in table:
         return out
     base = [p for p in packing if p in table]
@@ -337,6 +375,17 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
             by_oracle = table[oracle] / best_packing
             out.update(oracle_worst_vs_packing=float(by_oracle.max()), oracle_median_vs_packing=float(by_oracle.median()),
                        oracle_worse=_above(table[oracle] / table[policy], 1.0 + ORACLE_SLACK))
+        if out["repeats"] > 1 and {"avg_jct_lo_s", "avg_jct_hi_s"} <= set(df.columns):
+            lo = df.pivot(index="setting", columns="policy", values="avg_jct_lo_s")
+            hi = df.pivot(index="setting", columns="policy", values="avg_jct_hi_s")
+            band = (hi[policy] / lo[policy]).dropna()
+            if len(band):
+                out.update(noise_band_median=float(band.median()), noise_band_max=float(band.max()),
+                           noise_band_setting=str(band.idxmax()))
+            if oracle in table:
+                worse = lo[oracle] > hi[policy]  # its fastest run slower than the learned predictor's slowest
+                out["oracle_worse_every_run"] = _above((table[oracle] / table[policy]).where(worse), 1.0)
+                out["oracle_better_every_run"] = int((hi[oracle] < lo[policy]).sum())
     if exclusive in table:
         vs_excl = table[policy] / table[exclusive]
         out["worst_vs_exclusive"] = float(vs_excl.max())
@@ -350,6 +399,23 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
     elif all(out[k] is not None for k in GUARD_GOALS):
         out["met"] = "yes"
     return out
+
+
+def _repeats(df: pd.DataFrame) -> int:
+    """Runs per setting and policy of a ``sweep.csv`` table (its ``repeats`` column; 1 without one)."""
+    if "repeats" not in df.columns or not df["repeats"].notna().any():
+        return 1
+    return int(df["repeats"].max())
+
+
+def by_chance(repeats: int) -> float:
+    """The chance that every one of ``repeats`` runs of one variant is slower than every one of
+    ``repeats`` runs of another when the two do not differ (all orders of the ``2 repeats`` runs
+    equally likely): ``1 / C(2 repeats, repeats)``; 1/20 for 3 runs each (the exact one-sided
+    p-value of the Mann-Whitney U test at U = 0)."""
+    import math
+
+    return 1.0 / math.comb(2 * repeats, repeats)
 
 
 def guard_lines(guard: dict, queue: str, policies: Sequence[str]) -> list[str]:
@@ -374,6 +440,16 @@ def guard_lines(guard: dict, queue: str, policies: Sequence[str]) -> list[str]:
         lines.append(f"  with perfect prediction (iadeep@oracle): worst {guard['oracle_worst_vs_packing']:.2f}, median "
                      f"{guard['oracle_median_vs_packing']:.2f}; slower than learned by over {ORACLE_SLACK:.0%} on: "
                      f"{guard['oracle_worse'] or 'none'}")
+    k = guard.get("repeats") or 1
+    if k > 1 and guard.get("noise_band_median") is not None:
+        lines.append(f"  {k} runs a setting, each with its own measurement noise (figures: their means); one run's avg JCT "
+                     f"spans x{guard['noise_band_median']:.2f} at the median setting, up to x{guard['noise_band_max']:.2f} "
+                     f"({guard['noise_band_setting']})")
+    if k > 1 and guard.get("oracle_worse_every_run") is not None:
+        expected = guard["settings"] * by_chance(k)
+        lines.append(f"  perfect prediction slower than learned in every run ({expected:.1f} settings expected by chance "
+                     f"alone): {guard['oracle_worse_every_run'] or 'none'}; faster in every run: "
+                     f"{guard['oracle_better_every_run']} setting{'' if guard['oracle_better_every_run'] == 1 else 's'}")
     if guard.get("above_packing"):
         lines.append(f"  above {GUARD_FLAG} x packing: {guard['above_packing']}")
     if guard.get("above_exclusive"):
@@ -388,7 +464,8 @@ def _above(ratio: pd.Series, limit: float) -> str:
 
 def plot_sweep(df: pd.DataFrame, path: Path, reference: str = "iadeep") -> Path:
     """Grouped bars: each policy's avg JCT / the reference's, per setting (log scale; > 1 = reference
-    wins); with ``ceiling_avg_jct_s`` and both packing baselines in ``df``, a second panel below:
+    wins; with several runs a setting, their means, and lines from the least to the greatest run's
+    avg JCT over the reference's mean, the reference's own runs in grey); with ``ceiling_avg_jct_s`` and both packing baselines in ``df``, a second panel below:
     the share of the headroom to the zero-interference ceiling the reference captures per setting
     (:func:`headroom_captured`) and its median."""
     import matplotlib
@@ -409,12 +486,23 @@ def plot_sweep(df: pd.DataFrame, path: Path, reference: str = "iadeep") -> Path:
         captured = headroom_captured(jct[reference], jct[packing].min(axis=1), ceiling)
     x = np.arange(len(table))
     width = 0.8 / max(len(others), 1)
+    spread = None  # with several runs a setting: each one's least and greatest avg JCT over the reference's mean
+    if _repeats(df) > 1 and {"avg_jct_lo_s", "avg_jct_hi_s"} <= set(df.columns) and reference in jct:
+        spread = {end: df.pivot(index="setting", columns="policy", values=f"avg_jct_{end}_s").reindex(table.index)
+                  .div(jct[reference], axis=0) for end in ("lo", "hi")}
     panels = 2 if captured is not None else 1
     fig, axes = plt.subplots(panels, 1, figsize=(max(6.0, 0.3 * len(table) + 2.0), 4.0 * panels), sharex=True,
                              squeeze=False)
     ax = axes[0, 0]
     for k, name in enumerate(others):
-        ax.bar(x + (k - (len(others) - 1) / 2) * width, table[name], width, label=name)
+        at = x + (k - (len(others) - 1) / 2) * width
+        ax.bar(at, table[name], width, label=name)
+        if spread is not None:
+            lo, hi = spread["lo"][name], spread["hi"][name]
+            ax.vlines(at, lo, hi, color="black", lw=0.7)
+    if spread is not None:
+        ax.vlines(x, spread["lo"][reference], spread["hi"][reference], color="grey", lw=3.0, alpha=0.6,
+                  label=f"{reference}'s runs (black: each policy's runs)")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FormatStrFormatter("%.2g"))
