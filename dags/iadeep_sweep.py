@@ -4,7 +4,8 @@
 
     prepare -> run_setting[start x load x seed] (mapped) -> combine
 
-Each mapped instance simulates every policy on one setting and writes its files under
+Each mapped instance simulates every policy on one setting (``repeats`` times, each run with its
+own measurement noise: :func:`iadeep.experiment.run_setting`) and writes its files under
 ``<out>/<start>-<load>-<seed>/``; with the Celery or Kubernetes executor the settings fan out
 over the workers (the output folder must be shared, e.g. the NFS export). A setting's rows travel
 to ``combine`` as lists of ``[column, value]`` pairs, not as objects: a Postgres metadata database
@@ -40,6 +41,9 @@ PARAMS.update({
                    uniqueItems=True, description="Target mean offered loads."),
     "seeds": Param([0, 1], type="array", items={"type": "integer", "minimum": 0}, minItems=1, uniqueItems=True,
                    description="Seeds."),
+    "repeats": Param(1, type="integer", minimum=1,
+                     description="Runs of every policy per setting, each with its own measurement noise (the same "
+                                 "jobs); sweep.csv and the guard take their means (iadeep experiment sweep --repeats)."),
     "reference": Param("iadeep", type="string", description="Policy the others are compared with (one of policies)."),
     "out": Param("runs/sweep", type="string", minLength=1, description="Output folder (as iadeep_experiment's)."),
 })
@@ -61,7 +65,7 @@ def iadeep_sweep() -> None:
 
         p = dict(params or {})
         refuse_unused(p, PARAMS, "iadeep_sweep")
-        grid = {k: p.pop(k) for k in ("start_jobs", "loads", "seeds", "reference")}
+        grid = {k: p.pop(k) for k in ("start_jobs", "loads", "seeds", "reference", "repeats")}
         try:
             config = config_from_params(p, runs_dir())
         except ValueError as exc:  # bad conf: retrying cannot fix it
@@ -78,7 +82,8 @@ def iadeep_sweep() -> None:
         claim_out(config["out"], get_current_context())
         settings = [{"start": s, "load": float(x), "seed": seed} for s in grid["start_jobs"] for x in grid["loads"]
                     for seed in grid["seeds"]]
-        return {"config": config, "paths": paths, "settings": settings, "reference": grid["reference"]}
+        return {"config": config, "paths": paths, "settings": settings, "reference": grid["reference"],
+                "repeats": int(grid["repeats"])}
 
     @task
     def settings_of(prepared: dict[str, Any]) -> list[dict[str, Any]]:
@@ -94,7 +99,7 @@ def iadeep_sweep() -> None:
 
         check_claim(prepared["config"]["out"], get_current_context())
         rows = run(ExperimentConfig.from_dict(prepared["config"]), prepared["paths"], int(setting["start"]),
-                   float(setting["load"]), int(setting["seed"]))
+                   float(setting["load"]), int(setting["seed"]), repeats=int(prepared.get("repeats", 1)))
         return [[[k, v] for k, v in row.items()] for row in rows]  # ordered pairs: see the module docstring
 
     @task

@@ -2,7 +2,8 @@
 a second run into an ``out`` folder another run holds, a sweep conf with a key the sweep does not
 use or a reference it does not run, a regression baseline of another experiment, and a missing
 Connection (no retries). Each failure is read back from the task's log (``dag.test()`` writes it to
-the test's output): it names what was wrong."""
+the test's output): it names what was wrong. Also what a sweep conf passes on: ``repeats`` reaches
+every mapped setting."""
 
 from __future__ import annotations
 
@@ -121,6 +122,23 @@ def test_sweep_refuses_a_conf_it_would_misread_before_any_work(dagbag, airflow_d
     assert message in log, log[-2000:]
     assert _tries(dag.dag_id, run.run_id, "prepare") == 1  # bad input is not retried
     assert not out.exists()
+
+
+def test_the_sweep_runs_each_setting_as_many_times_as_its_conf_asks(dagbag, airflow_db, capfd, tmp_path: Path) -> None:
+    import pandas as pd
+
+    out = tmp_path / "sweep"
+    run, log = _run(dagbag.dags["iadeep_sweep"], capfd,
+                    run_conf={"start_jobs": [40000], "loads": [2.0], "seeds": [0], "jobs": 40, "queue": "kube",
+                              "policies": ["iadeep", "gandiva"], "repeats": 3, "out": str(out)})
+    states = _states("iadeep_sweep", run.run_id)
+    assert set(states.values()) == {"success"}, (states, log[-2000:])
+    df = pd.read_csv(out / "sweep.csv")
+    assert (df["repeats"] == 3).all()
+    assert ((df["avg_jct_lo_s"] <= df["avg_jct_s"] + 1e-6) & (df["avg_jct_s"] <= df["avg_jct_hi_s"] + 1e-6)).all()
+    assert json.loads((out / "guard.json").read_text())["repeats"] == 3
+    for policy in ("iadeep", "gandiva"):
+        assert (out / "40000-2-0" / "noise-2" / f"jobs-{policy}.csv").is_file()
 
 
 @pytest.mark.slow
