@@ -206,7 +206,7 @@ def run_fresh_draw(out: Path, n: int, seed: int, workers: int, say=None, repeats
     plot_sweep(kube, out / "sweep-kube.png")
     g, f = guard_figures(kube), guard_figures(fifo)
     lines = [f"draw seed {seed}, {n} settings"] + guard_lines(g, "kube", base.policies) + guard_lines(f, "fifo", base.policies)
-    from iadeep.experiment._sweep import by_chance
+    from iadeep.experiment import by_chance
 
     text = (f"**A fresh draw** (draw seed {seed}, {n} settings, each policy run {repeats} times a setting with its own "
             f"measurement noise, figures of their mean avg JCT: `iadeep experiment sweep --draw {n} --draw-seed {seed} "

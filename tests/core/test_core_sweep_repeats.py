@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from iadeep.cli import app
 from iadeep.experiment import ExperimentConfig
 from iadeep.experiment._steps import fetch_inputs
-from iadeep.experiment._sweep import by_chance, guard_figures, guard_lines, noise_seed, run_setting
+from iadeep.experiment import by_chance, guard_figures, guard_lines, noise_seed, run_setting
 
 JOB_COLUMNS = ["job_id", "submit_s", "duration_s", "num_gpus", "model", "batch_size"]
 
