@@ -36,7 +36,10 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
    cluster. Waiting is credited ``W (1 + B / need)`` (every blocked job starts up to ``W`` later).
    The job co-locates on the GPUs that minimise ``d_n + d_p - credit`` when that is below 0, else it
    waits. A gang with nobody blocked behind it (``need > 1``, ``B = 0``) pays its slowest shared
-   GPU's delay once (:func:`_gang_choice`, exact). A job of pods of several GPUs, each pod on one
+   GPU's delay once (:func:`_gang_choice`, exact). With ``partner_once``, a job of several GPUs
+   pays a partner it would share several GPUs with once: exactly for pods
+   (:meth:`IADeep._place_pods`), otherwise each shared GPU's ``d_p`` over the number of that
+   partner's shareable GPUs, at most ``need`` (exact when the choice takes that many of them). A job of pods of several GPUs, each pod on one
    node, has its GPUs chosen as pods first (fewest shared GPUs, then the cheapest) and exactly
    those shared GPUs priced (:meth:`IADeep._place_pods`). A pair predicted below taking turns
    (``a + b < 1``) is credited the job's own wait only, the queue's too when the job would leave
@@ -257,6 +260,13 @@ class IADeep(Policy):
             docs/design/2026-12-05-a-slowed-gangs-slowdown-ends.md), and the drivers that run that
             queue turn it on (the extender; the experiment's ``kube`` queue:
             ``iadeep.experiment._steps.policy_flags``).
+        partner_once: a job of several GPUs that would share more than one GPU with the same
+            partner pays that partner's price (``d_p``, already ``k_p`` times its delay) once, not
+            once per GPU shared (module docstring, step 3); off: once per GPU shared. Off by
+            default: measured better under strict FIFO (draw 8128: geomean 0.98, worst 1.99 ->
+            1.42) and on the kube queue's worst setting (1.11 -> 1.04), slightly worse in geomean
+            under the kube queue (+0.3 %, +0.9 % on two draws;
+            docs/design/2026-12-05-runs-with-their-own-noise.md).
     """
 
     name = "iadeep"
@@ -266,7 +276,8 @@ class IADeep(Policy):
                  learner: OnlineInterferenceLearner | None = None, tuning_trials: int = DEFAULT_TRIALS,
                  bad_pairs_when_waiting: bool = True, undo_below: float | None = 1.0, preempt: bool = True,
                  checkpoint_cost_s: float = 30.0, preempt_unblocked: bool = False, queue_pressure: bool = False,
-                 waive_lockout: bool = True, price_arrivals: bool = False, slowdown_ends: bool = False):
+                 waive_lockout: bool = True, price_arrivals: bool = False, slowdown_ends: bool = False,
+                 partner_once: bool = False):
         super().__init__(model, colocation_limit=colocation_limit)
         if predictor not in ("learned", "oracle"):
             raise ValueError(f"predictor must be 'learned' or 'oracle', got {predictor!r}")
@@ -282,6 +293,7 @@ class IADeep(Policy):
         self.waive_lockout = waive_lockout
         self.price_arrivals = price_arrivals
         self.slowdown_ends = slowdown_ends
+        self.partner_once = partner_once
         # the jobs first asked about within ARRIVAL_WINDOW_S, oldest first: (time s, job id, the
         # needs of a one-GPU job as (type, GiB, share) or None), and each one's time (a one-GPU
         # job's pruned with it; a job of several GPUs' kept: it bounds how long the price holds it)
@@ -462,6 +474,9 @@ class IADeep(Policy):
         if job.pod_gpus > 1 and k > 1:  # pods on single nodes: the GPUs are chosen as pods, then priced
             return self._place_pods(job, view, free, n_free, shared, own, part, a + b >= 1.0)
         need = k - n_free
+        if self.partner_once and need > 1:  # a partner priced once, spread over its GPUs taken (module docstring)
+            _, inv, counts = np.unique(first, return_inverse=True, return_counts=True)
+            part = part / np.minimum(counts[inv], need)
         # A gang with nobody blocked behind it: its own delay (that of its slowest shared GPU) and
         # its wait count once, not once per shared GPU (module docstring: a gang's delay and wait).
         once = need > 1 and job.jobs_behind <= 0
@@ -811,7 +826,12 @@ class IADeep(Policy):
         if not need:  # free GPUs alone make the pods (the caller tried them first: not reached)
             return Placement(job.job_id, gpus, "free GPU")
         once = need > 1 and job.jobs_behind <= 0  # a gang's delay and wait once (module docstring)
-        cost = float(own[pos].max() + part[pos].sum()) if once else float(base[pos].sum())
+        if self.partner_once and need > 1:  # each partner's price once, however many of its GPUs are shared
+            _, at = np.unique(view.slots[:, 0].take(shared.take(pos)), return_index=True)
+            part_sum = float(part[pos][at].sum())
+            cost = float(own[pos].max()) + part_sum if once else float(own[pos].sum()) + part_sum
+        else:
+            cost = float(own[pos].max() + part[pos].sum()) if once else float(base[pos].sum())
         # the arrival price (module docstring) only adds to the cost: computed where it could turn
         # a placement into a wait, so the many waits never pay for it
         blocked = None
