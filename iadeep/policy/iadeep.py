@@ -40,9 +40,9 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
    pays a partner it would share several GPUs with once: exactly for pods
    (:meth:`IADeep._place_pods`), otherwise each shared GPU's ``d_p`` over the number of that
    partner's shareable GPUs, at most ``need`` (exact when the choice takes that many of them).
-   A job of pods of several GPUs, each pod on one node, has its GPUs chosen as pods first (fewest shared GPUs, then the cheapest) and exactly
-   those shared GPUs priced (:meth:`IADeep._place_pods`). A pair predicted below taking turns
-   (``a + b < 1``) is credited the job's own wait only, the queue's too when the job would leave
+   A job of pods of several GPUs, each pod on one node, has its GPUs chosen as pods first (fewest
+   shared GPUs, then the cheapest) and exactly those shared GPUs priced (:meth:`IADeep._place_pods`).
+   A pair predicted below taking turns (``a + b < 1``) is credited the job's own wait only, the queue's too when the job would leave
    free GPUs idle (``bad_pairs_when_waiting``). A job of several GPUs pays the arrival price
    on top of the pairs' prices.
 
