@@ -42,9 +42,9 @@ Reserve phase (:meth:`IADeep.reserve`), in order:
    partner's shareable GPUs, at most ``need`` (exact when the choice takes that many of them).
    A job of pods of several GPUs, each pod on one node, has its GPUs chosen as pods first (fewest
    shared GPUs, then the cheapest) and exactly those shared GPUs priced (:meth:`IADeep._place_pods`).
-   A pair predicted below taking turns (``a + b < 1``) is credited the job's own wait only, the queue's too when the job would leave
-   free GPUs idle (``bad_pairs_when_waiting``). A job of several GPUs pays the arrival price
-   on top of the pairs' prices.
+   A pair predicted below taking turns (``a + b < 1``) is credited the job's own wait only, the
+   queue's too when the job would leave free GPUs idle (``bad_pairs_when_waiting``). A job of
+   several GPUs pays the arrival price on top of the pairs' prices.
 
 **The arrival price** (:meth:`IADeep.arrival_cost_s`, ``price_arrivals``): a job of several GPUs
 that holds its GPUs for ``T`` (its remaining work) blocks the one-GPU jobs arriving meanwhile when
