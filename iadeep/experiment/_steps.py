@@ -303,7 +303,9 @@ def policy_flags(cfg: ExperimentConfig) -> dict[str, Any]:
     (``price_arrivals``) under the queues that let a later job start first (``kube``, as the
     extender has it, and ``backfill``): under strict FIFO the jobs arriving wait behind a job held
     for them as they would beside it; a slowed gang's pricing (``slowdown_ends``) under the
-    ``kube`` queue, as the extender has it (measured better there, neutral under FIFO)."""
+    ``kube`` queue, as the extender has it (measured better there, neutral under FIFO); a gang's
+    partner priced once (``partner_once``) under strict FIFO, where it was measured better on
+    two draws (docs/design/2026-12-05-runs-with-their-own-noise.md; mixed under ``kube``)."""
     flags: dict[str, Any] = {}
     if cfg.queue == "kube" and cfg.kube_preemption:
         flags["preempt_unblocked"] = True
@@ -311,6 +313,8 @@ def policy_flags(cfg: ExperimentConfig) -> dict[str, Any]:
         flags["slowdown_ends"] = True
     if cfg.queue != "fifo":
         flags["price_arrivals"] = True
+    else:
+        flags["partner_once"] = True
     return flags
 
 

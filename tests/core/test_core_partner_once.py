@@ -49,3 +49,14 @@ def test_a_gang_pays_a_partner_on_all_its_gpus_once(model, pod_gpus):
     else:
         assert gains[False] is None  # the partner paid four times: it waits
     assert gains[True] == pytest.approx(wait - own - part, abs=1.0)
+
+
+def test_the_experiment_turns_it_on_under_strict_fifo_only():
+    """Strict FIFO prices a gang's partner once; kube-scheduler's queue (the extender's) and
+    backfill keep the price per GPU shared."""
+    from iadeep.experiment import ExperimentConfig
+    from iadeep.experiment._steps import policy_flags
+
+    assert policy_flags(ExperimentConfig(queue="fifo")).get("partner_once") is True
+    for queue in ("kube", "backfill"):
+        assert "partner_once" not in policy_flags(ExperimentConfig(queue=queue))
