@@ -19,7 +19,10 @@ Beside the fixed settings, every run simulates ``draw`` settings drawn at random
 ``draw_seed``, by default the run's logical date (``YYYYMMDD``): a new draw every day. They have no
 baseline; ``check`` appends their guard figures (iadeep over the better packing baseline, worst and
 median) to ``draws.csv`` and writes their rows to ``draws/<seed>.csv``, so a change that hurts
-settings nobody fixed shows up in that history. ``draw: 0`` turns it off.
+settings nobody fixed shows up in that history. ``draw: 0`` turns it off. ``draw_repeats: K`` runs
+each drawn setting K times, each run with its own measurement noise (``iadeep experiment sweep
+--repeats``): the guard reads their mean, and ``draws.csv`` gains the noise band, at K times the
+draw's time.
 
 ``prepare`` fails before any simulation when the stored baseline measured another experiment
 (other ``jobs`` or ``target_load``, or no setting and policy in common with this run) or is not a
@@ -58,6 +61,9 @@ from airflow.sdk import Param, dag, task
          "draw": Param(4, type="integer", minimum=0, description="Settings drawn at random beside the fixed ones (0: none)."),
          "draw_seed": Param(None, type=["null", "integer"], minimum=0,
                             description="Seed of the draw; null = the run's logical date (YYYYMMDD)."),
+         "draw_repeats": Param(1, type="integer", minimum=1,
+                               description="Runs of each drawn setting, each with its own measurement noise; "
+                                           "the draw's guard reads their mean."),
          "regression_dir": Param(None, type=["null", "string"],
                                  description="Baseline/history folder; null = Variable iadeep_regression_dir."),
      }, default_args={"retries": 0})
@@ -80,6 +86,7 @@ def iadeep_regression() -> None:
         directory = str(Path(p.pop("regression_dir") or variable_path("iadeep_regression_dir", "regression")).resolve())
         update = p.pop("update_baseline")
         n_drawn, draw_seed = int(p.pop("draw", 0) or 0), p.pop("draw_seed", None)
+        draw_repeats = int(p.pop("draw_repeats", 1) or 1)
         settings = [{"start": s, "seed": seed} for s in p.get("start_jobs", ()) for seed in p.get("seeds", ())]
         out = Path(directory) / "runs" / re.sub(r"[^A-Za-z0-9_.-]", "_", str(run_id))
         try:  # bad conf or a baseline of another experiment: fail before minutes of simulation, without retrying
@@ -103,7 +110,8 @@ def iadeep_regression() -> None:
         except ValueError as exc:
             raise AirflowFailException(str(exc)) from None
         return {"spec": p, "dir": directory, "update": update, "base": base.to_dict(), "paths": paths,
-                "settings": settings, "run_id": str(run_id), "drawn": drawn_items, "draw_seed": seed}
+                "settings": settings, "run_id": str(run_id), "drawn": drawn_items, "draw_seed": seed,
+                "draw_repeats": draw_repeats}
 
     @task
     def drawn_of(prepared: dict[str, Any]) -> list[dict[str, Any]]:
@@ -115,7 +123,8 @@ def iadeep_regression() -> None:
 
         base = ExperimentConfig.from_dict(prepared["base"])
         item = DrawnSetting(**{k: v for k, v in setting.items() if k != "paths"})
-        return run_draw({"kube": dataclasses_replace(base, queue="kube")}, [item], lambda _: setting["paths"]).to_dict("records")
+        return run_draw({"kube": dataclasses_replace(base, queue="kube")}, [item], lambda _: setting["paths"],
+                        repeats=int(prepared.get("draw_repeats", 1))).to_dict("records")
 
     @task
     def settings_of(prepared: dict[str, Any]) -> list[dict[str, Any]]:

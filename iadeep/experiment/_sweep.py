@@ -357,6 +357,7 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
         "oracle_worse_every_run": None, "oracle_better_every_run": None, "met": None}
     if policy not in table:
         return out
+    oracle = f"{policy}@oracle"
     base = [p for p in packing if p in table]
     best_packing = table[base].min(axis=1) if base else None
     ratio = table[policy] / best_packing if base else None
@@ -370,22 +371,21 @@ def guard_figures(df: pd.DataFrame, policy: str = "iadeep", packing: Sequence[st
                 out["median_headroom_captured"] = float(captured.median())
             if ceiling.notna().any():
                 out["ceiling_median_vs_packing"] = float((ceiling / best_packing).median())
-        oracle = f"{policy}@oracle"
         if oracle in table:
             by_oracle = table[oracle] / best_packing
             out.update(oracle_worst_vs_packing=float(by_oracle.max()), oracle_median_vs_packing=float(by_oracle.median()),
                        oracle_worse=_above(table[oracle] / table[policy], 1.0 + ORACLE_SLACK))
-        if out["repeats"] > 1 and {"avg_jct_lo_s", "avg_jct_hi_s"} <= set(df.columns):
-            lo = df.pivot(index="setting", columns="policy", values="avg_jct_lo_s")
-            hi = df.pivot(index="setting", columns="policy", values="avg_jct_hi_s")
-            band = (hi[policy] / lo[policy]).dropna()
-            if len(band):
-                out.update(noise_band_median=float(band.median()), noise_band_max=float(band.max()),
-                           noise_band_setting=str(band.idxmax()))
-            if oracle in table:
-                worse = lo[oracle] > hi[policy]  # its fastest run slower than the learned predictor's slowest
-                out["oracle_worse_every_run"] = _above((table[oracle] / table[policy]).where(worse), 1.0)
-                out["oracle_better_every_run"] = int((hi[oracle] < lo[policy]).sum())
+    if out["repeats"] > 1 and {"avg_jct_lo_s", "avg_jct_hi_s"} <= set(df.columns):  # with or without packing
+        lo = df.pivot(index="setting", columns="policy", values="avg_jct_lo_s")
+        hi = df.pivot(index="setting", columns="policy", values="avg_jct_hi_s")
+        band = (hi[policy] / lo[policy]).dropna()
+        if len(band):
+            out.update(noise_band_median=float(band.median()), noise_band_max=float(band.max()),
+                       noise_band_setting=str(band.idxmax()))
+        if oracle in table:
+            worse = lo[oracle] > hi[policy]  # its fastest run slower than the learned predictor's slowest
+            out["oracle_worse_every_run"] = _above((table[oracle] / table[policy]).where(worse), 1.0)
+            out["oracle_better_every_run"] = int((hi[oracle] < lo[policy]).sum())
     if exclusive in table:
         vs_excl = table[policy] / table[exclusive]
         out["worst_vs_exclusive"] = float(vs_excl.max())

@@ -43,10 +43,10 @@ def test_baseline_passes_and_a_worse_policy_parameter_fails(dagbag, airflow_db, 
     baseline = json.loads((directory / "baseline.json").read_text())
     assert set(baseline["results"]) == {"40000-1.5-0/iadeep", "40000-1.5-0/exclusive"}
 
-    again = dag.test(run_conf=conf)  # the same code and settings: identical numbers, passes
+    again = dag.test(run_conf={**conf, "draw_repeats": 2})  # the same code and settings: identical numbers, passes
     assert str(again.state).endswith("success"), _states(dag.dag_id, again.run_id)
 
-    worse = dag.test(run_conf={**conf, "policy_options": {"iadeep": {"colocation_limit": 1}}})
+    worse = dag.test(run_conf={**conf, "draw_repeats": 1, "policy_options": {"iadeep": {"colocation_limit": 1}}})
     states = _states(dag.dag_id, worse.run_id)
     assert str(worse.state).endswith("failed") and states["check"].endswith("failed"), states
     assert states["simulate_setting"].endswith("success"), states
@@ -64,6 +64,8 @@ def test_baseline_passes_and_a_worse_policy_parameter_fails(dagbag, airflow_db, 
     draws = pd.read_csv(directory / "draws.csv")
     assert list(draws["run_id"]) == [again.run_id, worse.run_id] and set(draws["seed"]) == {11}
     assert (draws["settings"] == 2).all() and draws["worst_vs_exclusive"].notna().all()  # no packing baseline ran
+    # the first run's drawn settings ran twice each (draw_repeats), the second's once
+    assert list(draws["repeats"]) == [2, 1] and draws["noise_band_median"].notna().tolist() == [True, False]
     assert len(pd.read_csv(directory / "draws" / "11.csv")) == 2 * len(spec.policies)
 
 
