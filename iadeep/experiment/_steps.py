@@ -305,7 +305,7 @@ def policy_flags(cfg: ExperimentConfig) -> dict[str, Any]:
     for them as they would beside it; a slowed gang's pricing (``slowdown_ends``) under the
     ``kube`` queue, as the extender has it (measured better there, neutral under FIFO); a gang's
     partner priced once (``partner_once``) under strict FIFO, where it was measured better on
-    two draws (docs/design/2026-12-05-runs-with-their-own-noise.md; mixed under ``kube``)."""
+    three draws (docs/design/2026-12-05-runs-with-their-own-noise.md; mixed under ``kube``)."""
     flags: dict[str, Any] = {}
     if cfg.queue == "kube" and cfg.kube_preemption:
         flags["preempt_unblocked"] = True
