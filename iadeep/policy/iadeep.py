@@ -263,11 +263,11 @@ class IADeep(Policy):
         partner_once: a job of several GPUs that would share more than one GPU with the same
             partner pays that partner's price (``d_p``, already ``k_p`` times its delay) once, not
             once per GPU shared (module docstring, step 3); off: once per GPU shared. Off by
-            default: measured better under strict FIFO (draw 8128: geomean 0.98, worst 1.99 ->
-            1.42), where the experiment's ``fifo`` queue turns it on
+            default: measured better under strict FIFO on three draws (geomean 0.97-0.98; draw
+            8128's worst 1.99 -> 1.42), where the experiment's ``fifo`` queue turns it on
             (``iadeep.experiment._steps.policy_flags``); under kube-scheduler's queue it helped the
-            worst setting (1.11 -> 1.04) and was slightly worse in geomean (+0.3 %, +0.9 % on two
-            draws; docs/design/2026-12-05-runs-with-their-own-noise.md), so the extender leaves it off.
+            worst setting and was slightly worse in geomean (+0.3 % to +0.9 % on three draws;
+            docs/design/2026-12-05-runs-with-their-own-noise.md), so the extender leaves it off.
     """
 
     name = "iadeep"
