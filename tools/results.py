@@ -10,7 +10,8 @@ under ``runs/results/``.
 
 The guard beyond the sweep (``holdout``) runs settings that no rule of the policy was designed on
 (:data:`HOLDOUT`: other Philly windows, other seeds, other ITP seeds), under both queue models, so
-that the guard is not only measured where the rules were tuned.
+that the guard is not only measured where the rules were tuned; like the draw, each of its
+settings runs ``--repeats`` times with its own measurement noise.
 """
 
 from __future__ import annotations
@@ -91,30 +92,36 @@ def holdout_text(guards: dict) -> str:
     from iadeep.experiment import GUARD_FLAG
 
     return "\n\n".join(
-        f"**{queue} queue, beyond the sweep**, {int(g['settings'])} settings: worst **{g['worst_vs_packing']:.2f}** "
+        f"**{queue} queue, beyond the sweep**, {int(g['settings'])} settings"
+        + (f" (each policy run {g['repeats']} times a setting with its own measurement noise, figures of their mean; "
+           f"one run of iadeep spans up to x{g['noise_band_max']:.2f} of its avg JCT)" if g.get("repeats", 1) > 1 else "")
+        + f": worst **{g['worst_vs_packing']:.2f}** "
         f"({g['worst_setting']}), median **{g['median_vs_packing']:.2f}**, iadeep / exclusive at most "
         f"**{g['worst_vs_exclusive']:.2f}**; above {GUARD_FLAG} x the better packing baseline: "
         f"{g['above_packing'] or 'none'}. Produced by `make results`." for queue, g in guards.items())
 
 
-def run_set(out: Path, queue: str, philly: list, itp_seeds: list[int] = (), openb_seeds: list[int] = (), say=None):
+def run_set(out: Path, queue: str, philly: list, itp_seeds: list[int] = (), openb_seeds: list[int] = (), say=None,
+            repeats: int = 1):
     """Sweep settings under one queue model and return the combined ``sweep.csv`` table: Philly
     (``philly``: (start jobs, seeds) groups, loads 1 and 2), the openb pods (Gavel mix) and the two
-    Microsoft ITP clusters (load 1) with the given seeds; outputs under ``out``."""
+    Microsoft ITP clusters (load 1) with the given seeds, each policy run ``repeats`` times a
+    setting with its own measurement noise (the table holds their means); outputs under ``out``."""
     from iadeep.experiment import ExperimentConfig
     from iadeep.experiment import run_sweep
 
     import pandas as pd
 
     parts = [run_sweep(ExperimentConfig(jobs=400, queue=queue, out=str(out / f"philly-{i}")), windows, [1.0, 2.0], seeds,
-                       on_setting=say, write=False) for i, (windows, seeds) in enumerate(philly)]
+                       on_setting=say, write=False, repeats=repeats) for i, (windows, seeds) in enumerate(philly)]
     if openb_seeds:
         parts.append(run_sweep(ExperimentConfig(trace="openb", mix="gavel", jobs=400, queue=queue, out=str(out / "openb")),
-                               [0], [1.0], list(openb_seeds), on_setting=say, label="openb-", write=False))
+                               [0], [1.0], list(openb_seeds), on_setting=say, label="openb-", write=False,
+                               repeats=repeats))
     for vc in ("cluster03", "cluster05") if itp_seeds else ():
         parts.append(run_sweep(ExperimentConfig(trace="ms-itp", virtual_cluster=vc, jobs=400, queue=queue,
                                                 out=str(out / vc)), [0], [1.0], list(itp_seeds), on_setting=say,
-                               label=f"itp-{vc}-", write=False))
+                               label=f"itp-{vc}-", write=False, repeats=repeats))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -175,8 +182,9 @@ DRAW_SIZE = 64
 
 
 DRAW_REPEATS = 3
-"""Runs of every policy per drawn setting, each with its own measurement noise (``--repeats``): one
-run of an overloaded setting moves by up to half its avg JCT with the noise alone
+"""Runs of every policy per drawn setting and per setting beyond the sweep (:data:`HOLDOUT`), each
+with its own measurement noise (``--repeats``): one run of an overloaded setting moves by up to
+half its avg JCT with the noise alone
 (docs/design/2026-12-05-runs-with-their-own-noise.md)."""
 
 
@@ -244,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                              "seed the results page names)")
     parser.add_argument("--workers", type=int, default=2, help="processes for the draw's settings")
     parser.add_argument("--repeats", type=int, default=DRAW_REPEATS,
-                        help=f"runs of every policy per drawn setting, each with its own measurement noise (default {DRAW_REPEATS})")
+                        help=f"runs of every policy per drawn setting and per setting beyond the sweep, each with its own "
+                             f"measurement noise (default {DRAW_REPEATS})")
     args = parser.parse_args(argv)
     if args.draw_seed is None:
         import datetime
@@ -275,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         frames[queue] = run_set(out / queue, queue, [(windows, [0, 1])], itp, openb, say)
         frames[queue].to_csv(out / f"sweep-{queue}.csv", index=False)
         guards[queue] = guard_figures(frames[queue])
-        held = run_set(out / "holdout" / queue, queue, HOLDOUT["philly"], HOLDOUT["itp_seeds"], say=say)
+        held = run_set(out / "holdout" / queue, queue, HOLDOUT["philly"], HOLDOUT["itp_seeds"], say=say,
+                       repeats=args.repeats)
         held.to_csv(out / f"holdout-{queue}.csv", index=False)
         held_guards[queue] = guard_figures(held)
     df = frames["fifo"]
