@@ -66,7 +66,8 @@ bench: $(STAMP) controlplane
 	$(BIN)/python benchmarks/timings.py
 	$(BIN)/python benchmarks/startup.py $(STARTUP_ARGS)
 
-# The README's result tables (main job, sweep, guard figures) from fresh runs (about 5 min).
+# The result tables of README.md and docs/results.md (main job, sweep, guard figures, draw) from fresh runs
+# (about 27 min on a 2-core machine).
 results: $(STAMP)
 	$(BIN)/python tools/results.py $(ARGS)
 
