@@ -86,6 +86,11 @@ on them (the policy is judged on windows, seeds and traces its rules were not tu
 figure that no rule can have been tuned on."""
 
 
+def _runs_clause(repeats: int) -> str:
+    """How the draw's and the settings beyond the sweep's figures were measured (``--repeats``)."""
+    return f"each policy run {repeats} times a setting with its own measurement noise, figures of their mean"
+
+
 def holdout_text(guards: dict) -> str:
     """The guard beyond the sweep: one paragraph per queue model, naming every setting above
     :data:`~iadeep.experiment._sweep.GUARD_FLAG` x the better packing baseline."""
@@ -93,8 +98,8 @@ def holdout_text(guards: dict) -> str:
 
     return "\n\n".join(
         f"**{queue} queue, beyond the sweep**, {int(g['settings'])} settings"
-        + (f" (each policy run {g['repeats']} times a setting with its own measurement noise, figures of their mean; "
-           f"one run of iadeep spans up to x{g['noise_band_max']:.2f} of its avg JCT)" if g.get("repeats", 1) > 1 else "")
+        + (f" ({_runs_clause(g['repeats'])}; one run of iadeep spans up to x{g['noise_band_max']:.2f} of its avg JCT)"
+           if g.get("repeats", 1) > 1 else "")
         + f": worst **{g['worst_vs_packing']:.2f}** "
         f"({g['worst_setting']}), median **{g['median_vs_packing']:.2f}**, iadeep / exclusive at most "
         f"**{g['worst_vs_exclusive']:.2f}**; above {GUARD_FLAG} x the better packing baseline: "
@@ -216,8 +221,8 @@ def run_fresh_draw(out: Path, n: int, seed: int, workers: int, say=None, repeats
     lines = [f"draw seed {seed}, {n} settings"] + guard_lines(g, "kube", base.policies) + guard_lines(f, "fifo", base.policies)
     from iadeep.experiment import by_chance
 
-    text = (f"**A fresh draw** (draw seed {seed}, {n} settings, each policy run {repeats} times a setting with its own "
-            f"measurement noise, figures of their mean avg JCT: `iadeep experiment sweep --draw {n} --draw-seed {seed} "
+    text = (f"**A fresh draw** (draw seed {seed}, {n} settings, {_runs_clause(repeats)} avg JCT: "
+            f"`iadeep experiment sweep --draw {n} --draw-seed {seed} "
             f"--queue kube --oracle --ceiling --repeats {repeats}`). kube-scheduler's queue: iadeep's avg JCT / the better of antman and gandiva "
             f"**{g['worst_vs_packing']:.2f} at worst** ({g['worst_setting']}) and **{g['median_vs_packing']:.2f} at the "
             f"median**; iadeep / exclusive at most **{g['worst_vs_exclusive']:.2f}**; median headroom to the "
