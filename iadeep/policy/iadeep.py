@@ -829,8 +829,7 @@ class IADeep(Policy):
         once = need > 1 and job.jobs_behind <= 0  # a gang's delay and wait once (module docstring)
         if self.partner_once and need > 1:  # each partner's price once, however many of its GPUs are shared
             _, at = np.unique(view.slots[:, 0].take(shared.take(pos)), return_index=True)
-            part_sum = float(part[pos][at].sum())
-            cost = float(own[pos].max()) + part_sum if once else float(own[pos].sum()) + part_sum
+            cost = float(own[pos].max() if once else own[pos].sum()) + float(part[pos][at].sum())
         else:
             cost = float(own[pos].max() + part[pos].sum()) if once else float(base[pos].sum())
         # the arrival price (module docstring) only adds to the cost: computed where it could turn
