@@ -35,7 +35,7 @@ __all__ = ["ANNOTATION_MODEL", "ANNOTATION_BATCH_SIZE", "ANNOTATION_DURATION", "
            "ANNOTATION_GPU_INDEX", "ANNOTATION_GPU_UUID", "ANNOTATION_GPU_MEM", "ANNOTATION_ASSUME_TIME",
            "ANNOTATION_BIND_PHASE", "ANNOTATION_NODE", "ANNOTATION_REASON", "BIND_ANNOTATIONS", "BIND_PHASE_ALLOCATING",
            "BIND_PHASE_ALLOCATED", "GANG_LABEL", "ANNOTATION_GANG_SIZE", "ANNOTATION_GANG_INDEX", "ENV_MASTER_ADDR",
-           "ENV_MASTER_PORT", "ENV_WORLD_SIZE", "ENV_RANK", "GPU_MEM_RESOURCE", "GPU_COUNT_RESOURCE", "MAX_GPUS_PER_POD", "PodSpecError",
+           "ENV_MASTER_PORT", "ENV_WORLD_SIZE", "ENV_RANK", "GPU_MEM_RESOURCE", "GPU_COUNT_RESOURCE", "MAX_GPUS_PER_POD", "MAX_DURATION_S", "PodSpecError",
            "TypeResolver", "ContainerFacts", "PodFacts", "PodJob", "PodDemand", "pod_job", "pod_demand", "gang_of", "api_time_s",
            "load_quantity_parser"]
 
@@ -47,6 +47,9 @@ ANNOTATION_MODEL = "iadeep.io/model"
 ANNOTATION_BATCH_SIZE = "iadeep.io/batch-size"
 ANNOTATION_DURATION = "iadeep.io/duration-s"
 ANNOTATION_GPU_MODELS = "iadeep.io/gpu-models"
+#: The longest expected run time a pod may declare in :data:`ANNOTATION_DURATION` (s): ten years.
+#: Longer is a unit error (milliseconds for seconds), and times derived from it must stay finite.
+MAX_DURATION_S = 10 * 365 * 86_400.0
 
 ANNOTATION_GPU_INDEX = "iadeep.io/gpu-index"
 """GPU index(es) on the node reserved for the pod, comma-separated in gang order (e.g. ``"0,3"``)."""
@@ -326,8 +329,8 @@ def _int_annotation(annotations: Mapping[str, str], key: str, default: int) -> i
         value = int(str(raw).strip())
     except ValueError:
         raise PodSpecError(f"annotation {key}={raw!r} is not an integer") from None
-    if value < 1:
-        raise PodSpecError(f"annotation {key}={raw!r} must be >= 1")
+    if not 1 <= value <= 2**53 - 1:  # the integers a stored record holds (iadeep.state.MAX_INT)
+        raise PodSpecError(f"annotation {key}={raw!r} must be an integer in 1..{2**53 - 1}")
     return value
 
 
@@ -369,7 +372,7 @@ def pod_demand(pod: PodFacts, *, gpu_mem_resource: str = GPU_MEM_RESOURCE, gpu_c
 
 def pod_job(pod: PodFacts, *, default_model: str, default_batch_size: int, default_duration_s: float) -> PodJob:
     """The job ``pod`` runs: its annotations :data:`ANNOTATION_MODEL`, :data:`ANNOTATION_BATCH_SIZE`
-    (an integer >= 1), :data:`ANNOTATION_DURATION` (seconds, finite, >= 0) and
+    (an integer >= 1), :data:`ANNOTATION_DURATION` (seconds, in ``0..MAX_DURATION_S``) and
     :data:`ANNOTATION_GPU_MODELS` (``|``- or comma-separated), each the default when absent or
     empty, and its gang (:func:`gang_of`).
 
@@ -386,8 +389,9 @@ def pod_job(pod: PodFacts, *, default_model: str, default_batch_size: int, defau
             duration = float(raw_duration)
         except ValueError:
             raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} is not a number") from None
-        if not math.isfinite(duration) or duration < 0:
-            raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} must be a finite number >= 0")
+        if not 0 <= duration <= MAX_DURATION_S:  # NaN fails too
+            raise PodSpecError(f"annotation {ANNOTATION_DURATION}={raw_duration!r} must be a number of seconds "
+                               f"in 0..{MAX_DURATION_S:.0f} (ten years)")
     models = tuple(m.strip() for m in re.split(r"[|,]", ann.get(ANNOTATION_GPU_MODELS) or "") if m.strip())
     gang, size, index = gang_of(pod)
     return PodJob(model, batch, duration, models, gang, size, index)

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from iadeep.podspec import TypeResolver
+from iadeep.podspec import MAX_DURATION_S, TypeResolver
 from iadeep.policy import JobRequest
 from iadeep.policy.iadeep import ARRIVAL_HOLD_AT_MOST, ARRIVAL_WINDOW_S
 from iadeep.state import ArrivalRecord, StateStore, StoreUnavailable
@@ -73,6 +73,7 @@ class ArrivalLog:
             return
         jtype = self.types.model.types[job.type_id]
         keep = ARRIVAL_WINDOW_S if job.num_gpus == 1 else max(ARRIVAL_WINDOW_S, ARRIVAL_HOLD_AT_MOST * job.remaining_s)
+        keep = min(keep, ARRIVAL_HOLD_AT_MOST * MAX_DURATION_S)  # finite: a record is JSON (remaining_s may be huge)
         milli = job.gpu_milli
         rec = ArrivalRecord(job=job_id, at=at_s, keep_until=at_s + keep, num_gpus=job.num_gpus, model=jtype.model,
                             batch_size=jtype.batch_size, mem_gib=job.mem_gib,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import inspect
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -272,7 +273,10 @@ class ExtenderService(BindPipeline, GangScheduling, Upkeep):
             try:
                 a = types[self.types.resolve(r.job_model, r.job_batch_size)]
                 b = types[self.types.resolve(r.partner_model, r.partner_batch_size)]
-                samples.append(InterferenceSample(a, b, float(r.normalised_throughput)))
+                y = float(r.normalised_throughput)
+                if not 0.0 <= y < math.inf:
+                    raise ValueError(f"normalised throughput must be finite and >= 0, got {y}")
+                samples.append(InterferenceSample(a, b, y))
             except (PodSpecError, TypeError, ValueError) as exc:
                 log.warning("ignoring a learned sample (%s): %s", exc, r)
         with self._policy_lock:

@@ -19,6 +19,7 @@ Notations:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -129,10 +130,14 @@ class OnlineInterferenceLearner:
 
         Raises:
             IndexError: a position outside ``types``.
+            ValueError: ``normalised_throughput`` is negative, NaN or infinite (nothing is learned:
+                one such value would turn every prediction of the fit into NaN).
         """
         if not (0 <= i < len(self.types) and 0 <= j < len(self.types)):
             raise IndexError(f"type positions ({i}, {j}) outside 0..{len(self.types) - 1}")
         y = float(normalised_throughput)
+        if not 0.0 <= y < math.inf:
+            raise ValueError(f"normalised throughput must be finite and >= 0, got {y}")
         # x has at most 6 non-zero features (intercept, two families, their pair, two batch
         # sizes): only those entries of X^T X and X^T y change. Adding the same products to
         # them alone gives the same sums as adding the dense x x^T and x y (x + 0.0 == x; every

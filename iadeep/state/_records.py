@@ -59,6 +59,7 @@ see the README (State store) for compaction and defragmentation in a long-runnin
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
@@ -85,6 +86,8 @@ __all__ = [
     "UNDO_OUTCOMES",
     "ArrivalRecord",
     "RecordError",
+    "MAX_INT",
+    "MAX_NORMALISED_THROUGHPUT",
     "to_json",
     "from_json",
 ]
@@ -100,8 +103,17 @@ class RecordError(ValueError):
 # ``Meta`` constraints on decoding only, not in ``__init__``). A rule over more than one value
 # (indexes that repeat, progress below a threshold) is the record's ``__post_init__``, which runs
 # both when it is built in code and when it is decoded.
-NonNegInt = Annotated[int, Meta(ge=0)]
-PosInt = Annotated[int, Meta(ge=1)]
+#: The largest integer a record holds: JSON's interoperable range (RFC 8259, Sec. 6: integers
+#: within +-(2**53 - 1) are exact wherever numbers are IEEE 754 doubles). It also fits the int64
+#: arrays the services build from records, so no stored record can overflow them.
+MAX_INT = 2**53 - 1
+#: The largest normalised throughput a sample may report (dimensionless): a job's steps/s beside a
+#: partner over its isolated steps/s on the interference table's GPU. A faster GPU than the
+#: table's runs a job a few times faster; a value beyond this is a unit or measurement error, which
+#: would outweigh every other sample of the learner's least-squares fit.
+MAX_NORMALISED_THROUGHPUT = 8.0
+NonNegInt = Annotated[int, Meta(ge=0, le=MAX_INT)]
+PosInt = Annotated[int, Meta(ge=1, le=MAX_INT)]
 NonNegFloat = Annotated[float, Meta(ge=0)]
 PosFloat = Annotated[float, Meta(gt=0)]
 KeyName = Annotated[str, Meta(pattern=r"^[^/]+$")]
@@ -195,7 +207,7 @@ class Assignment(_Record):
 
     pod_uid: str
     node: str
-    gpu: int
+    gpu: NonNegInt
     mem_gib: float
     assumed_at: float
 
@@ -240,7 +252,7 @@ class TuningRequest(_Record):
     """A GPU whose co-location set changed and needs a tuning session (``requested_at``: Unix s)."""
 
     node: str
-    gpu: int
+    gpu: NonNegInt
     pods: tuple[str, ...]
     requested_at: float
 
@@ -248,14 +260,16 @@ class TuningRequest(_Record):
 class InterferenceSampleRecord(_Record):
     """A learned interference sample: ``job`` ran at ``normalised_throughput`` sharing with ``partner``.
 
-    Job types are given as model family and batch size.
+    Job types are given as model family and batch size (>= 1); ``normalised_throughput`` is in
+    ``[0, MAX_NORMALISED_THROUGHPUT]`` (a decoded sample outside it is malformed, so a reader drops
+    it instead of teaching the learner from it); ``at``: Unix seconds.
     """
 
     job_model: str
-    job_batch_size: int
+    job_batch_size: PosInt
     partner_model: str
-    partner_batch_size: int
-    normalised_throughput: float
+    partner_batch_size: PosInt
+    normalised_throughput: Annotated[float, Meta(ge=0, le=MAX_NORMALISED_THROUGHPUT)]
     at: float = 0.0
 
 
@@ -273,7 +287,7 @@ class BatchSizeAssignment(_Record):
     pod_uid: str
     batch_size: PosInt
     session: str = ""
-    trial: int = -1
+    trial: Annotated[int, Meta(ge=-1, le=MAX_INT)] = -1
     at: float = 0.0
 
 
@@ -450,8 +464,30 @@ def to_json(record: Any) -> str:
     The text is Python's ``json.dumps`` of the record's fields (``msgspec.to_builtins``): its
     float form (``1e-05``, ``1e+16``) and ASCII escapes (``\\u00b5``) are those of the values
     in the store, which msgspec's own encoder writes differently (``0.00001``, raw UTF-8).
+
+    Raises:
+        RecordError: a field is NaN or infinite, which JSON cannot hold (every reader would drop
+            the stored text as malformed); the message names the record type and the field.
     """
-    return json.dumps(msgspec.to_builtins(record), separators=(",", ":"), sort_keys=True)
+    fields = msgspec.to_builtins(record)
+    try:
+        return json.dumps(fields, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except ValueError:
+        path = _not_finite(fields, "$") or "$"
+        raise RecordError(f"{type(record).__name__}: {path}: must be finite (NaN and infinity are not JSON)") from None
+
+
+def _not_finite(value: Any, path: str) -> str | None:
+    """The path (``$.types[0].x``) of the first NaN or infinite float in ``value``, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        items = ((f"{path}.{k}", value[k]) for k in sorted(value))
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((found for p, v in items if (found := _not_finite(v, p)) is not None), None)
 
 
 def from_json(cls: type[R], text: str | bytes) -> R:

@@ -57,6 +57,20 @@ def test_learner_converges_on_observed_pair(model):
     assert np.all((learner.matrix() >= 0) & (learner.matrix() <= 1))
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -0.2])
+def test_the_learner_refuses_a_value_that_would_poison_its_fit(model, bad):
+    """An infinite or NaN sample would turn the fit's sums, and so every pair's prediction, into
+    NaN: a value that is negative, NaN or infinite is refused and nothing is learned. (A stored
+    sample beyond ``iadeep.state.MAX_NORMALISED_THROUGHPUT`` is malformed and never read.)"""
+    learner = OnlineInterferenceLearner(model.types)
+    learner.observe_many([InterferenceSample(JobType("ResNet-18", 32), JobType("Transformer", 64), 0.9)] * 3)
+    before = learner.matrix().copy()
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        learner.observe_ids(0, 1, bad)
+    assert learner.n_samples == 3
+    assert np.array_equal(learner.matrix(), before) and np.isfinite(before).all()
+
+
 def test_interference_report_cli(dataset_cache, monkeypatch):
     from typer.testing import CliRunner
 

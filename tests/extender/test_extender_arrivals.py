@@ -154,3 +154,22 @@ def test_arrivals_noted_during_a_write_are_written_next_even_past_the_queue_limi
     monkeypatch.setattr(store, "put_arrivals", write)
     log.flush()
     assert {r.job for r in store.arrivals()} == {"old0", "old1", "old2", "old3", "old4", "new0", "new1"}
+
+
+def test_a_gang_of_absurd_remaining_work_is_logged_with_a_finite_keep_until(model):
+    """A gang's record is kept ``ARRIVAL_HOLD_AT_MOST`` times its remaining work; from a work
+    left of 1e308 s that is infinite, which JSON cannot hold: the record keeps at most that
+    multiple of ``MAX_DURATION_S`` and reads back from the store."""
+    import dataclasses
+    import math
+
+    from iadeep.podspec import MAX_DURATION_S
+    from iadeep.policy.iadeep import ARRIVAL_HOLD_AT_MOST
+    from iadeep.state import MemoryStateStore
+
+    store = MemoryStateStore()
+    policy, log, _ = _policy_and_log(model, store)
+    policy._note_arrival(dataclasses.replace(_request(model, "gang", gpus=8), remaining_s=1e308), 5.0)
+    assert log.flush() == 1
+    (rec,) = store.arrivals()
+    assert math.isfinite(rec.keep_until) and rec.keep_until == 5.0 + ARRIVAL_HOLD_AT_MOST * MAX_DURATION_S

@@ -117,9 +117,16 @@ def test_own_reservation_released_before_the_watch_delivers_it(etcd_settings, st
     assert cache.current()[1].gpu_mem_used_gib.tolist() == [0.0]
 
 
-def test_mistyped_records_do_not_stop_the_copy(etcd_settings, store, model):
-    """A record that parses as JSON but has a mistyped field (found by a break test: it used to
-    raise while building the view, in the follower and at start) reads as absent."""
+@pytest.mark.parametrize(("inventory", "ghost"), [
+    (b'{"node":"b","gpus":[{"index":0,"mem_gib":"abc"}]}',  # mistyped
+     b'{"pod_uid":"ghost","namespace":"n","name":"g","model":"LM","batch_size":"big","num_gpus":1,"mem_gib":1}'),
+    (b'{"node":"b","gpus":[{"index":100000000000000000000,"mem_gib":16}]}',  # past the view's int64
+     b'{"pod_uid":"ghost","namespace":"n","name":"g","model":"LM","batch_size":64,"num_gpus":100000000000000000000,'
+     b'"mem_gib":1}'),
+])
+def test_malformed_records_do_not_stop_the_copy(etcd_settings, store, model, inventory, ghost):
+    """A record that parses as JSON but has a mistyped or out-of-range field reads as absent: the
+    view is built without it, in the follower and at start, and the other nodes stay in it."""
     import base64
 
     types = TypeResolver(model, "ResNet-50", 64)
@@ -133,9 +140,8 @@ def test_mistyped_records_do_not_stop_the_copy(etcd_settings, store, model):
     cache.refresh()
     cache.start()
     try:
-        put_raw("nodes/b", b'{"node":"b","gpus":[{"index":0,"mem_gib":"abc"}]}')
-        put_raw("jobs/ghost", b'{"pod_uid":"ghost","namespace":"n","name":"g","model":"LM","batch_size":"big",'
-                              b'"num_gpus":1,"mem_gib":1}')
+        put_raw("nodes/b", inventory)
+        put_raw("jobs/ghost", ghost)
         put_raw("gpus/a/0", b'{"node":"a","gpu":0,"mem_used_gib":1.0,"pods":["ghost"]}')
         assert cache.sync(timeout_s=10)
         snap, base = cache.current()

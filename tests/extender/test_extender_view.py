@@ -194,8 +194,11 @@ def test_pod_demand_sums_containers_and_takes_the_larger_init_container():
     ("8", "0.5", {}, "iadeep.io/gpu-count must be an integer in 1..64"),
     ("8", "1e9", {}, "iadeep.io/gpu-count must be an integer in 1..64"),
     ("8", None, {"iadeep.io/batch-size": "big"}, "annotation iadeep.io/batch-size='big' is not an integer"),
-    ("8", None, {"iadeep.io/batch-size": "0"}, "must be >= 1"),
-    ("8", None, {"iadeep.io/duration-s": "nan"}, "must be a finite number"),
+    ("8", None, {"iadeep.io/batch-size": "0"}, "must be an integer in 1..9007199254740991"),
+    ("8", None, {"iadeep.io/batch-size": str(2**53)}, "must be an integer in 1..9007199254740991"),
+    ("8", None, {"iadeep.io/duration-s": "nan"}, "must be a number of seconds in 0..315360000"),
+    ("8", None, {"iadeep.io/duration-s": "-1"}, "must be a number of seconds in 0..315360000"),
+    ("8", None, {"iadeep.io/duration-s": "1e308"}, "must be a number of seconds in 0..315360000"),
     ("1e999999", None, {}, "is out of range"),
     ("9e99999999", None, {}, "is out of range"),  # summing it overflowed Decimal's context
     ("8", "1e999999999999", {}, "is out of range"),

@@ -110,6 +110,10 @@ def test_etcd_compacted_history_is_reported(etcd_store):
     ("nodes/a", b'{"node":"a","gpus":[{"index":0,"mem_gib":"abc"}]}'),
     ("nodes/a", b'{"node":"a","gpus":[{"index":0,"mem_gib":8},{"index":0,"mem_gib":8}]}'),  # index twice
     ("jobs/j", b'{"pod_uid":"j","namespace":"n","name":"j","model":"m","batch_size":"big","num_gpus":1,"mem_gib":1}'),
+    # beyond JSON's exact integers: read, they would overflow the extender's int64 view
+    ("nodes/a", b'{"node":"a","gpus":[{"index":100000000000000000000,"mem_gib":8}]}'),
+    ("jobs/j", b'{"pod_uid":"j","namespace":"n","name":"j","model":"m","batch_size":1,"num_gpus":100000000000000000000,'
+               b'"mem_gib":1}'),
 ])
 def test_etcd_malformed_record_reads_as_absent(etcd_store, caplog, folder, value):
     """The watch reports a malformed record as deleted, the listing leaves it out: they agree."""

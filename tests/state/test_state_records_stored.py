@@ -146,7 +146,32 @@ def test_a_record_that_breaks_a_rule_over_its_fields_cannot_be_built(build, mess
     (WorkloadStatus, '{"pod_uid":"p","state":"paused","batch_size":8}',
      r"^WorkloadStatus: \$\.state: must be one of running, completed, failed, got 'paused'$"),
     (Measurement, '{"pod_uid":"p","steps_per_s":1,"batch_size":true,"at":1}', r"^Measurement: \$\.batch_size: .*`bool`"),
+    # integers beyond JSON's exact range (2**53 - 1): the services' int64 arrays would overflow
+    (NodeInventory, '{"node":"n","gpus":[{"index":100000000000000000000,"mem_gib":16}]}',
+     r"^NodeInventory: \$\.gpus\[0\]\.index: .*<= 9007199254740991"),
+    (JobRecord, '{"pod_uid":"p","namespace":"ns","name":"n","model":"m","batch_size":1,"num_gpus":9007199254740992,'
+                '"mem_gib":1}', r"^JobRecord: \$\.num_gpus: .*<= 9007199254740991"),
+    (Assignment, '{"pod_uid":"p","node":"n","gpu":-1,"mem_gib":1,"assumed_at":0}', r"^Assignment: \$\.gpu: .*>= 0"),
+    # a learned sample outside [0, 8] or of a batch size below 1 would skew (or overflow) the learner
+    (InterferenceSampleRecord, '{"job_model":"a","job_batch_size":64,"partner_model":"b","partner_batch_size":64,'
+                               '"normalised_throughput":1e308}', r"^InterferenceSampleRecord: \$\.normalised_throughput: .*<= 8"),
+    (InterferenceSampleRecord, '{"job_model":"a","job_batch_size":64,"partner_model":"b","partner_batch_size":64,'
+                               '"normalised_throughput":-0.5}', r"^InterferenceSampleRecord: \$\.normalised_throughput: .*>= 0"),
+    (InterferenceSampleRecord, '{"job_model":"a","job_batch_size":64,"partner_model":"b","partner_batch_size":-5,'
+                               '"normalised_throughput":0.5}', r"^InterferenceSampleRecord: \$\.partner_batch_size: .*>= 1"),
 ])
 def test_a_malformed_stored_record_names_its_type_field_and_value(cls: type, text: str, message: str) -> None:
     with pytest.raises(RecordError, match=message):
         from_json(cls, text)
+
+
+@pytest.mark.parametrize(("record", "path"), [
+    (ArrivalRecord("j", 1.0, float("inf"), 2, "LM", 5, 8.0), r"\$\.keep_until"),
+    (Measurement("p", float("nan"), 8, 1.0), r"\$\.steps_per_s"),
+    (UndoRecord("a", "n", "x", "node", 0, (BannedType("a", 1), BannedType("b", 1)), 0.5, 1.0, at=float("-inf")),
+     r"\$\.at"),
+])
+def test_a_record_with_a_value_json_cannot_hold_is_refused_when_written(record, path) -> None:
+    """NaN and infinity are not JSON: stored, every reader would drop the record as malformed."""
+    with pytest.raises(RecordError, match=rf"^{type(record).__name__}: {path}: must be finite"):
+        to_json(record)
