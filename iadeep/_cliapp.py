@@ -11,7 +11,7 @@ import typer
 import typer.core
 import typer.main
 
-from iadeep.cli import _HELP, EXTRA_OF_MODULE, SUBCOMMANDS, root_help, version
+from iadeep.cli import _HELP, SUBCOMMANDS, missing_extra, root_help, version
 
 __all__ = ["app"]
 
@@ -27,11 +27,10 @@ def _load(name: str) -> Any:
     try:
         obj = getattr(importlib.import_module(module), attr)
     except ModuleNotFoundError as exc:
-        extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
-        if extra is None:
+        message = missing_extra(f"iadeep {name}", exc)
+        if message is None:
             raise
-        raise typer.TyperException(f"`iadeep {name}` needs the {extra!r} extra, which is not installed (no module "
-                                   f"{exc.name!r}): pip install 'iadeep[{extra}]' (in a checkout: make venv)") from None
+        raise typer.TyperException(message) from None
     if isinstance(obj, typer.Typer):
         sub = typer.Typer(add_completion=False)
         sub.add_typer(obj, name=name, help=help_text)

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from iadeep._climain import one_line, usage_error
+from iadeep.cli import missing_extra
 from iadeep._params import ConfigError
 from iadeep.experiment._config import DEFAULT_POLICIES, TRACE_DATASETS, ExperimentConfig
 
@@ -92,6 +93,13 @@ def run_cmd(
         raise usage_error(exc, _OPTIONS) from None
     except (ValueError, DatasetError, TraceFormatError, OSError) as exc:
         raise _input_error("run", exc) from None
+    never = sum((meta.get("infeasible_kept") or {}).values())
+    if meta["jobs"] and never >= meta["jobs"]:
+        reasons = ", ".join(f"{k} {v}" for k, v in meta["infeasible_kept"].items())
+        raise _input_error("run", ValueError(f"none of the {meta['jobs']} jobs can run on {cluster.describe()} ({reasons}): "
+                                             "every policy would report them unschedulable and no statistic would be "
+                                             "defined; give a larger cluster (--gpu-mem-gib, --gpus-per-node, "
+                                             "--cluster-file) or --infeasible drop"))
     if meta["skipped_rows"]:
         console.print(f"[yellow]skipped {meta['skipped_rows']} malformed row(s) of {meta['source']}[/yellow]")
     if meta["dropped"]:
@@ -120,6 +128,8 @@ def run_cmd(
 
             try:
                 live = run_live(cfg, workload, paths["throughputs"], on_policy)
+            except ModuleNotFoundError as exc:
+                _exit_on_missing_extra("iadeep experiment run --backend kubernetes", exc, bar)
             except (ControlPlaneError, TimeoutError, RuntimeError, OSError) as exc:
                 console.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(1) from None
@@ -153,6 +163,9 @@ def run_cmd(
     except OSError as exc:
         raise _input_error("run", OSError(f"cannot write the results in {cfg.out_dir}: {exc}")) from None
     console.print(summary_table(summary))
+    if never:
+        console.print(f"[yellow]{never} of the {meta['jobs']} jobs can never run on this cluster (kept with --infeasible "
+                      "keep): every policy reports them unschedulable, and the statistics above leave them out[/yellow]")
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: summary.json, report.md, jct_cdf.png, normalised.png, queue_length.png")
 
 
@@ -363,6 +376,8 @@ def compare_cmd(
 
         try:
             figures = run_compare(cfg, on_policy)
+        except ModuleNotFoundError as exc:
+            _exit_on_missing_extra("iadeep experiment compare", exc, bar)
         except (ValueError, DatasetError, TraceFormatError, FileNotFoundError, IsADirectoryError) as exc:
             bar.stop()
             raise _input_error("compare", exc) from None
@@ -389,6 +404,18 @@ def compare_cmd(
         if parts:
             console.print(f"{name} live overheads (medians): " + ", ".join(parts))
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: parity.md, parity.json, parity-<policy>.csv, sim/, live/")
+
+
+def _exit_on_missing_extra(command: str, exc: ModuleNotFoundError, bar: Progress) -> NoReturn:
+    """End ``command`` with one line on stderr when it needs an optional group that is not
+    installed (:func:`iadeep.cli.missing_extra`; exit code 1, as for ``iadeep extender``);
+    re-raise ``exc`` when it is about another module."""
+    message = missing_extra(command, exc)
+    if message is None:
+        raise exc
+    bar.stop()
+    typer.echo(f"{command.split(' --')[0]}: error: {message}", err=True)
+    raise typer.Exit(1) from None
 
 
 def _input_error(command: str, exc: BaseException) -> typer.Exit:

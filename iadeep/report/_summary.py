@@ -127,6 +127,8 @@ def markdown_report(summary: Mapping[str, Any], plots: Mapping[str, str]) -> str
         f"- jobs kept but flagged: {counts(t.get('flagged'))}"
         + (f" (censored jobs are {'included in' if censored else 'excluded from'} the JCT statistics)"
            if (t.get("flagged") or {}).get("censored") else ""),
+        *([f"- jobs that can never run on the cluster, kept: {counts(t['infeasible_kept'])} (every policy reports them "
+             "unschedulable; they are not in the JCT statistics)"] if t.get("infeasible_kept") else []),
         *([f"- jobs of 0 s: {_ZERO_DURATION.get(t['zero_duration'], t['zero_duration'])}"] if "zero_duration" in t else []),
         f"- offered load: mean {_fmt(t.get('offered_load_mean'))}, peak {_fmt(t.get('offered_load_peak'))}{load_note}",
         f"- cluster: {cluster_line}",

@@ -101,3 +101,22 @@ def test_a_subcommand_whose_extra_is_missing_names_the_extra():
     assert run.returncode == 1
     assert run.stderr.strip() == ("iadeep: error: `iadeep extender` needs the 'services' extra, which is not installed "
                                   "(no module 'fastapi'): pip install 'iadeep[services]' (in a checkout: make venv)")
+
+
+@pytest.mark.parametrize("args", [
+    ["experiment", "compare", "--jobs", "5"],
+    ["experiment", "run", "--backend", "kubernetes", "--jobs", "5"],
+])
+def test_an_experiment_on_the_live_cluster_without_the_services_extra_names_the_extra(args, tmp_path):
+    """As in the light install (``make experiment``, no msgspec): the live replay is one line
+    naming the extra, not a traceback."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    code = "import sys; sys.modules['msgspec'] = None; sys.argv[0] = 'iadeep'; import runpy; runpy.run_module('iadeep.cli', run_name='__main__')"
+    run = subprocess.run([sys.executable, "-c", code, *args, "--out", str(tmp_path / "out")], capture_output=True,
+                         text=True, env=env, timeout=300)
+    command = "iadeep " + " ".join(args[:2])
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(f"{command}: error: `{command}")
+    assert ("needs the 'services' extra, which is not installed (no module 'msgspec'): pip install "
+            "'iadeep[services]' (in a checkout: make venv)") in run.stderr

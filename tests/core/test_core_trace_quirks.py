@@ -225,3 +225,17 @@ def test_infeasible_keep_reports_unschedulable_jobs(tmp_path, dataset_cache, mon
     assert pol["unschedulable_jobs"] == wide and pol["jct_jobs"] + wide == doc["trace"]["jobs"] == 200
     jobs = pd.read_csv(out / "jobs-exclusive.csv")
     assert (jobs.loc[jobs["unschedulable"], "num_gpus"] > 2).all() and jobs.loc[~jobs["unschedulable"], "end_s"].notna().all()
+    said = " ".join(res.output.split())
+    assert f"{wide} of the 200 jobs can never run on this cluster" in said and "the statistics above leave them out" in said
+    report = (out / "report.md").read_text()
+    assert f"- jobs that can never run on the cluster, kept: `wider_than_cluster` {wide} (" in report
+
+
+def test_a_run_where_no_job_can_ever_run_is_an_error_not_empty_statistics(tmp_path, dataset_cache, monkeypatch):
+    _env(monkeypatch, dataset_cache)
+    res = CliRunner().invoke(app, ["experiment", "run", "--gpu-mem-gib", "0.5", "--policies", "exclusive", "--jobs", "30",
+                                   "--infeasible", "keep", "--out", str(tmp_path / "none")])
+    assert res.exit_code == 2
+    said = " ".join(res.output.split())
+    assert "none of the 30 jobs can run on 5 x 4 GPUs x 0.5 GiB (exceeds_gpu_memory 30)" in said and "--infeasible drop" in said
+    assert not (tmp_path / "none" / "summary.json").exists()
