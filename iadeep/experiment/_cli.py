@@ -179,13 +179,13 @@ def sweep_cmd(
     from_draw: Annotated[Optional[str], typer.Option(help="Rerun the draw recorded in this guard.json exactly.")] = None,
     oracle: Annotated[bool, typer.Option(help="Also run iadeep with perfect prediction (policy row iadeep@oracle) and report its guard.")] = False,
     ceiling: Annotated[bool, typer.Option(help="Also run iadeep (oracle), antman and gandiva without interference (tools/zero_interference.py's table): the ceiling and the share of headroom iadeep captures.")] = False,
-    repeats: Annotated[int, typer.Option(help="Runs of every policy per setting, each with its own measurement noise (the same jobs): the table and the guard take their mean avg JCT, and the guard says how far one run spreads.")] = 1,
+    repeats: Annotated[Optional[int], typer.Option(help="Runs of every policy per setting, each with its own measurement noise (the same jobs): the table and the guard take their mean avg JCT, and the guard says how far one run spreads (default 1; with --from-draw, the draw's).")] = None,
     workers: Annotated[int, typer.Option(help="Settings run in this many processes at once (results identical to 1).")] = 1,
-    jobs: Annotated[int, typer.Option(help="Jobs per setting.")] = _D.jobs or 400,
+    jobs: Annotated[Optional[int], typer.Option(help=f"Jobs per setting (default {_D.jobs or 400}; with --from-draw, the draw's).")] = None,
     trace: Annotated[str, typer.Option(help="Trace format.")] = _D.trace,
     virtual_cluster: Annotated[Optional[str], typer.Option(help="Philly virtual cluster / ITP cluster to keep.")] = None,
     mix: Annotated[str, typer.Option(help="Workload mix: iadeep or gavel.")] = _D.mix,
-    queue: Annotated[str, typer.Option(help="Comma-separated queue models (fifo, backfill, kube): side by side.")] = _D.queue,
+    queue: Annotated[Optional[str], typer.Option(help=f"Comma-separated queue models (fifo, backfill, kube): side by side (default {_D.queue}; with --from-draw, the draw's).")] = None,
     kube_preemption: Annotated[bool, typer.Option(help="kube queue: head-of-line preemption for the pod nothing pending is ahead of (live: the extender evicts the victim and its Job replaces it).")] = _D.kube_preemption,
     policies: Annotated[str, typer.Option(help="Comma-separated policy names.")] = ",".join(DEFAULT_POLICIES),
     predictor: Annotated[str, typer.Option(help="iadeep's interference predictor: learned or oracle (the measured table: what perfect prediction would give).")] = _D.predictor,
@@ -219,6 +219,11 @@ def sweep_cmd(
                 raise ConfigError("draw", f"a draw needs at least one setting, got {draw}")
             if draw_seed < 0:
                 raise ConfigError("draw_seed", f"must be >= 0, got {draw_seed}")
+        # a rerun of a recorded draw runs it as it ran, unless an option says otherwise
+        ran = _draw_run(from_draw) if from_draw is not None else {}
+        jobs = jobs if jobs is not None else ran.get("jobs", _D.jobs or 400)
+        queue = queue if queue is not None else ",".join(ran.get("queues", [_D.queue]))
+        repeats = repeats if repeats is not None else ran.get("repeats", 1)
         if workers < 1:
             raise ConfigError("workers", f"must be >= 1, got {workers}")
         if repeats < 1:
@@ -244,6 +249,9 @@ def sweep_cmd(
         raise usage_error(exc, _OPTIONS) from None
     except (DatasetError, OSError) as exc:
         raise _input_error("sweep", exc) from None
+    if from_draw is not None:
+        console.print(f"the draw of {from_draw}: {len(settings)} settings, {base.jobs} jobs a setting, queue "
+                      f"{', '.join(queues)}, {repeats} run(s) a setting")
     # the table and the guard read each policy against iadeep; a sweep without it, against its first policy
     reference = "iadeep" if "iadeep" in base.policies else base.policies[0]
     zero = None
@@ -297,6 +305,7 @@ def sweep_cmd(
     guards = {q: guard_figures(df[df["queue"] == q]) for q in queues}
     if drawn:
         record = {"seed": None if from_draw else draw_seed, "n": len(settings), "from": from_draw,
+                  "jobs": base.jobs, "queues": list(queues), "repeats": repeats,
                   "settings": [{"setting": s.name, **s.fields()} for s in settings]}
         guards = {q: {**g, "draw": record} for q, g in guards.items()}
     for q, guard in guards.items():
@@ -308,6 +317,20 @@ def sweep_cmd(
     except OSError as exc:
         raise _input_error("sweep", OSError(f"cannot write the results in {base.out_dir}: {exc}")) from None
     console.print(f"results in [bold]{base.out_dir}[/bold]: sweep.csv, sweep.png, guard.json")
+
+
+def _draw_run(from_draw: str) -> dict:
+    """How the draw recorded in ``from_draw`` ran (:func:`iadeep.experiment._draw.read_draw_run`).
+
+    Raises:
+        ConfigError: the file is unreadable, records no draw or a malformed run (names ``--from-draw``).
+    """
+    from iadeep.experiment._draw import read_draw_run
+
+    try:
+        return read_draw_run(from_draw)
+    except (OSError, ValueError) as exc:
+        raise ConfigError("from_draw", one_line(exc)) from None
 
 
 def _draw_of(base: ExperimentConfig, n: int | None, seed: int, from_draw: str | None):

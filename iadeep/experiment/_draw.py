@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DrawnSetting", "draw_settings", "settings_from_json", "read_draw", "ITP_CLUSTERS", "LOAD_RANGE", "NODES_RANGE"]
+__all__ = ["DrawnSetting", "draw_settings", "settings_from_json", "read_draw", "read_draw_run", "ITP_CLUSTERS", "LOAD_RANGE", "NODES_RANGE"]
 
 #: The five Microsoft ITP clusters the registry's ``ms-itp`` dataset holds as separate files.
 ITP_CLUSTERS = ("cluster01", "cluster02", "cluster03", "cluster04", "cluster05")
@@ -149,6 +149,31 @@ def read_draw(path: str | Path) -> list[DrawnSetting]:
         ValueError: the file is not JSON or records no draw (named).
         OSError: it cannot be read.
     """
+    return settings_from_json(_draw_record(path)["settings"])
+
+
+def read_draw_run(path: str | Path) -> dict[str, Any]:
+    """How the draw recorded in a ``guard.json`` was run: ``jobs`` (jobs per setting, int),
+    ``queues`` (queue models, list of names) and ``repeats`` (runs per setting, int), each only
+    when the record holds it.
+
+    Raises:
+        ValueError: the file is not JSON, records no draw, or holds a value of the wrong kind (named).
+        OSError: it cannot be read.
+    """
+    record = _draw_record(path)
+    run = {k: record[k] for k in ("jobs", "queues", "repeats") if record.get(k) is not None}
+    for key in ("jobs", "repeats"):
+        if key in run and (not isinstance(run[key], int) or isinstance(run[key], bool) or run[key] < 1):
+            raise ValueError(f"{path}: draw.{key} must be an integer >= 1, got {run[key]!r}")
+    if "queues" in run and (not isinstance(run["queues"], list) or not run["queues"]
+                            or not all(isinstance(q, str) for q in run["queues"])):
+        raise ValueError(f"{path}: draw.queues must be a list of queue names, got {run['queues']!r}")
+    return run
+
+
+def _draw_record(path: str | Path) -> dict[str, Any]:
+    """The ``draw`` object of a ``guard.json`` (of one queue model, or the first of several)."""
     try:
         doc = json.loads(Path(path).read_text())
     except ValueError as exc:
@@ -157,4 +182,4 @@ def read_draw(path: str | Path) -> list[DrawnSetting]:
         g.get("draw") for g in doc.values() if isinstance(g, dict) and "draw" in g] if isinstance(doc, dict) else []
     if not draws or not isinstance(draws[0], dict) or "settings" not in draws[0]:
         raise ValueError(f"{path}: records no draw (no draw.settings)")
-    return settings_from_json(draws[0]["settings"])
+    return draws[0]

@@ -339,9 +339,19 @@ def test_a_draw_is_a_function_of_its_seed_and_recorded_to_rerun_exactly(tmp_path
     assert res.exit_code == 0, res.output
     guard = json.loads((tmp_path / "a" / "guard.json").read_text())
     assert guard["draw"]["seed"] == 3 and len(guard["draw"]["settings"]) == 2
-    res = CliRunner().invoke(app, ["experiment", "sweep", "--from-draw", str(tmp_path / "a" / "guard.json"), *few, "--out", str(tmp_path / "b")])
+    assert (guard["draw"]["jobs"], guard["draw"]["queues"], guard["draw"]["repeats"]) == (30, ["kube"], 1)
+    # the rerun takes the jobs a setting and the queue model from the record, not the options' defaults
+    res = CliRunner().invoke(app, ["experiment", "sweep", "--from-draw", str(tmp_path / "a" / "guard.json"),
+                                   "--policies", "iadeep,antman", "--out", str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
+    assert "2 settings, 30 jobs a setting, queue kube, 1 run(s) a setting" in " ".join(res.output.split())
     assert (tmp_path / "a" / "sweep.csv").read_text() == (tmp_path / "b" / "sweep.csv").read_text()
+    res = CliRunner().invoke(app, ["experiment", "sweep", "--from-draw", str(tmp_path / "a" / "guard.json"),
+                                   "--policies", "iadeep", "--jobs", "20", "--out", str(tmp_path / "b20")])
+    assert res.exit_code == 0, res.output  # an option given is what runs
+    import pandas as pd
+
+    assert set(pd.read_csv(tmp_path / "b20" / "sweep.csv")["jct_jobs"]) == {20}
     res = CliRunner().invoke(app, ["experiment", "sweep", "--draw", "2", "--start-jobs", "0", *few, "--out", str(tmp_path / "c")])
     assert res.exit_code == 2 and "--start-jobs cannot be given with it" in " ".join(res.output.split())
 
