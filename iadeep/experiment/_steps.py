@@ -561,7 +561,8 @@ def write_report(cfg: ExperimentConfig, names: list[str] | None = None) -> dict[
     summary = write_summary_json(out / "summary.json", meta, cluster, cfg.seed, summaries, extra={"config": cfg.to_dict()})
     plots = {
         "JCT CDF": plot_jct_cdf(results, out / "jct_cdf.png").name,
-        "normalised to iadeep": plot_normalised_bars(summaries, out / "normalised.png").name,
+        # the plot's reference: iadeep, or the first policy of a run without it
+        f"normalised to {'iadeep' if 'iadeep' in summaries else names[0]}": plot_normalised_bars(summaries, out / "normalised.png").name,
         "queue length": plot_queue_length(results, out / "queue_length.png").name,
     }
     series = {n: json.loads((out / f"prometheus-{n}.json").read_text()) for n in names if (out / f"prometheus-{n}.json").is_file()}

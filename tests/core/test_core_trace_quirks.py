@@ -229,6 +229,7 @@ def test_infeasible_keep_reports_unschedulable_jobs(tmp_path, dataset_cache, mon
     assert f"{wide} of the 200 jobs can never run on this cluster" in said and "the statistics above leave them out" in said
     report = (out / "report.md").read_text()
     assert f"- jobs that can never run on the cluster, kept: `wider_than_cluster` {wide} (" in report
+    assert "![normalised to exclusive](normalised.png)" in report  # a run without iadeep: its first policy
 
 
 def test_a_run_where_no_job_can_ever_run_is_an_error_not_empty_statistics(tmp_path, dataset_cache, monkeypatch):
