@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from iadeep._serving import LogLevel
-from iadeep.policy import MAX_COLOCATION_LIMIT
+from iadeep.policy import MAX_COLOCATION_LIMIT, policy_names
 from iadeep.state import StateSettings
 
 __all__ = ["ExtenderSettings", "KubeSettings", "CacheSettings", "JobDefaults"]
@@ -111,7 +111,8 @@ class ExtenderSettings(BaseSettings):
         host / port: where uvicorn listens (``127.0.0.1:8888``; the Deployment sets ``0.0.0.0``).
         url_prefix: path prefix of the ``filter``, ``prioritize`` and ``bind`` verbs; must match the
             ``urlPrefix`` of the KubeSchedulerConfiguration (which adds the host and port).
-        policy: registered policy name (:func:`iadeep.policy.make_policy`).
+        policy: registered policy name (:func:`iadeep.policy.make_policy`); another name is refused
+            when the settings are built, naming the registered ones.
         colocation_limit: jobs per GPU, at most :data:`iadeep.policy.MAX_COLOCATION_LIMIT` (the most
             jobs a tuning session takes); ``None`` keeps the policy's own limit (2 for ``iadeep``).
         gpu_mem_resource: the extended resource that marks our pods, in GiB units.
@@ -203,6 +204,13 @@ class ExtenderSettings(BaseSettings):
     kube: KubeSettings = Field(default_factory=KubeSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     etcd: StateSettings = Field(default_factory=StateSettings)
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        if v not in policy_names():
+            raise ValueError(f"unknown policy {v!r} (one of: {', '.join(policy_names())})")
+        return v
 
     @field_validator("url_prefix")
     @classmethod
