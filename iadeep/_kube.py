@@ -1,4 +1,5 @@
-"""What the services' Kubernetes adapters share (the extender's and the GPU emulator's): the
+"""What the services' Kubernetes adapters share (the extender's, the device plugin's and the GPU
+emulator's): loading the client's configuration with every way it fails as one error, the
 ``kubernetes`` client's errors as a status and a message, and a watch as typed events with its
 failures mapped to the adapter's own exception."""
 
@@ -7,11 +8,51 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from iadeep._host import watch_lines
 
-__all__ = ["api_error_status", "watch_events"]
+__all__ = ["KubeConfigError", "api_error_status", "load_configuration", "watch_events"]
+
+
+class KubeConfigError(ValueError):
+    """The Kubernetes client's configuration cannot be loaded; the message, one line, names the
+    source (``kubeconfig <path>`` or ``in-cluster service account``) and the reason."""
+
+
+def load_configuration(*, in_cluster: bool = False, kubeconfig: str | Path | None = None,
+                       context: str | None = None) -> Any:
+    """A ``kubernetes.client.Configuration`` from the pod's service account or a kubeconfig.
+
+    Args:
+        in_cluster: the pod's service account (``kubeconfig`` and ``context`` unused).
+        kubeconfig: the kubeconfig file; ``None``: ``$KUBECONFIG``, else ``~/.kube/config``.
+        context: the kubeconfig's context; ``None``: its current context.
+
+    Raises:
+        KubeConfigError: ``cannot load the Kubernetes configuration (<source>): <reason>``: the
+            file is missing or unreadable, is not YAML, or is YAML of another shape (the client
+            reads a kubeconfig without checking types, so a list where a mapping belongs is a
+            ``TypeError`` inside it), or the service account's token is missing.
+    """
+    import yaml
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    try:
+        if in_cluster:
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
+                                    client_configuration=cfg)
+    except (config.ConfigException, OSError, yaml.YAMLError, TypeError, AttributeError, KeyError, ValueError) as exc:
+        where = "in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '($KUBECONFIG or ~/.kube/config)'}"
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, (TypeError, AttributeError, KeyError)):
+            reason = f"not a kubeconfig ({type(exc).__name__}: {reason})"
+        raise KubeConfigError(f"cannot load the Kubernetes configuration ({where}): {reason}") from None
+    return cfg
 
 
 def api_error_status(exc: Any) -> tuple[int, str]:

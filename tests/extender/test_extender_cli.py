@@ -76,3 +76,19 @@ def test_settings_refuse_an_unknown_policy_and_a_limit_above_a_gpus():
     assert ExtenderSettings(colocation_limit=MAX_COLOCATION_LIMIT).colocation_limit == MAX_COLOCATION_LIMIT
     with pytest.raises(ValidationError, match="colocation_limit"):
         ExtenderSettings(colocation_limit=MAX_COLOCATION_LIMIT + 1)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize(("text", "reason"), [
+    ("apiVersion: [\n", "while parsing a flow node"),  # not YAML
+    ("clusters: 5\n", "not a kubeconfig"),  # YAML of another shape
+])
+def test_a_kubeconfig_that_is_not_one_is_one_line(tmp_path, throughputs_path, etcd_settings, text, reason, workers):
+    bad = tmp_path / "badkube"
+    bad.write_text(text)
+    done = _serve(tmp_path, throughputs_path, etcd_settings, ["--kubeconfig", str(bad)], {"IADEEP_EXTENDER_WORKERS": workers})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"iadeep extender: cannot load the Kubernetes configuration (kubeconfig {bad}): {reason}")
+    assert lines[0].endswith("set --kubeconfig (IADEEP_EXTENDER_KUBE__KUBECONFIG) or --in-cluster")
