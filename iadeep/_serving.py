@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator
 
-__all__ = ["HttpUrl", "LogLevel", "NodeName", "configure_logging", "node_name", "probe_app", "serve_http", "settings_from"]
+__all__ = ["HttpUrl", "LogLevel", "NodeName", "configure_logging", "node_name", "probe_app", "quiet_client_retries",
+           "serve_http", "settings_from"]
 
 _LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 # A Kubernetes node name is a DNS subdomain (RFC 1123): lowercase alphanumerics, '-' and '.',
@@ -106,9 +107,30 @@ def settings_from(cls: type[S], flags: dict[str, Any], prog: str) -> S:
         raise typer.Exit(2) from None
 
 
+class _ClientRetries(logging.Filter):
+    """urllib3's line for each retry inside one HTTP call (``Retrying (Retry(total=2, ...)) after
+    connection broken by ...``, WARNING, three per call to an unreachable API server) as DEBUG:
+    the call's own failure is what the caller logs, paced by its backoff."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and isinstance(record.msg, str) and record.msg.startswith("Retrying ("):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_client_retries() -> None:
+    """Log urllib3's per-attempt retry lines at DEBUG (:class:`_ClientRetries`); idempotent."""
+    pool = logging.getLogger("urllib3.connectionpool")
+    if not any(isinstance(f, _ClientRetries) for f in pool.filters):
+        pool.addFilter(_ClientRetries())
+
+
 def configure_logging(level: str) -> None:
-    """The services' log format on stderr at ``level`` (a :data:`LogLevel`)."""
+    """The services' log format on stderr at ``level`` (a :data:`LogLevel`), with urllib3's
+    per-attempt retry lines at DEBUG (:func:`quiet_client_retries`)."""
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_client_retries()
 
 
 class _Stop(Exception):

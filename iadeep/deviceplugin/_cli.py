@@ -21,17 +21,22 @@ def _group() -> None:
 
 
 def _kube_client(settings: object) -> object:
-    from kubernetes import client, config
+    """The Kubernetes API client of ``settings.kube``.
 
+    Raises:
+        KubeConfigError: the configuration cannot be loaded (the message names the kubeconfig or
+            the service account, the reason, and the settings to use).
+    """
+    from kubernetes import client
+
+    from iadeep._kube import KubeConfigError, load_configuration
     from iadeep.deviceplugin._settings import DevicePluginSettings
 
     assert isinstance(settings, DevicePluginSettings)
-    cfg = client.Configuration()
-    if settings.kube.in_cluster:
-        config.load_incluster_config(client_configuration=cfg)
-    else:
-        config.load_kube_config(config_file=str(settings.kube.kubeconfig) if settings.kube.kubeconfig else None,
-                                client_configuration=cfg)
+    try:
+        cfg = load_configuration(in_cluster=settings.kube.in_cluster, kubeconfig=settings.kube.kubeconfig)
+    except KubeConfigError as exc:
+        raise KubeConfigError(f"{exc}; set --kubeconfig (IADEEP_DEVICEPLUGIN_KUBE__KUBECONFIG) or --in-cluster") from None
     return client.ApiClient(cfg)
 
 
@@ -43,6 +48,7 @@ def run(settings: object) -> None:
             no kubeconfig), with a one-line message.
     """
     from iadeep._climain import one_line
+    from iadeep._kube import KubeConfigError
     from iadeep._serving import configure_logging, serve_http
     from iadeep.deviceplugin._allocate import KubernetesPodApi
     from iadeep.deviceplugin._gpus import EmulatedBackend, NvmlBackend
@@ -61,6 +67,9 @@ def run(settings: object) -> None:
         pods = KubernetesPodApi(_kube_client(settings), settings.mem_resource, settings.count_resource)
         store = EtcdStateStore(settings.etcd)
         settings.socket_dir.mkdir(parents=True, exist_ok=True)
+    except KubeConfigError as exc:  # the message names the kubeconfig and the settings, as the extender's
+        typer.echo(f"iadeep deviceplugin: {exc}", err=True)
+        raise typer.Exit(2) from None
     except Exception as exc:  # noqa: BLE001 - one line, no traceback
         typer.echo(f"iadeep deviceplugin: cannot start: {type(exc).__name__}: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None

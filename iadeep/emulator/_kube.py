@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from iadeep._kube import watch_events
+from iadeep._kube import KubeConfigError, load_configuration, watch_events
 
 __all__ = ["KubeApi", "KubeCallError", "rfc3339"]
 
@@ -51,18 +51,13 @@ class KubeApi:
 
     def __init__(self, *, kubeconfig: str | None = None, in_cluster: bool = False, timeout_s: float = 10.0,
                  api_client: Any | None = None):
-        from kubernetes import client, config
+        from kubernetes import client
 
         if api_client is None:
-            cfg = client.Configuration()
             try:
-                if in_cluster:
-                    config.load_incluster_config(client_configuration=cfg)
-                else:
-                    config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-            except (config.ConfigException, OSError) as exc:
-                raise KubeCallError(f"cannot load the Kubernetes configuration "
-                                    f"({'in-cluster' if in_cluster else kubeconfig or '$KUBECONFIG'}): {exc}") from None
+                cfg = load_configuration(in_cluster=in_cluster, kubeconfig=kubeconfig)
+            except KubeConfigError as exc:
+                raise KubeCallError(str(exc)) from None
             cfg.connection_pool_maxsize = 16
             api_client = client.ApiClient(cfg)
         self.api_client = api_client

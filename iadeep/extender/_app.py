@@ -81,11 +81,14 @@ def app_from_environment() -> FastAPI:
     import signal
 
     from iadeep._parent import die_with_parent
+    from iadeep._serving import configure_logging
 
     parent = os.environ.get("IADEEP_EXTENDER_PARENT_PID", "")
     if parent.isdigit():
         die_with_parent(signal.SIGTERM, int(parent))
-    return create_app(ExtenderSettings())
+    settings = ExtenderSettings()
+    configure_logging(settings.log_level)  # a worker is a fresh interpreter: the server's format and filters
+    return create_app(settings)
 
 
 def create_app(settings: ExtenderSettings | None = None, *, service: ExtenderService | None = None) -> FastAPI:

@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from iadeep._kube import api_error_status, watch_events
+from iadeep._kube import KubeConfigError, api_error_status, load_configuration, watch_events
 from iadeep.extender._pods import (
     ANNOTATION_ASSUME_TIME,
     ANNOTATION_BIND_PHASE,
@@ -204,21 +204,14 @@ class KubernetesPodApi:
     COMPONENT = "iadeep-extender"
 
     def __init__(self, settings: KubeSettings, api_client: Any | None = None):
-        from kubernetes import client, config
+        from kubernetes import client
 
         if api_client is None:
-            cfg = client.Configuration()
             try:
-                if settings.in_cluster:
-                    config.load_incluster_config(client_configuration=cfg)
-                else:
-                    config.load_kube_config(config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
-                                            context=settings.context, client_configuration=cfg)
-            except (config.ConfigException, OSError) as exc:
-                where = "in-cluster service account" if settings.in_cluster else \
-                    f"kubeconfig {settings.kubeconfig or '($KUBECONFIG or ~/.kube/config)'}"
-                raise KubeError(f"cannot load the Kubernetes configuration ({where}): {exc}; set --kubeconfig "
-                                "(IADEEP_EXTENDER_KUBE__KUBECONFIG) or --in-cluster") from None
+                cfg = load_configuration(in_cluster=settings.in_cluster, kubeconfig=settings.kubeconfig,
+                                         context=settings.context)
+            except KubeConfigError as exc:
+                raise KubeError(f"{exc}; set --kubeconfig (IADEEP_EXTENDER_KUBE__KUBECONFIG) or --in-cluster") from None
             cfg.connection_pool_maxsize = settings.max_connections
             api_client = client.ApiClient(cfg)
         self.api_client = api_client

@@ -76,6 +76,11 @@ def _fail(exc: Exception) -> NoReturn:
 def run(overrides: dict[str, Any]) -> None:
     """Build the settings (environment, then ``overrides``) and serve until interrupted.
 
+    Raises:
+        typer.Exit: (code 2) an unusable configuration: a bad setting (an unknown policy names the
+            registered ones), no measurements file, no etcd endpoint or no loadable Kubernetes
+            configuration, with a one-line message on stderr.
+
     With ``workers > 1`` uvicorn starts that many processes; they read their settings from the
     environment (the overrides are exported to it first), share their Prometheus counters
     through a ``PROMETHEUS_MULTIPROC_DIR`` of this server's own (prometheus_client's
@@ -84,11 +89,13 @@ def run(overrides: dict[str, Any]) -> None:
     """
     import uvicorn
 
-    from iadeep._serving import configure_logging
+    from iadeep._serving import configure_logging, settings_from
     from iadeep.extender._settings import ExtenderSettings
     from iadeep.state import StoreUnavailable
 
-    settings = ExtenderSettings(**{k: v for k, v in overrides.items() if v is not None})
+    # a bad setting (an unknown policy, a port out of range) is one line naming the flag and the
+    # variable, exit code 2, once: before any worker starts
+    settings = settings_from(ExtenderSettings, overrides, "iadeep extender")
     configure_logging(settings.log_level)
     common = {"host": settings.host, "port": settings.port, "log_level": settings.log_level.lower(),
               "access_log": False, "timeout_graceful_shutdown": 5}

@@ -30,7 +30,9 @@ ValidatingAdmissionPolicy in ``k8s/extender/admission.yaml`` to this one annotat
 ``iadeep.io/gpus``: that one is the node agents' list of a node's GPUs, which the GPU emulator reads.)
 A node the API does not know (404: an inventory published without a Node) is skipped; a refusal
 (403: the right is missing) is logged once, and the pods refused in the race above then wait for
-kube-scheduler's flush as before. Other errors are retried after ``retry_s``.
+kube-scheduler's flush as before. Other errors are retried after waits of ``retry_s`` doubling up
+to ``retry_max_s`` (with jitter, :class:`iadeep._kube.Backoff`), the outage logged once at
+WARNING for all nodes, not once a node a try.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
+from iadeep._kube import Backoff
 from iadeep.extender._bind import KubeError
 from iadeep.extender._view import Snapshot
 
@@ -77,7 +80,11 @@ class NodeStatePublisher:
             :class:`KubeError`; status 404 and 403 are handled as the module docstring says).
         value_of: the annotation's current value for a node (``None``: nothing to write; it may
             raise, e.g. :class:`~iadeep.state.StoreUnavailable`, and the node is retried).
-        retry_s: wait before a failed write is tried again (s).
+        retry_s: the first wait before failed writes are tried again (s); it doubles while rounds
+            keep failing, up to ``retry_max_s``, and starts again from ``retry_s`` after a round
+            without a failure.
+        retry_max_s: the longest wait between tries (s).
+        rand: a uniform draw in ``[0, 1)`` for the waits' jitter (tests pass a constant).
         on_outcome: called with ``"written"``, ``"unchanged"``, ``"no_node"``, ``"forbidden"`` or
             ``"failed"`` per node handled (metrics).
 
@@ -85,10 +92,13 @@ class NodeStatePublisher:
     """
 
     def __init__(self, annotate: Callable[[str, dict[str, str]], object], value_of: Callable[[str], str | None], *,
-                 retry_s: float = 1.0, on_outcome: Callable[[str], object] | None = None):
+                 retry_s: float = 1.0, retry_max_s: float = 30.0, on_outcome: Callable[[str], object] | None = None,
+                 rand: Callable[[], float] | None = None):
         self.annotate = annotate
         self.value_of = value_of
         self.retry_s = retry_s
+        self.backoff = Backoff(f"writing the {ANNOTATION_NODE_RESERVATIONS} annotation", log, first_s=retry_s,
+                               max_s=retry_max_s, **({"rand": rand} if rand is not None else {}))
         self.on_outcome = on_outcome
         self._dirty: set[str] = set()
         self._written: dict[str, str] = {}  # node -> the value last written
@@ -153,15 +163,21 @@ class NodeStatePublisher:
                 while not self._dirty and not self._stop.is_set():
                     self._cond.wait()
                 nodes, self._dirty = sorted(self._dirty), set()
-            failed = []
+            failed: list[str] = []
+            error: Exception | None = None
             for node in nodes:
                 try:
                     outcome = self.publish(node)
                 except Exception as exc:  # noqa: BLE001 - the thread never dies; the node is retried
-                    log.warning("writing the %s annotation of node %s failed: %s", ANNOTATION_NODE_RESERVATIONS, node, exc)
                     failed.append(node)
+                    error = error or exc
                     outcome = "failed"
                 if self.on_outcome is not None:
                     self.on_outcome(outcome)
-            if failed and not self._stop.wait(self.retry_s):
+            if not failed:
+                if nodes:
+                    self.backoff.succeeded()
+                continue
+            shown = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
+            if not self._stop.wait(self.backoff.failed(f"node(s) {shown}: {error}")):
                 self.mark(failed)

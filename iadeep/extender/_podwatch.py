@@ -17,7 +17,9 @@ The same stream keeps :class:`GangMembers`: the live members of every gang (the 
 list or watch failed since), with no request of its own to the API server.
 
 The pods are read through :class:`PodWatchApi` (:class:`~iadeep.extender.KubernetesPodApi`
-implements it); the thread never raises, it logs and retries after ``retry_s``.
+implements it); the thread never raises: while the API fails it retries after waits of
+``retry_s`` doubling up to ``retry_max_s`` (with jitter, :class:`iadeep._kube.Backoff`), logging
+the outage once at WARNING, and lists again (resyncs) once the API answers.
 
 The same stream keeps :class:`PendingPods`: the pods waiting for GPUs, which is what the extender
 can see of kube-scheduler's queue. The policy's ``gpus_ahead`` for a pod is the GPUs that the
@@ -34,6 +36,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Protocol
 
+from iadeep._kube import Backoff
 from iadeep.extender._bind import KubeError, PodStatus
 from iadeep.extender._wire import Pod
 
@@ -205,7 +208,10 @@ class PodFollower:
         on_ended: called with the UIDs of pods that ended (possibly again for the same pod: it
             must be idempotent); exceptions are logged, the follower goes on.
         timeout_s: how long one watch request stays open before it is reopened (s).
-        retry_s: wait after a failed list or watch before trying again (s).
+        retry_s: the first wait after a failed list or watch (s); it doubles while they keep
+            failing, up to ``retry_max_s``, and starts again from ``retry_s`` after a listing.
+        retry_max_s: the longest wait between tries (s).
+        rand: a uniform draw in ``[0, 1)`` for the waits' jitter (tests pass a constant).
         pending: the index of waiting pods to keep (optional).
         admissions: the pods waiting for their device plugin's ``Allocate`` to keep (optional,
             :class:`~iadeep.extender._admission.AdmissionGate`).
@@ -213,8 +219,9 @@ class PodFollower:
     """
 
     def __init__(self, api: PodWatchApi, on_ended: Callable[[Sequence[str]], object], *, timeout_s: float = 30.0,
-                 retry_s: float = 1.0, pending: PendingPods | None = None, admissions: PodObserver | None = None,
-                 gangs: GangMembers | None = None):
+                 retry_s: float = 1.0, retry_max_s: float = 30.0, pending: PendingPods | None = None,
+                 admissions: PodObserver | None = None, gangs: GangMembers | None = None,
+                 rand: Callable[[], float] | None = None):
         self.api = api
         self.gangs = gangs
         self.on_ended = on_ended
@@ -222,6 +229,8 @@ class PodFollower:
         self.admissions = admissions
         self.timeout_s = timeout_s
         self.retry_s = retry_s
+        self.backoff = Backoff("pod watch", log, first_s=retry_s, max_s=retry_max_s,
+                               **({"rand": rand} if rand is not None else {}))
         self.listings = 0
         self.events = 0
         self._stop = threading.Event()
@@ -278,6 +287,7 @@ class PodFollower:
                     if self.gangs is not None:
                         self.gangs.reset(pods)
                     self._synced = True
+                    self.backoff.succeeded()
                     self._report([p.uid for p in pods if p.phase in ENDED_PHASES])
                     self._listed.set()
                 for kind, pod, rv in self.api.watch_pods(version, timeout_s=self.timeout_s):
@@ -299,11 +309,11 @@ class PodFollower:
                 if exc.status == 410:  # too old for the watch cache: list again
                     version = ""
                     continue
-                log.warning("pod watch failed: %s", exc)
                 version = ""
-                self._stop.wait(self.retry_s)
-            except Exception:  # noqa: BLE001 - never let the follower die
+                self._stop.wait(self.backoff.failed(exc))
+            except Exception as exc:  # noqa: BLE001 - never let the follower die
                 self._synced = False
-                log.exception("pod watch failed")
+                if not self.backoff.failures:  # the first in a row with its traceback; the repeats as Backoff logs them
+                    log.exception("pod watch failed")
                 version = ""
-                self._stop.wait(self.retry_s)
+                self._stop.wait(self.backoff.failed(exc))

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from iadeep._serving import LogLevel
+from iadeep.policy import MAX_COLOCATION_LIMIT, policy_names
 from iadeep.state import StateSettings
 
 __all__ = ["ExtenderSettings", "KubeSettings", "CacheSettings", "JobDefaults"]
@@ -110,8 +111,10 @@ class ExtenderSettings(BaseSettings):
         host / port: where uvicorn listens (``127.0.0.1:8888``; the Deployment sets ``0.0.0.0``).
         url_prefix: path prefix of the ``filter``, ``prioritize`` and ``bind`` verbs; must match the
             ``urlPrefix`` of the KubeSchedulerConfiguration (which adds the host and port).
-        policy: registered policy name (:func:`iadeep.policy.make_policy`).
-        colocation_limit: jobs per GPU; ``None`` keeps the policy's own limit (2 for ``iadeep``).
+        policy: registered policy name (:func:`iadeep.policy.make_policy`); another name is refused
+            when the settings are built, naming the registered ones.
+        colocation_limit: jobs per GPU, at most :data:`iadeep.policy.MAX_COLOCATION_LIMIT` (the most
+            jobs a tuning session takes); ``None`` keeps the policy's own limit (2 for ``iadeep``).
         gpu_mem_resource: the extended resource that marks our pods, in GiB units.
         gpu_count_resource: extended resource for the number of GPUs a pod needs (default 1).
         throughputs_file: Gavel ``simulation_throughputs.json`` (required to serve: the service
@@ -180,7 +183,7 @@ class ExtenderSettings(BaseSettings):
     port: int = Field(8888, ge=0, le=65535)
     url_prefix: str = "/iadeep"
     policy: str = "iadeep"
-    colocation_limit: int | None = Field(None, ge=1)
+    colocation_limit: int | None = Field(None, ge=1, le=MAX_COLOCATION_LIMIT)
     gpu_mem_resource: str = "iadeep.io/gpu-mem"
     gpu_count_resource: str = "iadeep.io/gpu-count"
     throughputs_file: Path | None = None
@@ -201,6 +204,13 @@ class ExtenderSettings(BaseSettings):
     kube: KubeSettings = Field(default_factory=KubeSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     etcd: StateSettings = Field(default_factory=StateSettings)
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        if v not in policy_names():
+            raise ValueError(f"unknown policy {v!r} (one of: {', '.join(policy_names())})")
+        return v
 
     @field_validator("url_prefix")
     @classmethod

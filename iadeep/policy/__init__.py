@@ -5,7 +5,7 @@
 with :func:`register`, imported below.
 """
 
-from iadeep.policy._base import REASONS, Policy, choose_gpus, pod_size
+from iadeep.policy._base import MAX_COLOCATION_LIMIT, REASONS, Policy, choose_gpus, pod_size
 from iadeep.policy._registry import POLICIES, make_policy, policy_names, register
 from iadeep.policy._undo import Undo, undo_rule
 from iadeep.policy._types import (ClusterView, FilterResult, JobRequest, Measure, OccupancyChanges, Placement, Preemption,
@@ -13,6 +13,7 @@ from iadeep.policy._types import (ClusterView, FilterResult, JobRequest, Measure
 from iadeep.policy import iadeep, exclusive, antman, gandiva  # noqa: F401,I001  (registration, in display order)
 
 __all__ = [
+    "MAX_COLOCATION_LIMIT",
     "POLICIES",
     "REASONS",
     "ClusterView",

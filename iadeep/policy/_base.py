@@ -60,7 +60,14 @@ from iadeep.policy._types import (
     capacity_masks,
 )
 
-__all__ = ["Policy", "REASONS", "choose_gpus", "pod_size"]
+__all__ = ["MAX_COLOCATION_LIMIT", "Policy", "REASONS", "choose_gpus", "pod_size"]
+
+#: The most jobs the live services put on one GPU: the extender's ``colocation_limit`` setting is
+#: at most this, so it is also the most jobs a node coordinator's tuning session holds (the tuner
+#: refuses more). The registered policies' own limits are 1 and 2 (only pairs are measured); 4
+#: leaves room for a configured limit while a session's search space stays small (at most
+#: ``5 ** 4`` configurations over the Gavel measurements, five batch sizes a family).
+MAX_COLOCATION_LIMIT = 4
 
 #: Reason codes of :meth:`Policy.eligible`, index -> message.
 REASONS = (

@@ -38,6 +38,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
+from iadeep.policy import MAX_COLOCATION_LIMIT
 from iadeep.tuner._metrics import ROUTES, outcome_of
 from iadeep.tuner._service import TunerService
 from iadeep.tuner._settings import StopSettings
@@ -86,7 +87,8 @@ class SessionRequest(BaseModel):
     model_config = _STRICT
 
     name: str = Field(min_length=1, max_length=200, pattern=SESSION_NAME)
-    jobs: list[JobSpec] = Field(min_length=1)
+    jobs: list[JobSpec] = Field(min_length=1, max_length=MAX_COLOCATION_LIMIT)
+    """The GPU's co-located jobs: at most as many as the extender places on one GPU."""
     warm_start: list[dict[str, int]] = Field(default_factory=list)
     stop: StopSpec | None = None
     gpu_mem_gib: float | None = Field(None, gt=0, allow_inf_nan=False)

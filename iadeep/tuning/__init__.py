@@ -11,9 +11,9 @@ This package is in the policy core's layer: it imports optuna and numpy, never a
 a database driver or the state store.
 """
 
-from iadeep.tuning._space import SearchSpace, SpaceError, TunedJob
+from iadeep.tuning._space import MAX_CONFIGURATIONS, SearchSpace, SpaceError, TunedJob
 from iadeep.tuning._strategy import DEFAULT_TRIALS, Outcome, Proposal, StopRule, Trial, predicted_warm_start, warm_queue
 from iadeep.tuning._study import StudyMismatch, TuningStudy
 
-__all__ = ["DEFAULT_TRIALS", "SearchSpace", "SpaceError", "TunedJob", "Outcome", "Proposal", "StopRule", "StudyMismatch",
+__all__ = ["DEFAULT_TRIALS", "MAX_CONFIGURATIONS", "SearchSpace", "SpaceError", "TunedJob", "Outcome", "Proposal", "StopRule", "StudyMismatch",
            "Trial", "TuningStudy", "predicted_warm_start", "warm_queue"]

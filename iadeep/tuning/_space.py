@@ -25,6 +25,7 @@ normalised throughput, ``t_j`` the type the job ran at and ``b_j`` its submitted
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,14 @@ from iadeep.goodput import gain_matrix, progress
 from iadeep.interference import InterferenceModel, UnknownJobType
 from iadeep.jobtypes import JobType
 
-__all__ = ["TunedJob", "SearchSpace", "SpaceError"]
+__all__ = ["MAX_CONFIGURATIONS", "TunedJob", "SearchSpace", "SpaceError"]
+
+#: The most configurations (the product of the jobs' numbers of allowed batch sizes) a session's
+#: space may hold: its feasible set is enumerated whole, some 5 us and 0.4 KB a configuration.
+#: 4,096 is well above a real session's (a GPU's jobs: at most ``5 ** 4 = 625`` over the Gavel
+#: measurements at the extender's largest co-location limit, :data:`iadeep.policy.MAX_COLOCATION_LIMIT`)
+#: and takes some 20 ms to enumerate; ten jobs of five sizes would be 9,765,625 (gigabytes).
+MAX_CONFIGURATIONS = 4096
 
 
 class SpaceError(ValueError):
@@ -78,7 +86,8 @@ class SearchSpace:
             per-pod caps apply.
 
     Raises:
-        SpaceError: a repeated key, or a job whose submitted or current type was not measured.
+        SpaceError: a repeated key, a job whose submitted or current type was not measured, or
+            more configurations than :data:`MAX_CONFIGURATIONS` (checked before any is enumerated).
     """
 
     def __init__(self, model: InterferenceModel, jobs: Sequence[TunedJob], gpu_mem_gib: float | None = None) -> None:
@@ -114,6 +123,11 @@ class SearchSpace:
             if len(tables.spaces) >= _MEMO_SIZE:
                 tables.spaces.clear()
             tables.spaces[shape] = template
+        size = math.prod(len(o) for o in template.options)
+        if size > MAX_CONFIGURATIONS:
+            raise SpaceError(f"the search space of {len(keys)} jobs has {size} configurations (batch sizes per job: "
+                             f"{' x '.join(str(len(o)) for o in template.options)}), more than the "
+                             f"{MAX_CONFIGURATIONS} a session may hold")
         self._template = template
         self.base_ids = list(template.base_ids)
         self._floors = template.floors

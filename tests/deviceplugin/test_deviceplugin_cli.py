@@ -82,3 +82,14 @@ def test_a_node_name_kubernetes_would_refuse_is_a_one_line_error(socket_dir, tmp
                         "--backend", "emulated", "--log-level", "loud"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--log-level / IADEEP_DEVICEPLUGIN_LOG_LEVEL: not a log level" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_a_one_line_error(socket_dir, tmp_path) -> None:
+    bad = tmp_path / "badkube"
+    bad.write_text("apiVersion: [\n")
+    r = subprocess.run([IADEEP, "deviceplugin", "serve", "--node", "n", "--socket-dir", str(socket_dir), "--backend", "emulated",
+                        "--kubeconfig", str(bad)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]  # after the emulated backend's warning
+    assert last.startswith(f"iadeep deviceplugin: cannot load the Kubernetes configuration (kubeconfig {bad}): while parsing")
+    assert last.endswith("set --kubeconfig (IADEEP_DEVICEPLUGIN_KUBE__KUBECONFIG) or --in-cluster")

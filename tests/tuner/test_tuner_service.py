@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from iadeep._prometheus import samples
+from iadeep.policy import MAX_COLOCATION_LIMIT
 from iadeep.testing.services import TunerProcess
 from iadeep.tuner import TunedJob, TunerClient, TunerError, TunerService, create_app
 
@@ -66,6 +67,28 @@ def test_malformed_session_is_400_naming_the_field(http, body, field) -> None:
     r = http.post("/sessions", json=body)
     assert r.status_code == 400
     assert field in r.json()["error"]
+
+
+@pytest.mark.parametrize("n_jobs", [MAX_COLOCATION_LIMIT + 1, 10])
+def test_more_jobs_than_a_gpu_holds_is_400_naming_the_limit(http, n_jobs) -> None:
+    """Ten ResNet-18 jobs would be 5 ** 10 configurations to enumerate: refused from the body alone."""
+    job = {"key": "k", "model": "ResNet-18", "base_batch_size": 32, "batch_size": 32}
+    r = http.post("/sessions", json={"name": "s8", "jobs": [{**job, "key": f"k{i}"} for i in range(n_jobs)]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error.startswith("jobs: ") and f"at most {MAX_COLOCATION_LIMIT} items" in error and f"not {n_jobs}" in error
+    assert http.get("/sessions/s8").status_code == 404  # nothing opened
+
+
+def test_a_gpu_full_of_jobs_is_a_session(http) -> None:
+    """As many jobs as the extender places on a GPU, each of five batch sizes: the coordinator's
+    largest session opens."""
+    jobs = [{"key": f"k{i}", "model": "ResNet-18", "base_batch_size": 32, "batch_size": 32}
+            for i in range(MAX_COLOCATION_LIMIT)]
+    r = http.post("/sessions", json={"name": "full", "jobs": jobs})
+    assert r.status_code == 200, r.text
+    assert all(len(sizes) == 5 for sizes in r.json()["space"].values())
+    assert http.post("/sessions/full/ask").json()["config"] is not None
 
 
 def test_malformed_tell_is_400_naming_the_field(http) -> None:

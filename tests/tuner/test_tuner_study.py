@@ -9,7 +9,9 @@ import pytest
 from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
 from iadeep.policy._tuning import BatchSizeTuner
+from iadeep.policy import MAX_COLOCATION_LIMIT
 from iadeep.tuner import SearchSpace, SpaceError, StopRule, StudyMismatch, TunedJob, TuningStudy
+from iadeep.tuning import MAX_CONFIGURATIONS
 
 
 def truth(model: InterferenceModel, space: SearchSpace, config: dict[str, int]) -> dict[str, float]:
@@ -70,6 +72,30 @@ def test_objective_is_the_policy_cores(interference_model) -> None:
 def test_unknown_types_are_refused_naming_the_job(interference_model) -> None:
     with pytest.raises(SpaceError, match="job x"):
         SearchSpace(interference_model, [TunedJob("x", "ResNet-50", 60, 60)])
+
+
+@pytest.mark.parametrize("n_jobs", [6, 10])
+def test_a_space_of_too_many_configurations_is_refused_before_enumerating(interference_model, n_jobs) -> None:
+    """Six ResNet-18 jobs of five batch sizes are 15,625 configurations, ten 9,765,625: a
+    ValueError naming the size and the bound when the space is built."""
+    jobs = [TunedJob(f"k{i}", "ResNet-18", 32, 32) for i in range(n_jobs)]
+    with pytest.raises(ValueError, match=rf"has {5 ** n_jobs} configurations .*more than the {MAX_CONFIGURATIONS}") as err:
+        SearchSpace(interference_model, jobs)
+    assert isinstance(err.value, SpaceError)
+    # fixed jobs count one configuration each: the same jobs but one tunable are a space
+    fixed = [TunedJob(j.key, j.model, 32, 32, tunable=i == 0) for i, j in enumerate(jobs)]
+    assert SearchSpace(interference_model, fixed).options["k0"] == interference_model.batch_sizes("ResNet-18")
+
+
+def test_a_gpu_full_of_jobs_fits_the_bound(interference_model) -> None:
+    """The largest session the live services open (the extender's largest co-location limit, jobs
+    of the families measured at the most batch sizes) is within :data:`MAX_CONFIGURATIONS`."""
+    m = interference_model
+    widest = max({t.model for t in m.types}, key=lambda f: len(m.batch_sizes(f)))
+    base = m.batch_sizes(widest)[0]
+    space = SearchSpace(m, [TunedJob(f"k{i}", widest, base, base) for i in range(MAX_COLOCATION_LIMIT)])
+    assert len(m.batch_sizes(widest)) ** MAX_COLOCATION_LIMIT <= MAX_CONFIGURATIONS
+    assert 0 < space.n_feasible() <= MAX_CONFIGURATIONS
 
 
 def run_session(model, study: TuningStudy) -> list[dict[str, int]]:
