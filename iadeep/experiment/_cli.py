@@ -148,6 +148,10 @@ def run_cmd(
             except OSError as exc:  # a full disk, a folder where a result file belongs
                 bar.stop()
                 raise _input_error("run", OSError(f"cannot write the results in {cfg.out_dir}: {exc}")) from None
+            except RuntimeError as exc:  # a policy left jobs unfinished (the engine names it and the count)
+                bar.stop()
+                typer.echo(f"iadeep experiment run: error: {one_line(exc)}", err=True)
+                raise typer.Exit(1) from None
     try:
         summary = write_report(cfg)
     except OSError as exc:

@@ -208,6 +208,23 @@ def test_results_that_cannot_be_written_are_one_line_not_a_traceback(tmp_path, d
     assert "'--out': an output folder is needed" in capsys.readouterr().err
 
 
+def test_a_simulation_that_deadlocks_is_one_line_naming_the_policy(tmp_path, dataset_cache, monkeypatch, capsys):
+    """The engine's error for jobs left unfinished reaches the user as one line (exit code 1: an
+    internal failure, not a bad input) that keeps the policy and the count of unfinished jobs."""
+    import iadeep.experiment._steps as steps
+
+    def deadlock(*args, **kwargs):
+        raise RuntimeError("simulation ended with 30 unfinished jobs (policy exclusive deadlocked)")
+
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    monkeypatch.setattr(steps, "run_policies", deadlock)
+    code = run_cli(app, ["experiment", "run", "--jobs", "20", "--policies", "exclusive", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("iadeep experiment run: error: simulation ended with 30 unfinished jobs "
+                                            "(policy exclusive deadlocked)")
+
+
 def test_a_time_window_picks_its_own_jobs():
     """The main job's default ``start_job`` (40,000 of Philly) does not apply inside a
     submission-time window (a window with fewer jobs would have no job left)."""
