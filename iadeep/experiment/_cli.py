@@ -225,9 +225,10 @@ def sweep_cmd(
             settings, inputs = _draw_of(base, draw, draw_seed, from_draw)
             label = lambda q: ""  # noqa: E731 (run_draw names the settings)
         else:
-            starts = _number_list("start_jobs", start_jobs or SWEEP_WINDOWS.get(trace, "0"), int)
-            load_list = _number_list("loads", loads or "1,2", float)
-            seed_list = _number_list("seeds", seeds or "0,1", int)
+            # an option given empty is refused (by _number_list), not read as the default
+            starts = _number_list("start_jobs", SWEEP_WINDOWS.get(trace, "0") if start_jobs is None else start_jobs, int)
+            load_list = _number_list("loads", "1,2" if loads is None else loads, float)
+            seed_list = _number_list("seeds", "0,1" if seeds is None else seeds, int)
             # every setting checked, the last window built, before the first setting runs
             check_grid(base, paths, starts, load_list, seed_list)
             label = (lambda q: f"{q}:") if len(queues) > 1 else (lambda q: "")

@@ -128,6 +128,10 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
     (["sweep", "--loads", "1,1.0"], "'--loads': 1 given more than once"),
     (["sweep", "--loads", "-1"], "'--loads': must be at least 0"),
     (["sweep", "--queue", "fifo,fifo"], "'--queue': fifo given more than once"),
+    # an option given empty is refused, never read as its default grid
+    (["sweep", "--loads", ""], "'--loads': expected comma-separated floats, got ''"),
+    (["sweep", "--seeds", ""], "'--seeds': expected comma-separated ints, got ''"),
+    (["sweep", "--start-jobs", ""], "'--start-jobs': expected comma-separated ints, got ''"),
     (["sweep", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
     (["compare", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
     (["compare", "--nodes", "0"], "'--nodes': must be at least 1"),
