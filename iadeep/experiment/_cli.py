@@ -70,7 +70,7 @@ def run_cmd(
     """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
     from iadeep.datasets import DatasetError
     from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_live, run_policies, start_workers, write_report
-    from iadeep.traces import TraceFormatError
+    from iadeep.traces import TraceFormatError, UnknownVirtualClusterError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
@@ -90,6 +90,8 @@ def run_cmd(
         cluster = cluster_of(cfg)
     except ConfigError as exc:
         raise usage_error(exc, _OPTIONS) from None
+    except UnknownVirtualClusterError as exc:
+        raise usage_error(ConfigError("virtual_cluster", one_line(exc)), _OPTIONS) from None
     except (ValueError, DatasetError, TraceFormatError, OSError) as exc:
         raise _input_error("run", exc) from None
     if meta["skipped_rows"]:

@@ -212,6 +212,24 @@ def test_results_that_cannot_be_written_are_one_line_not_a_traceback(tmp_path, d
     assert "'--out': an output folder is needed" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("command", "trace", "says"), [
+    ("sweep", "ms-itp", "'--virtual-cluster': ms-itp: unknown virtual cluster(s) ['nope']"),
+    ("sweep", "philly", "'--virtual-cluster': philly: unknown virtual cluster(s) ['nope']"),
+    ("run", "philly", "'--virtual-cluster': philly: unknown virtual cluster(s) ['nope']"),
+    ("run", "openb", "'--virtual-cluster': openb: the trace has no virtual clusters"),
+])
+def test_an_unknown_virtual_cluster_is_blamed_on_its_option(tmp_path, dataset_cache, monkeypatch, capsys, command, trace, says):
+    """A virtual cluster the trace lacks names ``--virtual-cluster`` (not the sweep's windows)."""
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    out = tmp_path / "out"
+    code = run_cli(app, ["experiment", command, "--trace", trace, "--virtual-cluster", "nope", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    line = err.strip().splitlines()[-1]  # a first fetch may print the datasets' download progress before
+    assert line.startswith(f"iadeep experiment {command}: error: Invalid value for ") and says in line, line
+    assert "--start-jobs" not in line and not out.exists()
+
+
 def test_a_simulation_that_deadlocks_is_one_line_naming_the_policy(tmp_path, dataset_cache, monkeypatch, capsys):
     """The engine's error for jobs left unfinished reaches the user as one line (exit code 1: an
     internal failure, not a bad input) that keeps the policy and the count of unfinished jobs."""
