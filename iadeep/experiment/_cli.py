@@ -84,6 +84,7 @@ def run_cmd(
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill,
             queue=queue, kube_preemption=kube_preemption, scheduler_config=scheduler_config, predictor=predictor, backend=backend, speedup=speedup,
             timeout_s=timeout_s, held_clock=held_clock, kubeconfig=kubeconfig, gang_placement=gang_placement, out=out)
+        _check_out(cfg.out_dir)
         start_workers(cfg, workers)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
@@ -220,6 +221,7 @@ def sweep_cmd(
                                             policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
                                             kube_preemption=kube_preemption, predictor=predictor,
                                             throughputs_file=throughputs_file, gpu_type=gpu_type, out=out))
+        _check_out(base.out_dir)
         queues = _name_list("queue", queue)
         bases = {q: dataclasses.replace(base, queue=q) for q in queues}  # validates each queue name
         paths = fetch_inputs(base, progress=sys.stderr.isatty())  # the first fetch of a sweep: a bar where someone watches
@@ -360,6 +362,7 @@ def compare_cmd(
                                            gpus_per_node=gpus_per_node, gpu_mem_gib=gpu_mem_gib, seed=seed, queue=queue,
                                            tuning=tuning, kube_preemption=kube_preemption, speedup=speedup,
                                            timeout_s=timeout_s, held_clock=held_clock, out=out))
+        _check_out(cfg.out_dir)
     except ConfigError as exc:
         raise usage_error(exc, _OPTIONS) from None
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -403,6 +406,32 @@ def _input_error(command: str, exc: BaseException) -> typer.Exit:
     stderr, ``iadeep experiment <command>: error: <message>``, and return the exit (code 2) to raise."""
     typer.echo(f"iadeep experiment {command}: error: {one_line(exc)}", err=True)
     return typer.Exit(2)
+
+
+def _check_out(out: Path) -> None:
+    """Check that the output folder ``out`` exists or can be made, leaving nothing behind.
+
+    The folders it would create are made and removed again, so a bad ``--out`` is refused before
+    any input is fetched, and a command refused later leaves no empty folder.
+
+    Raises:
+        ConfigError: ``out``, or a folder above it, is a file; or ``out`` cannot be made (the
+            message names ``--out``, the path and the reason).
+    """
+    made = [p for p in (out, *out.parents) if not p.exists() and not p.is_symlink()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        above = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), out)
+        raise ConfigError("out", f"{out} is a file, not a folder" if above == out
+                          else f"{out}: {above} is a file, not a folder") from None
+    except OSError as exc:
+        raise ConfigError("out", f"{out}: cannot make the folder: {exc.strerror or exc}") from None
+    for p in made:  # deepest first
+        try:
+            p.rmdir()
+        except OSError:
+            break
 
 
 def _registry_config(trace: str, fields: dict) -> ExperimentConfig:

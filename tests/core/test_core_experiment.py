@@ -230,6 +230,33 @@ def test_an_unknown_virtual_cluster_is_blamed_on_its_option(tmp_path, dataset_ca
     assert "--start-jobs" not in line and not out.exists()
 
 
+@pytest.mark.parametrize("command", ["run", "sweep", "compare"])
+def test_an_out_folder_that_cannot_be_made_is_one_line_naming_the_option(tmp_path, dataset_cache, monkeypatch, capsys, command):
+    """``--out`` naming a file, a path below a file, or a place no folder can be made: exit code 2,
+    one line on stderr naming ``--out`` and what is wrong, before any input is fetched."""
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    cases = [(afile, f"'--out': {afile} is a file, not a folder"),
+             (afile / "sub", f"'--out': {afile / 'sub'}: {afile} is a file, not a folder")]
+    if Path("/proc/self").is_dir():  # Linux: no folder can be made in /proc
+        cases.append((Path("/proc/iadeep-out"), "'--out': /proc/iadeep-out: cannot make the folder: "))
+    for out, says in cases:
+        code = run_cli(app, ["experiment", command, "--out", str(out)])
+        std = capsys.readouterr()
+        assert code == 2, std
+        (line,) = std.err.strip().splitlines()
+        assert line.startswith(f"iadeep experiment {command}: error: Invalid value for ") and says in line, line
+        assert "Errno" not in line and not std.out.strip()
+    assert afile.read_text() == "mine"
+    # the check makes no folder: a command refused after it (a window past the trace's end) leaves none behind
+    later = {"run": ["--start-job", "99999999"], "sweep": ["--start-jobs", "99999999", "--loads", "1", "--seeds", "0"]}
+    if command in later:
+        assert run_cli(app, ["experiment", command, *later[command], "--out", str(tmp_path / "new" / "out")]) == 2
+        assert "no job left" in capsys.readouterr().err
+        assert not (tmp_path / "new").exists()
+
+
 def test_a_simulation_that_deadlocks_is_one_line_naming_the_policy(tmp_path, dataset_cache, monkeypatch, capsys):
     """The engine's error for jobs left unfinished reaches the user as one line (exit code 1: an
     internal failure, not a bad input) that keeps the policy and the count of unfinished jobs."""
