@@ -119,7 +119,10 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
 
 
 @pytest.mark.parametrize(("argv", "says"), [
-    (["run", "--trace-file", "{dir}"], "Is a directory"),
+    (["run", "--trace-file", "{dir}"], "'--trace-file': "),
+    (["run", "--trace-file", "{dir}"], ": is a folder; trace 'philly' reads one file (philly.csv)"),
+    (["sweep", "--from-draw", "{dir}/none.json"], "none.json: no such file"),
+    (["sweep", "--from-draw", "{dir}"], ": is a folder, not a guard.json"),
     (["run", "--scheduler-config", "{dir}/none.yaml"], "'--scheduler-config': cannot read the scheduler configuration"),
     (["run", "--timeout-s", "-5"], "'--timeout-s': must be greater than 0"),
     (["run", "--backfill", "--queue", "kube"], "'--backfill'"),
