@@ -411,8 +411,8 @@ def _input_error(command: str, exc: BaseException) -> typer.Exit:
 def _check_out(out: Path) -> None:
     """Check that the output folder ``out`` exists or can be made, leaving nothing behind.
 
-    The folders it would create are made and removed again, so a bad ``--out`` is refused before
-    any input is fetched, and a command refused later leaves no empty folder.
+    The folders it would create are made and removed again, so a bad ``--out`` is refused ahead of
+    any fetch, and a command refused later leaves no empty folder.
 
     Raises:
         ConfigError: ``out``, or a folder above it, is a file; or ``out`` cannot be made (the

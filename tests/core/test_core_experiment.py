@@ -228,7 +228,7 @@ def test_an_unknown_virtual_cluster_is_blamed_on_its_option(tmp_path, dataset_ca
     code = run_cli(app, ["experiment", command, "--trace", trace, "--virtual-cluster", "nope", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    line = err.strip().splitlines()[-1]  # a first fetch may print the datasets' download progress before
+    line = err.strip().splitlines()[-1]  # the datasets' download progress may come first
     assert line.startswith(f"iadeep experiment {command}: error: Invalid value for ") and says in line, line
     assert "--start-jobs" not in line and not out.exists()
 
@@ -236,7 +236,7 @@ def test_an_unknown_virtual_cluster_is_blamed_on_its_option(tmp_path, dataset_ca
 @pytest.mark.parametrize("command", ["run", "sweep", "compare"])
 def test_an_out_folder_that_cannot_be_made_is_one_line_naming_the_option(tmp_path, dataset_cache, monkeypatch, capsys, command):
     """``--out`` naming a file, a path below a file, or a place no folder can be made: exit code 2,
-    one line on stderr naming ``--out`` and what is wrong, before any input is fetched."""
+    one line on stderr naming ``--out`` and what is wrong, ahead of any fetch."""
     monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
     afile = tmp_path / "afile"
     afile.write_text("mine")
