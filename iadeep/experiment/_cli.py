@@ -71,7 +71,7 @@ def run_cmd(
     """Replay a trace against the policies; write summary.json, per-job CSVs, plots and report.md."""
     from iadeep.datasets import DatasetError
     from iadeep.experiment._steps import build_workload, cluster_of, fetch_inputs, run_live, run_policies, start_workers, write_report
-    from iadeep.traces import TraceFormatError
+    from iadeep.traces import TraceFormatError, UnknownVirtualClusterError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
@@ -85,12 +85,15 @@ def run_cmd(
             gpu_mem_gib=gpu_mem_gib, gpu_type=gpu_type, throughputs_file=throughputs_file, seed=seed, backfill=backfill,
             queue=queue, kube_preemption=kube_preemption, scheduler_config=scheduler_config, predictor=predictor, backend=backend, speedup=speedup,
             timeout_s=timeout_s, held_clock=held_clock, kubeconfig=kubeconfig, gang_placement=gang_placement, out=out)
+        _check_out(cfg.out_dir)
         start_workers(cfg, workers)
         paths = fetch_inputs(cfg)
         workload, meta = build_workload(cfg, paths["trace"], paths["throughputs"])  # checks the job types are measured
         cluster = cluster_of(cfg)
     except ConfigError as exc:
         raise usage_error(exc, _OPTIONS) from None
+    except UnknownVirtualClusterError as exc:
+        raise usage_error(ConfigError("virtual_cluster", one_line(exc)), _OPTIONS) from None
     except (ValueError, DatasetError, TraceFormatError, OSError) as exc:
         raise _input_error("run", exc) from None
     never = sum((meta.get("infeasible_kept") or {}).values())
@@ -158,6 +161,10 @@ def run_cmd(
             except OSError as exc:  # a full disk, a folder where a result file belongs
                 bar.stop()
                 raise _input_error("run", OSError(f"cannot write the results in {cfg.out_dir}: {exc}")) from None
+            except RuntimeError as exc:  # a policy left jobs unfinished (the engine names it and the count)
+                bar.stop()
+                typer.echo(f"iadeep experiment run: error: {one_line(exc)}", err=True)
+                raise typer.Exit(1) from None
     try:
         summary = write_report(cfg)
     except OSError as exc:
@@ -232,6 +239,7 @@ def sweep_cmd(
                                             policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
                                             kube_preemption=kube_preemption, predictor=predictor,
                                             throughputs_file=throughputs_file, gpu_type=gpu_type, out=out))
+        _check_out(base.out_dir)
         queues = _name_list("queue", queue)
         bases = {q: dataclasses.replace(base, queue=q) for q in queues}  # validates each queue name
         paths = fetch_inputs(base, progress=sys.stderr.isatty())  # the first fetch of a sweep: a bar where someone watches
@@ -239,9 +247,10 @@ def sweep_cmd(
             settings, inputs = _draw_of(base, draw, draw_seed, from_draw)
             label = lambda q: ""  # noqa: E731 (run_draw names the settings)
         else:
-            starts = _number_list("start_jobs", start_jobs or SWEEP_WINDOWS.get(trace, "0"), int)
-            load_list = _number_list("loads", loads or "1,2", float)
-            seed_list = _number_list("seeds", seeds or "0,1", int)
+            # an option given empty is refused (by _number_list), not read as the default
+            starts = _number_list("start_jobs", SWEEP_WINDOWS.get(trace, "0") if start_jobs is None else start_jobs, int)
+            load_list = _number_list("loads", "1,2" if loads is None else loads, float)
+            seed_list = _number_list("seeds", "0,1" if seeds is None else seeds, int)
             # every setting checked, the last window built, before the first setting runs
             check_grid(base, paths, starts, load_list, seed_list)
             label = (lambda q: f"{q}:") if len(queues) > 1 else (lambda q: "")
@@ -389,6 +398,7 @@ def compare_cmd(
                                            gpus_per_node=gpus_per_node, gpu_mem_gib=gpu_mem_gib, seed=seed, queue=queue,
                                            tuning=tuning, kube_preemption=kube_preemption, speedup=speedup,
                                            timeout_s=timeout_s, held_clock=held_clock, out=out))
+        _check_out(cfg.out_dir)
     except ConfigError as exc:
         raise usage_error(exc, _OPTIONS) from None
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -446,6 +456,32 @@ def _input_error(command: str, exc: BaseException) -> typer.Exit:
     stderr, ``iadeep experiment <command>: error: <message>``, and return the exit (code 2) to raise."""
     typer.echo(f"iadeep experiment {command}: error: {one_line(exc)}", err=True)
     return typer.Exit(2)
+
+
+def _check_out(out: Path) -> None:
+    """Check that the output folder ``out`` exists or can be made, leaving nothing behind.
+
+    The folders it would create are made and removed again, so a bad ``--out`` is refused ahead of
+    any fetch, and a command refused later leaves no empty folder.
+
+    Raises:
+        ConfigError: ``out``, or a folder above it, is a file; or ``out`` cannot be made (the
+            message names ``--out``, the path and the reason).
+    """
+    made = [p for p in (out, *out.parents) if not p.exists() and not p.is_symlink()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        above = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), out)
+        raise ConfigError("out", f"{out} is a file, not a folder" if above == out
+                          else f"{out}: {above} is a file, not a folder") from None
+    except OSError as exc:
+        raise ConfigError("out", f"{out}: cannot make the folder: {exc.strerror or exc}") from None
+    for p in made:  # deepest first
+        try:
+            p.rmdir()
+        except OSError:
+            break
 
 
 def _registry_config(trace: str, fields: dict) -> ExperimentConfig:

@@ -24,7 +24,6 @@ so a draw is rerun exactly from either (:func:`settings_from_json`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -146,8 +145,8 @@ def read_draw(path: str | Path) -> list[DrawnSetting]:
     """The settings of the draw recorded in a ``guard.json`` (``draw.settings``).
 
     Raises:
-        ValueError: the file is not JSON or records no draw (named).
-        OSError: it cannot be read.
+        ValueError: no such file, a folder, a file that cannot be read, not JSON (with the line and
+            column), or one that records no draw (the message starts with the path).
     """
     return settings_from_json(_draw_record(path)["settings"])
 
@@ -158,8 +157,7 @@ def read_draw_run(path: str | Path) -> dict[str, Any]:
     when the record holds it.
 
     Raises:
-        ValueError: the file is not JSON, records no draw, or holds a value of the wrong kind (named).
-        OSError: it cannot be read.
+        ValueError: as :func:`read_draw`, or a recorded value of the wrong kind (named).
     """
     record = _draw_record(path)
     run = {k: record[k] for k in ("jobs", "queues", "repeats") if record.get(k) is not None}
@@ -174,10 +172,12 @@ def read_draw_run(path: str | Path) -> dict[str, Any]:
 
 def _draw_record(path: str | Path) -> dict[str, Any]:
     """The ``draw`` object of a ``guard.json`` (of one queue model, or the first of several)."""
+    from iadeep._files import read_json
+
     try:
-        doc = json.loads(Path(path).read_text())
-    except ValueError as exc:
-        raise ValueError(f"{path}: not JSON ({exc})") from None
+        doc = read_json(Path(path), "guard.json")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
     draws = [doc.get("draw")] if isinstance(doc, dict) and "draw" in doc else [
         g.get("draw") for g in doc.values() if isinstance(g, dict) and "draw" in g] if isinstance(doc, dict) else []
     if not draws or not isinstance(draws[0], dict) or "settings" not in draws[0]:

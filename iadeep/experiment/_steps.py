@@ -32,6 +32,7 @@ from iadeep.interference import InterferenceModel
 from iadeep.policy import make_policy
 from iadeep.report import plot_jct_cdf, plot_normalised_bars, plot_queue_length, plot_service_series, write_json, write_markdown, write_summary_json
 from iadeep.sim import ClusterSpec, KubeQueueSettings, SimResult, SimSettings, feasibility, load_cluster, simulate, type_speeds
+from iadeep.traces import TRACE_FORMATS
 
 __all__ = ["run_live", "sim_settings", "fetch_inputs", "build_workload", "check_measured", "run_policy", "run_policies",
            "start_workers", "write_report", "run_experiment", "cluster_of", "load_workload"]
@@ -96,7 +97,8 @@ def fetch_inputs(cfg: ExperimentConfig, progress: bool = True, cache_dir: str | 
     Raises:
         iadeep.datasets.DatasetError: a download or checksum failed.
         iadeep._params.ConfigError: ``trace_file``, ``throughputs_file`` or ``cluster_file`` names
-            no file (the message names the parameter and the path).
+            no file, or a folder where the trace format reads one file (the message names the
+            parameter and the path).
     """
     from iadeep._params import ConfigError
     from iadeep.datasets import fetch
@@ -109,6 +111,9 @@ def fetch_inputs(cfg: ExperimentConfig, progress: bool = True, cache_dir: str | 
             raise ConfigError("cluster_file", f"{cfg.cluster_file}: no such file")
     if cfg.trace_file and not Path(cfg.trace_file).exists():
         raise ConfigError("trace_file", f"{cfg.trace_file}: no such file or folder")
+    fmt = TRACE_FORMATS.get(cfg.trace)
+    if cfg.trace_file and Path(cfg.trace_file).is_dir() and fmt is not None and not fmt.reads_folder:
+        raise ConfigError("trace_file", f"{cfg.trace_file}: is a folder; trace {cfg.trace!r} reads one file ({fmt.path})")
     if cfg.throughputs_file:
         thr = Path(cfg.throughputs_file)
         if not thr.is_file():

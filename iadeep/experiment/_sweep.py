@@ -192,13 +192,14 @@ def check_grid(base: ExperimentConfig, paths: dict[str, str], start_jobs: Sequen
     in a temporary folder, so nothing is written into ``base.out``.
 
     Raises:
-        iadeep._params.ConfigError: naming the grid's option (``start_jobs``, ``loads``, ``seeds``).
+        iadeep._params.ConfigError: naming the grid's option (``start_jobs``, ``loads``, ``seeds``),
+            or ``virtual_cluster`` when the trace has no such cluster.
     """
     import tempfile
 
     from iadeep._climain import one_line
     from iadeep._params import ConfigError
-    from iadeep.traces import TraceFormatError
+    from iadeep.traces import TraceFormatError, UnknownVirtualClusterError
 
     for option, field_name, values in (("start_jobs", "start_job", start_jobs), ("loads", "target_load", loads),
                                        ("seeds", "seed", seeds)):
@@ -216,6 +217,8 @@ def check_grid(base: ExperimentConfig, paths: dict[str, str], start_jobs: Sequen
         last = dataclasses.replace(base, start_job=max(start_jobs), out=tmp)
         try:
             build_workload(last, paths["trace"], paths["throughputs"])
+        except UnknownVirtualClusterError as exc:
+            raise ConfigError("virtual_cluster", one_line(exc)) from None
         except (ValueError, TraceFormatError) as exc:
             raise ConfigError("start_jobs", f"the window starting at job {last.start_job} cannot be built: "
                                             f"{one_line(exc)}") from None

@@ -58,9 +58,11 @@ class GavelMeasurements:
             FileNotFoundError: no such file.
             ValueError: every other problem, the message naming the file: a folder or unreadable
                 file, not JSON (with the line and column), ``gpu_type`` not in the file (the
-                message lists the file's) or its table empty, a malformed key, a missing or
-                non-positive isolated throughput, or a pair missing from the matrix or not a
-                number (the message names the key).
+                message lists the file's) or its table empty, a malformed key, an isolated
+                throughput (steps/s) that is missing, not finite or not > 0, or a pair missing
+                from the matrix, not a list of two numbers, or with a value that is not finite or
+                is negative (the message names the entry's key path: GPU type, job key, partner
+                key).
         """
         path = Path(path)
         raw = read_json(path, "throughputs JSON file")
@@ -86,20 +88,30 @@ class GavelMeasurements:
             entry = table[keys[a]]
             if not isinstance(entry, dict) or "null" not in entry:
                 raise ValueError(f"{path}: {gpu_type} {keys[a]}: expected a mapping with a \"null\" (isolated) throughput")
-            try:
-                iso[i] = float(entry["null"])
-            except (TypeError, ValueError):
-                iso[i] = np.nan
-            if not iso[i] > 0:
-                raise ValueError(f"{path}: {gpu_type} isolated throughput of {keys[a]} must be > 0, got {entry['null']!r}")
+            iso[i] = _number(entry["null"])
+            if not (np.isfinite(iso[i]) and iso[i] > 0):
+                raise ValueError(f"{path}: {gpu_type} {keys[a]} \"null\": isolated throughput "
+                                 f"must be a finite number > 0 (steps/s), got {entry['null']!r}")
             for j, b in enumerate(types):
                 try:
-                    co[i, j] = float(entry[keys[b]][0])
+                    pair = entry[keys[b]]
                 except KeyError:
                     raise ValueError(f"{path}: {gpu_type} has no co-located measurement for {keys[a]} with {keys[b]}") from None
-                except (TypeError, ValueError, IndexError):
-                    raise ValueError(f"{path}: {gpu_type} co-located measurement of {keys[a]} with {keys[b]}: "
-                                     f"expected [own, other] steps/s, got {entry[keys[b]]!r}") from None
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise ValueError(f"{path}: {gpu_type} {keys[a]} {keys[b]}: co-located measurement: "
+                                     f"expected [own, other] steps/s, got {pair!r}")
+                values = [_number(v) for v in pair]
+                if not all(np.isfinite(v) and v >= 0 for v in values):
+                    raise ValueError(f"{path}: {gpu_type} {keys[a]} {keys[b]}: co-located measurement: "
+                                     f"each steps/s must be a finite number >= 0, got {pair!r}")
+                co[i, j] = values[0]
         for arr in (iso, co):
             arr.setflags(write=False)
         return cls(gpu_type, types, iso, co)
+
+
+def _number(value: object) -> float:
+    """``value`` as a float; NaN for anything that is not a JSON number (a string, a bool, null)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return float("nan")
+    return float(value)

@@ -19,6 +19,7 @@ job log (:func:`philly_consistency`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -60,11 +61,15 @@ def _group(entry: Any, where: str) -> NodeGroup:
     if missing:
         raise ClusterFileError(f"{where}: missing key(s) {sorted(missing)}")
     try:
+        for key in ("count", "gpus_per_node"):
+            v = entry[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v or v < 1:
+                raise ValueError(f"{key}: expected a whole number >= 1, got {v!r}")
         count, gpus = entry["count"], entry["gpus_per_node"]
-        if isinstance(count, bool) or isinstance(gpus, bool) or int(count) != count or int(gpus) != gpus:
-            raise ValueError("count and gpus_per_node must be whole numbers")
-        return NodeGroup(int(count), int(gpus), float(entry["gpu_mem_gib"]), str(entry.get("gpu_model") or ""),
-                         str(entry.get("name") or ""))
+        mem = float(entry["gpu_mem_gib"])
+        if not (math.isfinite(mem) and mem > 0):
+            raise ValueError(f"gpu_mem_gib: expected a finite number of GiB > 0, got {entry['gpu_mem_gib']!r}")
+        return NodeGroup(int(count), int(gpus), mem, str(entry.get("gpu_model") or ""), str(entry.get("name") or ""))
     except (TypeError, ValueError) as e:
         raise ClusterFileError(f"{where}: {e}") from None
 
@@ -91,7 +96,9 @@ def load_cluster(path: str | PathLike[str]) -> ClusterSpec:
     Raises:
         FileNotFoundError: no such file.
         ClusterFileError: (a ``ValueError``) a folder or unreadable file, invalid YAML, no
-            ``groups`` list, or a bad group (the message names the file and the group's index).
+            ``groups`` list, or a bad group: a missing or unknown key, a count or GPUs per node
+            that is not a whole number >= 1, a ``gpu_mem_gib`` that is not a finite number > 0
+            (the message names the file, the group's index and the key).
     """
     p = Path(path)
     text = read_text(p, "YAML cluster file", ClusterFileError)
@@ -158,16 +165,19 @@ def _philly_machines(machine_list: str | PathLike[str]) -> pd.DataFrame:
     for c in cols:
         if c not in df.columns:
             raise ClusterFileError(f"{p}: column {c!r} missing from the header {list(df.columns)}")
-    out = pd.DataFrame({"machine": df["machineId"].str.strip()})
-    for src, dst in (("number of GPUs", "gpus"), ("single GPU mem", "mem")):
-        txt = df[src].str.strip().str.rstrip("G").str.rstrip("GB")
-        num = pd.to_numeric(txt, errors="coerce")
-        bad = num.isna() | (num < 0)
-        if bad.any():
-            i = int(bad.to_numpy().nonzero()[0][0])
-            raise ClusterFileError(f"{p}:{i + 2}: column {src!r}: {df[src].iloc[i]!r} is not a number")
-        out[dst] = num.to_numpy()
-    return out
+    gpus, mems = [], []
+    for i, (g, mem) in enumerate(zip(df["number of GPUs"], df["single GPU mem"])):
+        if not re.fullmatch(r"\d+", g.strip()):
+            raise ClusterFileError(f"{p}:{i + 2}: column 'number of GPUs': {g!r} is not a whole number")
+        gpus.append(int(g))
+        try:
+            mems.append(float(mem.strip().rstrip("G").rstrip("GB")))
+        except ValueError:
+            raise ClusterFileError(f"{p}:{i + 2}: column 'single GPU mem': {mem!r} is not a number") from None
+        if not math.isfinite(mems[-1]) or mems[-1] < 0 or (mems[-1] == 0 and gpus[-1] > 0):
+            raise ClusterFileError(f"{p}:{i + 2}: column 'single GPU mem': {mem!r}: expected a finite number of GiB, "
+                                   "> 0 on a machine with GPUs")
+    return pd.DataFrame({"machine": df["machineId"].str.strip(), "gpus": gpus, "mem": mems})
 
 
 def cluster_from_philly(machine_list: str | PathLike[str], job_log: str | PathLike[str] | None = None) -> ClusterSpec:
@@ -181,8 +191,10 @@ def cluster_from_philly(machine_list: str | PathLike[str], job_log: str | PathLi
 
     Raises:
         FileNotFoundError: no such file.
-        ClusterFileError: a folder, an empty file or one that is not CSV, a missing column or a
-            non-numeric value (the message names the file, and the row); a job log that is a
+        ClusterFileError: a folder, an empty file or one that is not CSV, a missing column, a
+            ``number of GPUs`` that is not a whole number >= 0, or a ``single GPU mem`` (GiB, an
+            optional ``G``/``GB`` suffix) that is not a finite number, negative, or 0 on a machine
+            with GPUs (the message names the file, the line and the column); a job log that is a
             folder or not JSON.
     """
     m = _philly_machines(machine_list)

@@ -22,7 +22,7 @@ Loaders never download: pass the path of a file the dataset registry fetched.
 """
 
 from ._arrivals import IADEEP_GAP_DIVISOR, PEAK_WINDOW_FRACTION, LoadStats, offered_load
-from ._errors import JobTableError, TraceFormatError
+from ._errors import JobTableError, TraceFormatError, UnknownVirtualClusterError
 from ._load import (
     TRACE_FORMATS,
     TraceFormat,
@@ -47,6 +47,7 @@ __all__ = [
     "TraceFormat",
     "TraceOptions",
     "TraceFormatError",
+    "UnknownVirtualClusterError",
     "JobTableError",
     "LoadStats",
     "offered_load",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from os import PathLike
 
-__all__ = ["TraceFormatError", "JobTableError"]
+__all__ = ["TraceFormatError", "JobTableError", "UnknownVirtualClusterError"]
 
 
 class TraceFormatError(ValueError):
@@ -46,3 +46,8 @@ class TraceFormatError(ValueError):
 
 class JobTableError(ValueError):
     """A DataFrame does not follow the normalised job-table schema (see :mod:`iadeep.traces._schema`)."""
+
+
+class UnknownVirtualClusterError(ValueError):
+    """A virtual cluster asked for (``TraceOptions.virtual_cluster``) has no job in the trace; the
+    message names the trace and lists the clusters it has."""

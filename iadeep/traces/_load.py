@@ -44,12 +44,14 @@ class TraceFormat:
             cannot run, applies ``virtual_cluster``).
         path: what ``path`` should point at.
         description: the trace and its source.
+        reads_folder: whether ``path`` may be a folder (else it is one file).
     """
 
     name: str
     reader: Reader
     path: str
     description: str
+    reads_folder: bool = False
 
 
 #: Registry of trace formats by name (iterate it for the names). A new format is one entry.
@@ -73,6 +75,7 @@ TRACE_FORMATS: dict[str, TraceFormat] = {
             read_msitp,
             "folder of clusterNN.csv, one clusterNN.csv, or raw-traces.tar.gz",
             "Microsoft ITP clusters (microsoft/elasticflow-traces raw traces)",
+            reads_folder=True,
         ),
         TraceFormat(
             "openb",

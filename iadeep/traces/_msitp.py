@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ._errors import UnknownVirtualClusterError
 from ._options import TraceOptions
 from ._source import RawTrace, SourceFile, read_csv_text, read_file, zero_duration_rule
 
@@ -84,7 +85,8 @@ def read_msitp(path: str | PathLike[str], options: TraceOptions) -> RawTrace:
     Raises:
         FileNotFoundError: if ``path`` is missing or a folder without ``clusterNN.csv``.
         TraceFormatError: on a bad row (unless ``options.skip_bad_rows``).
-        ValueError: if ``options.virtual_cluster`` names a cluster that is not there.
+        UnknownVirtualClusterError: (a ``ValueError``) ``options.virtual_cluster`` names a cluster
+            that is not there.
     """
     path = Path(path)
     wanted = options.virtual_cluster
@@ -92,7 +94,7 @@ def read_msitp(path: str | PathLike[str], options: TraceOptions) -> RawTrace:
     if wanted is not None:
         unknown = [w for w in wanted if w not in names]
         if unknown:
-            raise ValueError(f"ms-itp: unknown virtual cluster(s) {unknown}; {path} has {names}")
+            raise UnknownVirtualClusterError(f"ms-itp: unknown virtual cluster(s) {unknown}; {path} has {names}")
     frames = []
     rows_read = skipped = 0
     for src in sources:

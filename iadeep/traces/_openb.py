@@ -17,6 +17,7 @@ from os import PathLike
 import numpy as np
 import pandas as pd
 
+from ._errors import UnknownVirtualClusterError
 from ._options import TraceOptions
 from ._source import RawTrace, read_csv_text, read_file, zero_duration_rule
 
@@ -40,10 +41,11 @@ def read_openb(path: str | PathLike[str], options: TraceOptions) -> RawTrace:
     Raises:
         TraceFormatError: on a bad row (unless ``options.skip_bad_rows``); with
             ``options.strict``, on the first quirk.
-        ValueError: if ``options.virtual_cluster`` is set (openb has no virtual clusters).
+        UnknownVirtualClusterError: (a ``ValueError``) ``options.virtual_cluster`` is set (openb has
+            no virtual clusters).
     """
     if options.virtual_cluster is not None:
-        raise ValueError("openb: the trace has no virtual clusters; leave virtual_cluster unset")
+        raise UnknownVirtualClusterError("openb: the trace has no virtual clusters")
     src = read_file(path)
     cols = ["name", "num_gpu", "gpu_milli", "pod_phase", "creation_time", "deletion_time", "scheduled_time"]
     text, chk = read_csv_text(src, cols, options.skip_bad_rows, options.strict)

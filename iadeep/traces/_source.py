@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._errors import TraceFormatError
+from ._errors import TraceFormatError, UnknownVirtualClusterError
 from ._rows import RowChecker
 
 __all__ = ["SourceFile", "read_file", "files_digest", "read_csv_text", "RawTrace", "select_virtual_clusters",
@@ -183,7 +183,8 @@ def select_virtual_clusters(raw: RawTrace, wanted: tuple[str, ...] | None, trace
     """Keep only jobs whose ``cluster`` column is in ``wanted`` (others: ``other_virtual_cluster``).
 
     Raises:
-        ValueError: if a wanted cluster has no job in the trace (the message lists those it has).
+        UnknownVirtualClusterError: (a ``ValueError``) a wanted cluster has no job in the trace (the
+            message lists those it has).
     """
     if wanted is None:
         return
@@ -191,7 +192,7 @@ def select_virtual_clusters(raw: RawTrace, wanted: tuple[str, ...] | None, trace
     known = sorted(set(vc.tolist()))
     unknown = [v for v in wanted if v not in known]
     if unknown:
-        raise ValueError(f"{trace}: unknown virtual cluster(s) {unknown}; the trace has {known}")
+        raise UnknownVirtualClusterError(f"{trace}: unknown virtual cluster(s) {unknown}; the trace has {known}")
     raw.drop(~np.isin(vc, list(wanted)), "other_virtual_cluster")
 
 

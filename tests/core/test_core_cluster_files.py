@@ -42,8 +42,12 @@ def test_yaml_round_trip_and_gpu_layout(tmp_path):
     ("groups: []\n", "non-empty 'groups' list"),
     ("groups:\n  - {count: 1, gpus_per_node: 2}\n", r"groups\[0\]: missing key\(s\) \['gpu_mem_gib'\]"),
     ("groups:\n  - {count: 1, gpus_per_node: 2, gpu_mem_gib: 16, colour: red}\n", "unknown key"),
-    ("groups:\n  - {count: 0, gpus_per_node: 2, gpu_mem_gib: 16}\n", "must be positive"),
-    ("groups:\n  - {count: 1.5, gpus_per_node: 2, gpu_mem_gib: 16}\n", "whole numbers"),
+    ("groups:\n  - {count: 0, gpus_per_node: 2, gpu_mem_gib: 16}\n", r"groups\[0\]: count: expected a whole number >= 1, got 0"),
+    ("groups:\n  - {count: 1.5, gpus_per_node: 2, gpu_mem_gib: 16}\n", r"groups\[0\]: count: expected a whole number >= 1, got 1.5"),
+    ("groups:\n  - {count: 1, gpus_per_node: .inf, gpu_mem_gib: 16}\n", r"groups\[0\]: gpus_per_node: expected a whole number >= 1, got inf"),
+    ("groups:\n  - {count: 1, gpus_per_node: 2, gpu_mem_gib: .inf}\n", r"groups\[0\]: gpu_mem_gib: expected a finite number of GiB > 0, got inf"),
+    ("groups:\n  - {count: 1, gpus_per_node: 2, gpu_mem_gib: .nan}\n", r"groups\[0\]: gpu_mem_gib: expected a finite number of GiB > 0, got nan"),
+    ("groups:\n  - {count: 1, gpus_per_node: 2, gpu_mem_gib: 0}\n", r"groups\[0\]: gpu_mem_gib: expected a finite number of GiB > 0, got 0"),
     ("groups: [\n", "invalid YAML"),
 ])
 def test_bad_cluster_files_name_file_and_group(tmp_path, text, match):
@@ -89,6 +93,26 @@ def test_philly_machine_list_and_consistency_report(tmp_path):
     bad.write_text("machineId,number of GPUs,single GPU mem\nm1,eight,24G\n")
     with pytest.raises(ClusterFileError, match=r"bad_list:2: column 'number of GPUs'"):
         cluster_from_philly(bad)
+
+
+@pytest.mark.parametrize(("row", "match"), [
+    ("m9,2.5,24G", r"list:3: column 'number of GPUs': '2.5' is not a whole number"),
+    ("m9,-1,24G", r"list:3: column 'number of GPUs': '-1' is not a whole number"),
+    ("m9,8,0", r"list:3: column 'single GPU mem': '0': expected a finite number of GiB, > 0 on a machine with GPUs"),
+    ("m9,8,-24G", r"list:3: column 'single GPU mem': '-24G': expected a finite number of GiB"),
+    ("m9,8,inf", r"list:3: column 'single GPU mem': 'inf': expected a finite number of GiB"),
+    ("m9,8,nan", r"list:3: column 'single GPU mem': 'nan': expected a finite number of GiB"),
+])
+def test_a_bad_philly_machine_row_names_the_file_line_and_column(tmp_path, row, match):
+    """A machine row is taken whole or refused: a fractional GPU count is not truncated, and GPU
+    memory that is 0 (on a machine with GPUs), negative or not finite never reaches the cluster."""
+    ml = tmp_path / "list"
+    ml.write_text(f"machineId,number of GPUs,single GPU mem\nm1,8,24G\n{row}\n")
+    with pytest.raises(ClusterFileError, match=match) as ei:
+        cluster_from_philly(ml)
+    assert str(ei.value).startswith(f"{ml}:3: ")
+    with pytest.raises(ClusterFileError, match=match):
+        philly_consistency(ml, tmp_path / "no log read first")
 
 
 def test_experiment_runs_on_a_cluster_file(tmp_path, dataset_cache, monkeypatch, capsys):
@@ -176,6 +200,7 @@ def _cluster_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     ("missing node list", "nope.csv: No such file or directory"),
     ("folder as --out", "--out some_dir: is a folder"),
     ("file as --out's folder", "machines.csv is a file, not a folder"),
+    ("GPU memory 0", "zero.csv:2: column 'single GPU mem': '0': expected a finite number of GiB"),
 ])
 def test_cluster_command_bad_input_is_one_line_on_stderr(tmp_path, monkeypatch, capsys, case, match):
     """Bad input to ``iadeep experiment cluster``: exit code 2, one stderr line naming the file, no traceback."""
@@ -183,6 +208,7 @@ def test_cluster_command_bad_input_is_one_line_on_stderr(tmp_path, monkeypatch, 
     (tmp_path / "machines.csv").write_text(MACHINES)
     (tmp_path / "trace.csv").write_text("a,b\n1,2\n")
     (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "zero.csv").write_text("machineId,number of GPUs,single GPU mem\nm1,8,0\n")
     (tmp_path / "some_dir").mkdir()
     argv = {"no source": ["--out", "x.yaml"],
             "job log not JSON": ["--from-philly", "machines.csv", "--job-log", "trace.csv", "--out", "x.yaml"],
@@ -190,7 +216,8 @@ def test_cluster_command_bad_input_is_one_line_on_stderr(tmp_path, monkeypatch, 
             "folder as node list": ["--from-openb", "some_dir", "--out", "x.yaml"],
             "missing node list": ["--from-openb", "nope.csv", "--out", "x.yaml"],
             "folder as --out": ["--from-philly", "machines.csv", "--out", "some_dir"],
-            "file as --out's folder": ["--from-philly", "machines.csv", "--out", "machines.csv/x.yaml"]}[case]
+            "file as --out's folder": ["--from-philly", "machines.csv", "--out", "machines.csv/x.yaml"],
+            "GPU memory 0": ["--from-philly", "zero.csv", "--out", "x.yaml"]}[case]
     code, out, err = _cluster_cli(argv, capsys)
     assert code == 2, (out, err)
     assert err.count("\n") == 1 and err.startswith("iadeep experiment cluster: error: "), err

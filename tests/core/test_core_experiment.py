@@ -119,7 +119,10 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
 
 
 @pytest.mark.parametrize(("argv", "says"), [
-    (["run", "--trace-file", "{dir}"], "Is a directory"),
+    (["run", "--trace-file", "{dir}"], "'--trace-file': "),
+    (["run", "--trace-file", "{dir}"], ": is a folder; trace 'philly' reads one file (philly.csv)"),
+    (["sweep", "--from-draw", "{dir}/none.json"], "none.json: no such file"),
+    (["sweep", "--from-draw", "{dir}"], ": is a folder, not a guard.json"),
     (["run", "--scheduler-config", "{dir}/none.yaml"], "'--scheduler-config': cannot read the scheduler configuration"),
     (["run", "--timeout-s", "-5"], "'--timeout-s': must be greater than 0"),
     (["run", "--backfill", "--queue", "kube"], "'--backfill'"),
@@ -128,6 +131,10 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
     (["sweep", "--loads", "1,1.0"], "'--loads': 1 given more than once"),
     (["sweep", "--loads", "-1"], "'--loads': must be at least 0"),
     (["sweep", "--queue", "fifo,fifo"], "'--queue': fifo given more than once"),
+    # an option given empty is refused, never read as its default grid
+    (["sweep", "--loads", ""], "'--loads': expected comma-separated floats, got ''"),
+    (["sweep", "--seeds", ""], "'--seeds': expected comma-separated ints, got ''"),
+    (["sweep", "--start-jobs", ""], "'--start-jobs': expected comma-separated ints, got ''"),
     (["sweep", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
     (["compare", "--trace", "philly-json"], "'--trace': trace 'philly-json' has no dataset in the registry"),
     (["compare", "--nodes", "0"], "'--nodes': must be at least 1"),
@@ -206,6 +213,68 @@ def test_results_that_cannot_be_written_are_one_line_not_a_traceback(tmp_path, d
     assert err.strip().splitlines()[-1].startswith(f"iadeep experiment run: error: cannot write the results in {out}")
     assert run_cli(app, ["experiment", "run", "--jobs", "20", "--out", ""]) == 2
     assert "'--out': an output folder is needed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "trace", "says"), [
+    ("sweep", "ms-itp", "'--virtual-cluster': ms-itp: unknown virtual cluster(s) ['nope']"),
+    ("sweep", "philly", "'--virtual-cluster': philly: unknown virtual cluster(s) ['nope']"),
+    ("run", "philly", "'--virtual-cluster': philly: unknown virtual cluster(s) ['nope']"),
+    ("run", "openb", "'--virtual-cluster': openb: the trace has no virtual clusters"),
+])
+def test_an_unknown_virtual_cluster_is_blamed_on_its_option(tmp_path, dataset_cache, monkeypatch, capsys, command, trace, says):
+    """A virtual cluster the trace lacks names ``--virtual-cluster`` (not the sweep's windows)."""
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    out = tmp_path / "out"
+    code = run_cli(app, ["experiment", command, "--trace", trace, "--virtual-cluster", "nope", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    line = err.strip().splitlines()[-1]  # the datasets' download progress may come first
+    assert line.startswith(f"iadeep experiment {command}: error: Invalid value for ") and says in line, line
+    assert "--start-jobs" not in line and not out.exists()
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "compare"])
+def test_an_out_folder_that_cannot_be_made_is_one_line_naming_the_option(tmp_path, dataset_cache, monkeypatch, capsys, command):
+    """``--out`` naming a file, a path below a file, or a place no folder can be made: exit code 2,
+    one line on stderr naming ``--out`` and what is wrong, ahead of any fetch."""
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    cases = [(afile, f"'--out': {afile} is a file, not a folder"),
+             (afile / "sub", f"'--out': {afile / 'sub'}: {afile} is a file, not a folder")]
+    if Path("/proc/self").is_dir():  # Linux: no folder can be made in /proc
+        cases.append((Path("/proc/iadeep-out"), "'--out': /proc/iadeep-out: cannot make the folder: "))
+    for out, says in cases:
+        code = run_cli(app, ["experiment", command, "--out", str(out)])
+        std = capsys.readouterr()
+        assert code == 2, std
+        (line,) = std.err.strip().splitlines()
+        assert line.startswith(f"iadeep experiment {command}: error: Invalid value for ") and says in line, line
+        assert "Errno" not in line and not std.out.strip()
+    assert afile.read_text() == "mine"
+    # the check makes no folder: a command refused after it (a window past the trace's end) leaves none behind
+    later = {"run": ["--start-job", "99999999"], "sweep": ["--start-jobs", "99999999", "--loads", "1", "--seeds", "0"]}
+    if command in later:
+        assert run_cli(app, ["experiment", command, *later[command], "--out", str(tmp_path / "new" / "out")]) == 2
+        assert "no job left" in capsys.readouterr().err
+        assert not (tmp_path / "new").exists()
+
+
+def test_a_simulation_that_deadlocks_is_one_line_naming_the_policy(tmp_path, dataset_cache, monkeypatch, capsys):
+    """The engine's error for jobs left unfinished reaches the user as one line (exit code 1: an
+    internal failure, not a bad input) that keeps the policy and the count of unfinished jobs."""
+    import iadeep.experiment._steps as steps
+
+    def deadlock(*args, **kwargs):
+        raise RuntimeError("simulation ended with 30 unfinished jobs (policy exclusive deadlocked)")
+
+    monkeypatch.setenv("IADEEP_CACHE_DIR", str(dataset_cache))
+    monkeypatch.setattr(steps, "run_policies", deadlock)
+    code = run_cli(app, ["experiment", "run", "--jobs", "20", "--policies", "exclusive", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("iadeep experiment run: error: simulation ended with 30 unfinished jobs "
+                                            "(policy exclusive deadlocked)")
 
 
 def test_a_time_window_picks_its_own_jobs():

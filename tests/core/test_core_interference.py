@@ -93,8 +93,18 @@ _BAD_KEY = '("ResNet-50 (batch size 16)", 1)'
     ('{"p100": {}}', r"unknown GPU type 'v100'; the file has p100"),
     ('{"v100": {%s: {"null": 1}}}' % json.dumps(_BAD_KEY), r"v100: not a Gavel job-type key"),
     ('{"v100": {"(\'A3C\', 1)": {}}}', r"v100 \('A3C', 1\): expected a mapping with a \"null\""),
-    ('{"v100": {"(\'A3C\', 1)": {"null": "fast"}}}', r"isolated throughput of \('A3C', 1\) must be > 0, got 'fast'"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": "fast"}}}', r"v100 \('A3C', 1\) \"null\": isolated throughput must be a finite number > 0 \(steps/s\), got 'fast'"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": Infinity}}}', r"v100 \('A3C', 1\) \"null\": isolated throughput must be a finite number > 0 \(steps/s\), got inf"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": NaN}}}', r"v100 \('A3C', 1\) \"null\": isolated throughput must be a finite number > 0 \(steps/s\), got nan"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": 0}}}', r"isolated throughput must be a finite number > 0 \(steps/s\), got 0"),
     ('{"v100": {"(\'A3C\', 1)": {"null": 1, "(\'A3C\', 1)": 3}}}', r"expected \[own, other\] steps/s, got 3"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": 1, "(\'A3C\', 1)": [1.0]}}}',
+     r"v100 \('A3C', 1\) \('A3C', 1\): co-located measurement: expected \[own, other\] steps/s, got \[1.0\]"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": 1, "(\'A3C\', 1)": [1.0, 1.0, 1.0]}}}', r"expected \[own, other\] steps/s, got \[1.0, 1.0, 1.0\]"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": 1, "(\'A3C\', 1)": [-1.0, 0.5]}}}',
+     r"v100 \('A3C', 1\) \('A3C', 1\): co-located measurement: each steps/s must be a finite number >= 0, got \[-1.0, 0.5\]"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": 1, "(\'A3C\', 1)": [0.5, NaN]}}}', r"each steps/s must be a finite number >= 0, got \[0.5, nan\]"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": 1, "(\'A3C\', 1)": [Infinity, 0.5]}}}', r"each steps/s must be a finite number >= 0, got \[inf, 0.5\]"),
 ])
 def test_bad_throughputs_file_raises_value_error_naming_the_file(tmp_path, text, match):
     from iadeep.interference import InterferenceModel
@@ -112,6 +122,11 @@ def test_bad_throughputs_file_raises_value_error_naming_the_file(tmp_path, text,
     ("a,b\n1,2\n", "trace.csv: not JSON: Expecting value: line 1 column 1"),
     ('{"v100": {}}', "trace.csv: the 'v100' table is empty"),
     ('{"v100": {%s: {"null": 1}}}' % json.dumps(_BAD_KEY), "trace.csv: v100: not a Gavel job-type key"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": Infinity}}}', "trace.csv: v100 ('A3C', 1) \"null\": isolated throughput must be a finite number > 0"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": 1, "(\'A3C\', 1)": [-1.0, 0.5]}}}',
+     "trace.csv: v100 ('A3C', 1) ('A3C', 1): co-located measurement: each steps/s must be a finite number >= 0"),
+    ('{"v100": {"(\'A3C\', 1)": {"null": 1, "(\'A3C\', 1)": [1.0]}}}',
+     "trace.csv: v100 ('A3C', 1) ('A3C', 1): co-located measurement: expected [own, other] steps/s, got [1.0]"),
 ])
 def test_experiment_run_names_a_bad_throughputs_file(tmp_path, dataset_cache, monkeypatch, capsys, text, match):
     """A bad ``--throughputs`` file: one line on stderr naming it, exit code 2, no traceback."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from iadeep.traces import TraceFormatError, load_msitp, load_trace
+from iadeep.traces import TraceFormatError, UnknownVirtualClusterError, load_msitp, load_trace
 
 TARBALL_SHA256 = "67398e1a89245c50ae0881bf997e6cda0c95f9f47980af5bc56d67998965669f"  # SOURCES.md
 
@@ -42,7 +42,7 @@ def test_virtual_cluster_selects_files(itp_dir: Path) -> None:
     assert df["submit_time"].max() == raw["submission_time"].max() - raw["submission_time"].min()
     both = load_msitp(itp_dir, virtual_cluster=("cluster01", "cluster05"))
     assert len(both) == 1_595 + 3_629
-    with pytest.raises(ValueError, match="unknown virtual cluster"):
+    with pytest.raises(UnknownVirtualClusterError, match="unknown virtual cluster"):
         load_msitp(itp_dir, virtual_cluster="cluster99")
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from iadeep.traces import TraceFormatError, load_openb, load_trace
+from iadeep.traces import TraceFormatError, UnknownVirtualClusterError, load_openb, load_trace
 
 OPENB_SHA256 = "1ee7ed79c27a3b0861cda8ddba86a004c6aba904caafa329a76ae93ca63834a8"  # SOURCES.md
 
@@ -43,7 +43,7 @@ def test_real_file(openb_csv: Path) -> None:
 
 
 def test_no_virtual_clusters(openb_csv: Path) -> None:
-    with pytest.raises(ValueError, match="no virtual clusters"):
+    with pytest.raises(UnknownVirtualClusterError, match="no virtual clusters"):
         load_openb(openb_csv, virtual_cluster="x")
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from iadeep.traces import TraceFormatError, TraceOptions, load_philly, load_trace, offered_load
+from iadeep.traces import TraceFormatError, TraceOptions, UnknownVirtualClusterError, load_philly, load_trace, offered_load
 
 PHILLY_SHA256 = "ebffb3dd1589bdf4e7bcd74496201c5ded1d557d498ee14f560463f37ec353da"  # SOURCES.md
 
@@ -70,7 +70,7 @@ def test_virtual_cluster(philly_csv: Path) -> None:
     assert df["submit_time"].min() == 0.0
     two = load_trace("philly", philly_csv, virtual_cluster=("6214e9", "11cb48"))
     assert len(two) == 41_226 + 16_091
-    with pytest.raises(ValueError, match="unknown virtual cluster"):
+    with pytest.raises(UnknownVirtualClusterError, match="unknown virtual cluster"):
         load_trace("philly", philly_csv, virtual_cluster="nope")
 
 
