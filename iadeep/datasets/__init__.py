@@ -13,7 +13,7 @@ Example:
 
 from iadeep.datasets._api import cache_root, dataset_dir, fetch, list_datasets, verify
 from iadeep.datasets._download import DownloadPolicy
-from iadeep.datasets._errors import DatasetError
+from iadeep.datasets._errors import DatasetError, DatasetSettingsError
 from iadeep.datasets._integrity import VerifyResult, VerifyStatus
 from iadeep.datasets._manifest import DatasetInfo, FileSpec
 from iadeep.datasets._settings import ENV_CACHE_DIR, ENV_MANIFEST, ENV_MIRROR
@@ -23,6 +23,7 @@ __all__ = [
     "ENV_MANIFEST",
     "ENV_MIRROR",
     "DatasetError",
+    "DatasetSettingsError",
     "DatasetInfo",
     "DownloadPolicy",
     "FileSpec",

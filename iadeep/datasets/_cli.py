@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from iadeep.datasets._api import cache_state, fetch, list_datasets, verify
-from iadeep.datasets._errors import DatasetError
+from iadeep.datasets._errors import DatasetError, DatasetSettingsError
 from iadeep.datasets._settings import Settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -19,6 +19,13 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 def _report(exc: DatasetError) -> None:
     """Print a DatasetError as one red line on stderr (no traceback)."""
     Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+
+
+def _fail(exc: DatasetError) -> typer.Exit:
+    """Report ``exc``; the exit to raise: code 2 for a bad setting (a configuration error, as every
+    ``iadeep`` command), 1 for a dataset that could not be listed, fetched or verified."""
+    _report(exc)
+    return typer.Exit(code=2 if isinstance(exc, DatasetSettingsError) else 1)
 
 
 def _human(nbytes: int) -> str:
@@ -37,8 +44,7 @@ def list_command() -> None:
         settings = Settings.resolve()
         datasets = list_datasets(manifest=settings.manifest_path)
     except DatasetError as exc:
-        _report(exc)
-        raise typer.Exit(code=1) from None
+        raise _fail(exc) from None
     table = Table(title=escape(f"datasets (cache: {settings.datasets_root})"))
     for column in ("name", "files", "size", "licence", "cached?"):
         table.add_column(column, justify="right" if column in ("files", "size") else "left")
@@ -59,8 +65,7 @@ def fetch_command(
     try:
         known = [d.name for d in list_datasets()]
     except DatasetError as exc:
-        _report(exc)
-        raise typer.Exit(code=1) from None
+        raise _fail(exc) from None
     selected = known if all_ else list(names or [])
     if not selected:
         raise typer.BadParameter("give dataset names or --all")
@@ -72,6 +77,8 @@ def fetch_command(
     for name in selected:
         try:
             typer.echo(fetch(name, progress=progress))
+        except DatasetSettingsError as exc:
+            raise _fail(exc) from None
         except DatasetError as exc:
             _report(exc)
             failed = True
@@ -87,8 +94,7 @@ def verify_command(
     try:
         results = verify(name)
     except DatasetError as exc:
-        _report(exc)
-        raise typer.Exit(code=1) from None
+        raise _fail(exc) from None
     if not results:
         typer.echo("no dataset in the cache")
         return

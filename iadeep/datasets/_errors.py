@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DatasetError"]
+__all__ = ["DatasetError", "DatasetSettingsError"]
 
 
 class DatasetError(Exception):
@@ -42,3 +42,9 @@ class DatasetError(Exception):
         if self.source is not None:
             prefix = f"{prefix} ({self.source})" if prefix else self.source
         return f"{prefix}: {self.reason}" if prefix else self.reason
+
+
+class DatasetSettingsError(DatasetError):
+    """A registry setting is unusable (a bad ``IADEEP_DATASET_MIRROR``, ``IADEEP_CACHE_DIR`` or
+    ``IADEEP_DATASET_MANIFEST``, or the argument given in its place): a configuration error, which
+    the CLI reports with exit code 2. The message names the setting and the value."""

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import platformdirs
 
+from iadeep.datasets._errors import DatasetSettingsError
+
 __all__ = ["ENV_CACHE_DIR", "ENV_MANIFEST", "ENV_MIRROR", "Settings", "default_manifest_path"]
 
 ENV_CACHE_DIR = "IADEEP_CACHE_DIR"
@@ -57,19 +59,34 @@ class Settings:
 
         Returns:
             The resolved settings.
+
+        Raises:
+            DatasetSettingsError: the mirror is a URL of a scheme other than ``http``, ``https``
+                or ``file``; the cache root exists and is not a folder; the manifest named by
+                ``$IADEEP_DATASET_MANIFEST`` (or ``manifest``) is not a file. The message names
+                the environment variable when the value came from it.
         """
+        cache_from = "cache_dir" if cache_dir is not None else ENV_CACHE_DIR
+        manifest_from = "manifest" if manifest is not None else ENV_MANIFEST
+        mirror_from = "mirror" if mirror is not None else ENV_MIRROR
         if cache_dir is None:
             cache_dir = os.environ.get(ENV_CACHE_DIR) or platformdirs.user_cache_dir("iadeep")
-        if manifest is None:
-            manifest = os.environ.get(ENV_MANIFEST) or default_manifest_path()
+        chosen_manifest = manifest if manifest is not None else os.environ.get(ENV_MANIFEST)
         if mirror is None:
             mirror = os.environ.get(ENV_MIRROR)
         mirror_str = os.fspath(mirror).strip() if mirror is not None else ""
-        return cls(
-            cache_dir=Path(cache_dir).expanduser(),
-            manifest_path=Path(manifest).expanduser(),
-            mirror=mirror_str or None,
-        )
+        scheme = mirror_str.split("://", 1)[0].lower() if "://" in mirror_str else ""
+        if scheme and scheme not in ("http", "https", "file"):
+            raise DatasetSettingsError(f"{mirror_from}={mirror_str!r}: a mirror is a local folder or an http://, "
+                                       f"https:// or file:// URL, not {scheme}://")
+        root = Path(cache_dir).expanduser()
+        if root.exists() and not root.is_dir():
+            raise DatasetSettingsError(f"{cache_from}={os.fspath(cache_dir)!r}: the cache root is a file, not a folder")
+        manifest_path = Path(chosen_manifest).expanduser() if chosen_manifest else default_manifest_path()
+        if chosen_manifest and not manifest_path.is_file():
+            what = "is a folder" if manifest_path.is_dir() else "does not exist"
+            raise DatasetSettingsError(f"{manifest_from}={os.fspath(chosen_manifest)!r}: the dataset manifest {what}")
+        return cls(cache_dir=root, manifest_path=manifest_path, mirror=mirror_str or None)
 
     @property
     def datasets_root(self) -> Path:

@@ -88,3 +88,28 @@ def test_top_level_cli_mounts_datasets(mirror: Path) -> None:
     result = runner.invoke(main_app, ["datasets", "list"])
     assert result.exit_code == 0, result.output
     assert "alpha" in result.output
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("IADEEP_DATASET_MIRROR", "ftp://x", "IADEEP_DATASET_MIRROR='ftp://x': a mirror is a local folder or an http://, "
+                                         "https:// or file:// URL, not ftp://"),
+    ("IADEEP_DATASET_MANIFEST", "{tmp}/nope.toml", "IADEEP_DATASET_MANIFEST='{tmp}/nope.toml': the dataset manifest does "
+                                                   "not exist"),
+    ("IADEEP_DATASET_MANIFEST", "{tmp}", "IADEEP_DATASET_MANIFEST='{tmp}': the dataset manifest is a folder"),
+    ("IADEEP_CACHE_DIR", "{tmp}/m.toml", "IADEEP_CACHE_DIR='{tmp}/m.toml': the cache root is a file, not a folder"),
+])
+@pytest.mark.parametrize("command", [["list"], ["fetch", "alpha", "--no-progress"], ["verify"]])
+def test_a_bad_setting_is_a_configuration_error_naming_the_variable(mirror: Path, tmp_path: Path, monkeypatch, variable,
+                                                                     value, message, command) -> None:
+    """Exit code 2 and one line naming the variable, as every bad IADEEP_* setting of the CLI."""
+    monkeypatch.setenv(variable, value.format(tmp=tmp_path))
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert " ".join(result.output.split()) == f"error: {message.format(tmp=tmp_path)}"
+
+
+def test_a_file_url_mirror_is_a_local_folder(mirror: Path, isolated_env: Path, monkeypatch) -> None:
+    monkeypatch.setenv("IADEEP_DATASET_MIRROR", mirror.as_uri())
+    result = runner.invoke(app, ["fetch", "alpha", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert Path(result.stdout.strip().splitlines()[-1], "alpha.csv").read_bytes() == DATA

@@ -67,7 +67,7 @@ def test_registry_sizes_match_the_real_files(tmp_path: Path, monkeypatch: pytest
 
 def test_env_manifest_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IADEEP_DATASET_MANIFEST", str(tmp_path / "absent.toml"))
-    with pytest.raises(DatasetError, match="dataset manifest not found") as info:
+    with pytest.raises(DatasetError, match="IADEEP_DATASET_MANIFEST=.*: the dataset manifest does not exist") as info:
         list_datasets()
     assert str(tmp_path / "absent.toml") in str(info.value)
 
