@@ -181,7 +181,7 @@ class ExperimentConfig:
         if self.trace not in TRACE_DATASETS:
             raise ConfigError("trace", f"unknown trace {self.trace!r}; known: {', '.join(TRACE_DATASETS)}")
         if TRACE_DATASETS[self.trace] is None and not self.trace_file:
-            raise ConfigError("trace_file", f"trace {self.trace!r} is not in the dataset registry: pass trace_file")
+            raise ConfigError("trace_file", f"trace {self.trace!r} is not in the dataset registry: give its file")
         if not self.speedup > 0:
             raise ConfigError("speedup", f"speedup must be positive, got {self.speedup}")
         if not self.policies:
@@ -222,7 +222,7 @@ class ExperimentConfig:
             except ValueError as exc:
                 raise ConfigError("scheduler_config", str(exc)) from None
         if self.window_start_s is not None and self.window_end_s is not None and self.window_end_s <= self.window_start_s:
-            raise ConfigError("window_end_s", f"must be after window_start_s ({self.window_start_s}), got {self.window_end_s}")
+            raise ConfigError("window_end_s", f"must be after the window's start ({self.window_start_s} s), got {self.window_end_s}")
 
     @property
     def out_dir(self) -> Path:

@@ -93,7 +93,7 @@ def _arrival_factor(jobs: pd.DataFrame, o: TraceOptions) -> float:
         stats = offered_load(jobs, o.cluster_gpus)
         if not (stats.span_s > 0 and stats.gpu_seconds > 0):
             raise ValueError(
-                f"target_load: cannot rescale arrivals of {stats.n_jobs} job(s) spanning "
+                f"cannot rescale the arrivals to a target load: {stats.n_jobs} job(s) spanning "
                 f"{stats.span_s} s (need at least two distinct submit times)"
             )
         return stats.mean_load / o.target_load

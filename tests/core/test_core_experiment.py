@@ -125,6 +125,8 @@ def test_the_dedicated_floor_bounds_every_policy_on_a_real_slice(tmp_path):
     (["sweep", "--from-draw", "{dir}"], ": is a folder, not a guard.json"),
     (["run", "--scheduler-config", "{dir}/none.yaml"], "'--scheduler-config': cannot read the scheduler configuration"),
     (["run", "--timeout-s", "-5"], "'--timeout-s': must be greater than 0"),
+    (["run", "--window-start-s", "100", "--window-end-s", "50"],
+     "'--window-end-s': must be after the window's start (100.0 s), got 50.0"),
     (["run", "--backfill", "--queue", "kube"], "'--backfill'"),
     (["run", "--policies", "iadeep,iadeep"], "'--policies': 'iadeep' named more than once"),
     (["sweep", "--seeds", "0,0"], "'--seeds': 0 given more than once"),
