@@ -165,6 +165,17 @@ REPO = Path(__file__).resolve().parents[2]
 SCHEDULER_CONFIG = REPO / "k8s" / "extender" / "kube-scheduler-config.control-plane.yaml"
 
 
+def closed_port_kubeconfig(path: Path, scheme: str = "https") -> Path:
+    """Write a kubeconfig at ``path`` whose API server is a closed port on 127.0.0.1 (loading it
+    calls nothing; every request fails to connect); returns ``path``."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": f"{scheme}://127.0.0.1:{free_port()}"}}],
+        "users": [{"name": "t", "user": {"token": "x"}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    return path
+
+
 def publish(store: Any, names: list[str], *, gpus: int = 2, gpu_mem_gib: float = 16.0) -> None:
     """Publish a GPU inventory per node, as the device plugin would."""
     for n in names:

@@ -7,12 +7,11 @@ import subprocess
 import sys
 
 import pytest
-import yaml
+from extender_support import closed_port_kubeconfig
 from pydantic import ValidationError
 
 from iadeep.extender import ExtenderSettings
 from iadeep.policy import MAX_COLOCATION_LIMIT, policy_names
-from iadeep.testing import free_port
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -39,12 +38,7 @@ def test_unusable_configuration_is_one_line(tmp_path, throughputs_path, etcd_set
 def _serve(tmp_path, throughputs_path, etcd_settings, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     """``iadeep extender serve`` with a usable configuration (a kubeconfig naming a closed loopback
     port, which loading never calls) but for ``args`` and ``env``."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
-        "users": [{"name": "t", "user": {"token": "x"}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    kubeconfig = closed_port_kubeconfig(tmp_path / "kubeconfig")
     full = {**os.environ, "HOME": str(tmp_path), "IADEEP_EXTENDER_THROUGHPUTS_FILE": str(throughputs_path),
             "IADEEP_ETCD_ENDPOINTS": ",".join(etcd_settings.endpoints), "IADEEP_ETCD_LOCAL__DIR": str(tmp_path / "etcd"),
             "IADEEP_EXTENDER_PORT": "0", "IADEEP_EXTENDER_KUBE__KUBECONFIG": str(kubeconfig), **env}

@@ -9,14 +9,13 @@ import time
 from collections.abc import Callable
 
 import pytest
-import yaml
+from extender_support import closed_port_kubeconfig
 
 from iadeep._serving import configure_logging
 from iadeep.extender import KubernetesPodApi, KubeSettings
 from iadeep.extender._bind import KubeError
 from iadeep.extender._nodestate import NodeStatePublisher
 from iadeep.extender._podwatch import PodFollower
-from iadeep.testing import free_port
 
 FIRST_S, MAX_S = 0.01, 0.08
 WAITS = [0.01, 0.02, 0.04, 0.08]  # without jitter: doubling from FIRST_S, then MAX_S
@@ -25,12 +24,7 @@ WAITS = [0.01, 0.02, 0.04, 0.08]  # without jitter: doubling from FIRST_S, then 
 @pytest.fixture
 def unreachable(tmp_path):
     """A :class:`KubernetesPodApi` whose kubeconfig names a closed port on 127.0.0.1."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}}],
-        "users": [{"name": "t", "user": {"token": "x"}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    kubeconfig = closed_port_kubeconfig(tmp_path / "kubeconfig", scheme="http")
     api = KubernetesPodApi(KubeSettings(kubeconfig=kubeconfig, request_timeout_s=2))
     yield api
     api.close()
