@@ -11,7 +11,8 @@ import typer
 import typer.core
 import typer.main
 
-from iadeep.cli import _HELP, SUBCOMMANDS, missing_extra, root_help, version
+from iadeep._climain import missing_extra
+from iadeep.cli import _HELP, SUBCOMMANDS, root_help, version
 
 __all__ = ["app"]
 

@@ -1,4 +1,5 @@
-"""Running a command line so that every configuration error is one line on stderr with exit code 2.
+"""Running a command line so that every configuration error is one line on stderr with exit code 2,
+and the one line for a command whose optional dependency group is not installed (:func:`missing_extra`).
 
 Used by the ``iadeep`` console script and by ``python -m iadeep.extender``; it imports nothing of
 iadeep but the parameter validator, so any service may use it.
@@ -14,7 +15,27 @@ import typer
 
 from iadeep._params import ConfigError
 
-__all__ = ["one_line", "run_cli", "usage_error"]
+__all__ = ["EXTRA_OF_MODULE", "missing_extra", "one_line", "run_cli", "usage_error"]
+
+
+#: Top-level modules of the optional dependency groups (pyproject.toml), by the group that installs them.
+EXTRA_OF_MODULE = {
+    **dict.fromkeys(("fastapi", "starlette", "uvicorn", "httptools", "uvloop", "prometheus_client", "kubernetes",
+                     "etcd3gw", "requests", "msgspec", "grpc", "grpc_tools", "google", "pynvml", "psutil"), "services"),
+    **dict.fromkeys(("torch", "torchvision"), "workloads"),
+    "airflow": "airflow",
+}
+
+
+def missing_extra(command: str, exc: ModuleNotFoundError) -> str | None:
+    """The one-line error for ``command`` (e.g. ``"iadeep extender"``) failing to import a package
+    of an optional group (:data:`EXTRA_OF_MODULE`) that is not installed, naming the group and
+    the pip command; ``None`` when ``exc`` is about another module (a real bug: re-raise it)."""
+    extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
+    if extra is None:
+        return None
+    return (f"`{command}` needs the {extra!r} extra, which is not installed (no module {exc.name!r}): "
+            f"pip install 'iadeep[{extra}]' (in a checkout: make venv)")
 
 
 def _is_validation_error(exc: BaseException) -> bool:

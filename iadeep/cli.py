@@ -35,27 +35,6 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-#: Top-level modules of the optional dependency groups (pyproject.toml), by the group that installs them.
-EXTRA_OF_MODULE = {
-    **dict.fromkeys(("fastapi", "starlette", "uvicorn", "httptools", "uvloop", "prometheus_client", "kubernetes",
-                     "etcd3gw", "requests", "msgspec", "grpc", "grpc_tools", "google", "pynvml", "psutil"), "services"),
-    **dict.fromkeys(("torch", "torchvision"), "workloads"),
-    "airflow": "airflow",
-}
-
-
-
-def missing_extra(command: str, exc: ModuleNotFoundError) -> str | None:
-    """The one-line error for ``command`` (e.g. ``"iadeep extender"``) failing to import a package
-    of an optional group (:data:`EXTRA_OF_MODULE`) that is not installed, naming the group and
-    the pip command; ``None`` when ``exc`` is about another module (a real bug: re-raise it)."""
-    extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
-    if extra is None:
-        return None
-    return (f"`{command}` needs the {extra!r} extra, which is not installed (no module {exc.name!r}): "
-            f"pip install 'iadeep[{extra}]' (in a checkout: make venv)")
-
-
 _HELP = """Interference-aware sharing of GPUs by deep-learning training jobs: the trace-driven simulator
 and its experiments, and the live services for Kubernetes (extender, device plugin, coordinator,
 tuner, GPU emulator).

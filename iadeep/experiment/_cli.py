@@ -13,8 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from iadeep._climain import one_line, usage_error
-from iadeep.cli import missing_extra
+from iadeep._climain import missing_extra, one_line, usage_error
 from iadeep._params import ConfigError
 from iadeep.experiment._config import DEFAULT_POLICIES, TRACE_DATASETS, ExperimentConfig
 
@@ -441,7 +440,7 @@ def compare_cmd(
 
 def _exit_on_missing_extra(command: str, exc: ModuleNotFoundError, bar: Progress) -> NoReturn:
     """End ``command`` with one line on stderr when it needs an optional group that is not
-    installed (:func:`iadeep.cli.missing_extra`; exit code 1, as for ``iadeep extender``);
+    installed (:func:`iadeep._climain.missing_extra`; exit code 1, as for ``iadeep extender``);
     re-raise ``exc`` when it is about another module."""
     message = missing_extra(command, exc)
     if message is None:
