@@ -15,6 +15,7 @@ profile session (:mod:`iadeep.coordinator._profile`) share.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 
@@ -24,6 +25,7 @@ from iadeep.interference import InterferenceModel
 from iadeep.jobtypes import JobType
 from iadeep.policy import undo_rule
 from iadeep.state import (
+    MAX_NORMALISED_THROUGHPUT,
     BannedType,
     BatchSizeAssignment,
     InterferenceSampleRecord,
@@ -38,6 +40,8 @@ from iadeep.state import (
 from iadeep.tuner import Proposal, TunedJob
 from iadeep.coordinator._metrics import CoordinatorMetrics
 from iadeep.coordinator._settings import RoundSettings
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Superseded", "alive", "assign_sizes", "check_still_valid", "measure_round", "pair_samples", "undo_record"]
 
@@ -138,18 +142,30 @@ def measure_round(name: str, proposal: Proposal, jobs: Sequence[TunedJob], store
     out = {}
     for j in jobs:
         tid = model.type_id(JobType(j.model, proposal.config[j.key]))
-        out[j.key] = float(np.mean(collected[j.key][: rounds.reports])) / float(model.isolated_steps_per_s[tid])
+        reports = collected[j.key][: rounds.reports]
+        mean = sum(x / len(reports) for x in reports)  # each term <= its report: finite for any finite reports
+        out[j.key] = mean / float(model.isolated_steps_per_s[tid])
     return out
 
 
 def pair_samples(config: Mapping[str, int], jobs: Sequence[TunedJob], normalised: Mapping[str, float],
              at: float) -> list[InterferenceSampleRecord]:
-    """One sample per ordered pair of a two-job configuration (more jobs: not a pair measurement)."""
+    """One sample per ordered pair of a two-job configuration (more jobs: not a pair measurement).
+    A normalised throughput outside ``[0, MAX_NORMALISED_THROUGHPUT]`` (a job reporting steps/s far
+    beyond the interference table's isolated rate: another GPU, or a unit error) is logged and
+    not kept: stored, no reader would accept it."""
     if len(jobs) != 2:
         return []
     a, b = jobs
-    return [InterferenceSampleRecord(x.model, config[x.key], y.model, config[y.key], float(normalised[x.key]), at)
-            for x, y in ((a, b), (b, a))]
+    out = []
+    for x, y in ((a, b), (b, a)):
+        value = float(normalised[x.key])
+        if not 0.0 <= value <= MAX_NORMALISED_THROUGHPUT:
+            log.warning("sample of %s beside %s not kept: normalised throughput %.3g outside [0, %g]", x.key, y.key,
+                        value, MAX_NORMALISED_THROUGHPUT)
+            continue
+        out.append(InterferenceSampleRecord(x.model, config[x.key], y.model, config[y.key], value, at))
+    return out
 
 
 def undo_record(request: TuningRequest, ending: str, progress: float, pods: Sequence[str], records: Mapping[str, JobRecord],

@@ -85,7 +85,8 @@ class CoordinatorService:
             t.join(timeout_s)
 
     def run(self) -> None:
-        """Follow until :meth:`stop` (never raises: etcd failures are retried with back-off)."""
+        """Follow until :meth:`stop` (never raises: etcd failures, and any other error of a pass,
+        are logged and retried with back-off)."""
         backoff = self.settings.retry_backoff_s
         node = self.settings.node
         log.info("coordinator of %s following tuning requests", f"node {node}" if node else "every node")
@@ -99,6 +100,10 @@ class CoordinatorService:
                 backoff = self.settings.retry_backoff_s
             except StoreUnavailable as exc:
                 log.warning("etcd unavailable, retrying in %.1f s: %s", backoff, exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+            except Exception:  # noqa: BLE001 - nothing may end the follower while /healthz says it runs
+                log.exception("following tuning requests failed; retrying in %.1f s", backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
 

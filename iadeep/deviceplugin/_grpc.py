@@ -73,8 +73,14 @@ class _Servicer(pb2_grpc.DevicePluginServicer):  # type: ignore[misc,name-define
         responses = []
         with self.s.lock:  # serialised per node
             for r in request.container_requests:
+                ids = list(r.devices_ids)
+                wrong = _wrong_ids(ids, {d for d, _ in self.s.devices()})
+                if wrong:  # the kubelet only sends devices this plugin advertises, each once
+                    log.warning("%s: Allocate refused: %s", self.s.resource, wrong)
+                    self.s.count("allocations", "invalid_devices")
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, wrong)
                 try:
-                    envs = self.s.allocate(list(r.devices_ids))
+                    envs = self.s.allocate(ids)
                 except NoMatchingPod as exc:
                     log.warning("%s: Allocate refused: %s", self.s.resource, exc)
                     self.s.count("allocations", "no_matching_pod")
@@ -89,6 +95,19 @@ class _Servicer(pb2_grpc.DevicePluginServicer):  # type: ignore[misc,name-define
 
     def PreStartContainer(self, request, context):  # noqa: N802
         return pb2.PreStartContainerResponse()
+
+
+def _wrong_ids(ids: Sequence[str], advertised: set[str]) -> str:
+    """What is wrong with a container request's device IDs (``""``: nothing): none at all, IDs
+    this plugin does not advertise, or IDs named more than once."""
+    if not ids:
+        return "no device IDs in the container request"
+    unknown = sorted({d for d in ids if d not in advertised})
+    twice = sorted({d for d in ids if ids.count(d) > 1})
+    parts = ([f"device IDs this plugin does not advertise: {', '.join(unknown[:5])}"
+              + (f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else "")] if unknown else [])
+    parts += [f"device IDs named more than once: {', '.join(twice[:5])}"] if twice else []
+    return "; ".join(parts)
 
 
 class ResourceServer:

@@ -7,7 +7,8 @@ Updated per call:
 name                                                type       labels
 ==================================================  =========  ========================================
 ``iadeep_deviceplugin_allocations_total``           counter    ``resource``, ``outcome`` (ok,
-                                                               no_matching_pod, error): one per
+                                                               no_matching_pod, invalid_devices,
+                                                               error): one per
                                                                container request of an ``Allocate``
 ``iadeep_deviceplugin_preferred_allocations_total`` counter    ``resource``, ``outcome`` (ok, error)
 ``iadeep_deviceplugin_device_updates_total``        counter    ``resource``: device lists sent on the

@@ -242,10 +242,10 @@ class StateStore(Protocol):
         """Append a throughput report."""
 
     def measurements(self, pod_uid: str) -> list[Measurement]:
-        """A pod's reports, oldest first."""
+        """A pod's reports, oldest first (malformed ones are logged and left out)."""
 
     def tuning_requests(self) -> list[TuningRequest]:
-        """Pending tuning requests."""
+        """Pending tuning requests (malformed ones are logged and left out)."""
 
     def complete_tuning(self, request: TuningRequest) -> bool:
         """Clear ``request`` if it is unchanged (the coordinator's acknowledgement); False when it
@@ -255,7 +255,7 @@ class StateStore(Protocol):
         """Append learned interference samples (they survive restarts)."""
 
     def samples(self) -> list[InterferenceSampleRecord]:
-        """All learned samples, oldest first."""
+        """All learned samples, oldest first (malformed ones are logged and left out)."""
 
     # undone co-locations (coordinator -> extender)
     def put_undo(self, record: UndoRecord) -> None:

@@ -466,15 +466,22 @@ def to_json(record: Any) -> str:
     in the store, which msgspec's own encoder writes differently (``0.00001``, raw UTF-8).
 
     Raises:
-        RecordError: a field is NaN or infinite, which JSON cannot hold (every reader would drop
-            the stored text as malformed); the message names the record type and the field.
+        RecordError: a field is NaN or infinite, which JSON cannot hold, or breaks its declared
+            bounds (e.g. ``Measurement.samples`` < 0): every reader would drop the stored text as
+            malformed, so it is never written. The message names the record type and the field.
     """
     fields = msgspec.to_builtins(record)
     try:
-        return json.dumps(fields, separators=(",", ":"), sort_keys=True, allow_nan=False)
+        text = json.dumps(fields, separators=(",", ":"), sort_keys=True, allow_nan=False)
     except ValueError:
         path = _not_finite(fields, "$") or "$"
         raise RecordError(f"{type(record).__name__}: {path}: must be finite (NaN and infinity are not JSON)") from None
+    if isinstance(record, _Record):
+        try:  # the bounds a reader checks (msgspec checks Meta constraints on decoding only)
+            msgspec.convert(fields, type(record))
+        except msgspec.ValidationError as exc:
+            raise RecordError(_message(type(record), str(exc), text)) from None
+    return text
 
 
 def _not_finite(value: Any, path: str) -> str | None:

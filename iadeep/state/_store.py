@@ -98,6 +98,18 @@ class KVStateStore:
     def _parsed(self, cls: type[R], folder: str) -> list[R]:
         return [from_json(cls, kv.value) for kv in self._scan(folder)]
 
+    @staticmethod
+    def _well_formed(cls: type[R], kvs: Sequence[KV]) -> list[R]:
+        """The records of ``kvs`` that parse as ``cls``; a malformed one is logged and left out (a
+        list of many writers' records, one bad record must not hide the others from a reader)."""
+        out = []
+        for kv in kvs:
+            try:
+                out.append(from_json(cls, kv.value))
+            except RecordError as exc:
+                log.warning("malformed record %s left out: %s", kv.key, exc)
+        return out
+
     def _put(self, key: str, text: str, lease: int = 0) -> None:
         self.backend.txn([], [Put(key, text, lease)])
 
@@ -239,10 +251,10 @@ class KVStateStore:
 
     def measurements(self, pod_uid: str) -> list[Measurement]:
         prefix = self.keys.measurement(check_name("pod_uid", pod_uid), "")
-        return [from_json(Measurement, kv.value) for kv in _oldest_first(self.backend.range(prefix, prefix=True)[0])]
+        return self._well_formed(Measurement, _oldest_first(self.backend.range(prefix, prefix=True)[0]))
 
     def tuning_requests(self) -> list[TuningRequest]:
-        return sorted(self._parsed(TuningRequest, "tuning/"), key=lambda t: (t.node, t.gpu))
+        return sorted(self._well_formed(TuningRequest, self._scan("tuning/")), key=lambda t: (t.node, t.gpu))
 
     def complete_tuning(self, request: TuningRequest) -> bool:
         """Clear a tuning request if it is still the one given (same pods and time): the
@@ -272,7 +284,7 @@ class KVStateStore:
             self.backend.txn([], ops[i:i + step])
 
     def samples(self) -> list[InterferenceSampleRecord]:
-        return [from_json(InterferenceSampleRecord, kv.value) for kv in _oldest_first(self._scan("samples/"))]
+        return self._well_formed(InterferenceSampleRecord, _oldest_first(self._scan("samples/")))
 
     # -- undone co-locations ----------------------------------------------------------------
 

@@ -162,7 +162,12 @@ class Job:
 
         Returns:
             The batch size for the next step.
+
+        Raises:
+            ValueError: ``samples`` is negative (the store's records count samples from 0 up).
         """
+        if samples is not None and samples < 0:
+            raise ValueError(f"Job.step: samples must be >= 0, got {samples}")
         now = self._mono()
         with self._lock:
             self._steps += 1

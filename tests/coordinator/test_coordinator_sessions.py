@@ -427,3 +427,42 @@ def test_a_pod_taking_the_memory_a_trial_freed_never_leaves_a_job_without_its_re
         covered(store, m, records)
     finally:
         svc.stop(timeout_s=30)
+
+
+def test_a_malformed_tuning_request_on_another_node_does_not_stop_the_coordinator(etcd_store, etcd_settings, tuner,
+                                                                                   throughputs_path,
+                                                                                   interference_model) -> None:
+    """A request no reader accepts (``gpu: -1``, written by someone else under another node) is
+    left out of the listing: this node's request is still served, and the follower keeps running."""
+    import base64
+
+    store = etcd_store
+    key = f"{store.keys.prefix}/tuning/n2/7"
+    store.backend._post("/kv/put", {"key": base64.b64encode(key.encode()).decode(),
+                                    "value": base64.b64encode(b'{"node":"n2","gpu":-1,"pods":[],"requested_at":0}').decode()})
+    store.put_inventory(NodeInventory(NODE, (GpuInfo(0, 32.0, "GPU-n1"),)))
+    store.reserve(JobRecord("pod-1", "default", "pod-1", "ResNet-50", 64, 1, 10.0, 3600.0, time.time()), NODE, [0],
+                  colocation_limit=2, now_s=time.time())
+    assert {r.node for r in store.tuning_requests()} == {NODE}  # the malformed one left out, not raised
+    svc = CoordinatorService(settings(tuner, throughputs_path, etcd_settings), store=store,
+                             tuner=TunerClient(tuner.url), model=interference_model).start()
+    try:
+        wait_for(store.tuning_requests, lambda left: not left, timeout=30, what="n1's request served")
+        assert svc._thread is not None and svc._thread.is_alive()
+    finally:
+        svc.stop()
+    assert {r.outcome for _, r in svc.results} == {"single_job"}
+
+
+def test_a_sample_beyond_the_records_bound_is_not_kept() -> None:
+    """A job reporting steps/s far beyond the table's isolated rate (normalised 22.75: another GPU,
+    a unit error) would store a sample no reader accepts; the pair keeps its other, valid sample."""
+    from iadeep.coordinator._rounds import pair_samples
+    from iadeep.state import MAX_NORMALISED_THROUGHPUT
+    from iadeep.tuner import TunedJob
+
+    a = TunedJob("a", "ResNet-50", 64, 64)
+    b = TunedJob("b", "Transformer", 64, 64)
+    kept = pair_samples({"a": 64, "b": 64}, [a, b], {"a": 22.75, "b": 0.8}, 1.0)
+    assert [(s.job_model, s.normalised_throughput) for s in kept] == [("Transformer", 0.8)]
+    assert all(0 <= s.normalised_throughput <= MAX_NORMALISED_THROUGHPUT for s in kept)

@@ -161,6 +161,26 @@ def test_allocate_without_a_bound_pod_is_refused_with_a_reason(kubelet, make_plu
     assert "no pod bound to node n1" in err.value.details() and f"asks for {units} GiB" in err.value.details()
 
 
+@pytest.mark.parametrize(("ids", "says"), [
+    (lambda adv: ["no-such-device"] * 4, "device IDs this plugin does not advertise: no-such-device; device IDs named "
+                                         "more than once: no-such-device"),
+    (lambda adv: [adv[0], adv[0]], "device IDs named more than once: "),
+    (lambda adv: [], "no device IDs in the container request"),
+])
+def test_allocate_of_devices_the_plugin_does_not_advertise_is_an_invalid_argument(kubelet, make_plugin, ids, says) -> None:
+    """The kubelet only asks for advertised devices, each once; a request that does not is refused
+    naming the IDs, before any pod is matched (it would otherwise be served by its count alone)."""
+    make_plugin()
+    regs = registered(kubelet)
+    stub = kubelet.plugin(regs["iadeep.io/gpu-mem"])
+    advertised = [d.ID for d in next(iter(stub.ListAndWatch(pb2.Empty(), timeout=10))).devices]
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Allocate(pb2.AllocateRequest(container_requests=[pb2.ContainerAllocateRequest(devices_ids=ids(advertised))]),
+                      timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert says in err.value.details()
+
+
 class _ApiDown:
     """A PodApi whose API server does not answer (as the kubernetes client raises then)."""
 

@@ -91,6 +91,39 @@ def test_samples_oldest_first_and_batched(store):
     assert store.samples() == first + many
 
 
+def test_one_malformed_record_does_not_hide_a_lists_others(store, caplog):
+    """Many writers append samples, measurements and tuning requests: one record no reader accepts
+    (written past the store's checks) is logged and left out, the others are listed."""
+    from iadeep.state._kv import Put
+
+    good = InterferenceSampleRecord("ResNet-50", 32, "LM", 20, 0.5, at=1.0)
+    store.add_samples([good])
+    store.add_measurement(Measurement("p", 3.5, 16, 9.0))
+    store.put_inventory(inventory("n", 2))
+    store.reserve(job("p"), "n", [0], colocation_limit=2, now_s=1.0)
+    prefix = store.keys.prefix
+    store.backend.txn([], [Put(f"{prefix}/samples/99999999999999999999-zz-000000",
+                               '{"job_model":"a","job_batch_size":64,"partner_model":"b","partner_batch_size":64,'
+                               '"normalised_throughput":22.75}'),
+                           Put(f"{prefix}/tuning/n9/7", '{"node":"n9","gpu":-1,"pods":[],"requested_at":0}'),
+                           Put(store.keys.measurement("p", "99999999999999999999-zz-000000"),
+                               '{"pod_uid":"p","steps_per_s":1,"batch_size":16,"at":10,"samples":-300}')])
+    assert store.samples() == [good]
+    assert [(t.node, t.gpu) for t in store.tuning_requests()] == [("n", 0)]
+    assert [m.steps_per_s for m in store.measurements("p")] == [3.5]
+    assert caplog.text.count("malformed record") == 3
+
+
+@pytest.mark.parametrize(("record", "field"), [
+    (Measurement("p", 1.0, 16, 10.0, -300), r"\$\.samples: .*>= 0"),
+    (InterferenceSampleRecord("a", 64, "b", 64, 22.75), r"\$\.normalised_throughput: .*<= 8"),
+    (TuningRequest("n", -1, (), 0.0), r"\$\.gpu: .*>= 0"),
+])
+def test_a_record_no_reader_would_accept_is_refused_when_written(store, record, field):
+    with pytest.raises(RecordError, match=rf"^{type(record).__name__}: {field}"):
+        to_json(record)
+
+
 @pytest.mark.parametrize(
     "record",
     [

@@ -109,6 +109,15 @@ def test_bad_batch_size_is_refused() -> None:
         Job("p", 0)
 
 
+def test_a_negative_sample_count_is_refused_at_the_step() -> None:
+    """The store's records count samples from 0 up: a negative count would write reports no
+    reader accepts, so the step refuses it and counts nothing."""
+    job = Job("p", 8)
+    with pytest.raises(ValueError, match="samples must be >= 0, got -100"):
+        job.step(samples=-100)
+    assert job.stats().steps == 0 and job.stats().samples == 0
+
+
 _TRAINING = """
 import time
 from iadeep.workload import Job
