@@ -254,7 +254,7 @@ class Allocator:
     def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
         """Device IDs for a container of ``size`` units: on the GPUs of the pod it will serve
         (spread evenly over a gang's GPUs), else packed on one GPU."""
-        chosen = list(must)[:size]
+        chosen = list(dict.fromkeys(must))[:size]  # each ID once, as the kubelet allocates them
         rest = [d for d in available if d not in chosen]
         try:
             pod, _ = self.match(["x"] * size)
@@ -297,7 +297,7 @@ class Allocator:
     def preferred_slots(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
         """Slot IDs for a container asking for ``size`` GPUs: a free slot on each GPU the
         extender chose for its pod; else the first available ones (the kubelet needs ``size``)."""
-        chosen = list(must)[:size]
+        chosen = list(dict.fromkeys(must))[:size]  # each ID once, as the kubelet allocates them
         found = self.slot_pod(size)
         if found is not None:
             for g in found[0].gpu_uuids:

@@ -38,6 +38,12 @@ __all__ = ["Job", "JobStats"]
 
 log = logging.getLogger(__name__)
 
+#: How far ahead of this job's clock an assignment's ``at`` may be and still order later ones (s).
+#: The node's coordinator writes them with the same node's clock; an assignment dated further
+#: ahead (a writer with a wrong clock) is applied, but orders later ones as if written now: dated
+#: a year ahead, it would otherwise make every later assignment look older and be ignored.
+FUTURE_AT_MOST_S = 60.0
+
 
 @dataclass(frozen=True)
 class JobStats:
@@ -227,10 +233,14 @@ class Job:
     def _offer(self, a: BatchSizeAssignment) -> None:
         if a.pod_uid != self.pod_uid:
             return
+        now = self._clock()
         with self._lock:
             if a.at < self._applied_at:
                 return  # an older assignment delivered late (the read after a reopen)
-            self._applied_at = a.at
+            if a.at > now + FUTURE_AT_MOST_S:
+                log.warning("job %s: batch size %d assigned at %.0f, %.0f s ahead of this job's clock: applied, "
+                            "ordered as if assigned now", self.pod_uid, a.batch_size, a.at, a.at - now)
+            self._applied_at = a.at if a.at <= now + FUTURE_AT_MOST_S else now
             self._pending = a
 
     def _follow(self) -> None:

@@ -105,6 +105,12 @@ def test_oldest_assume_time_first_and_preferred_ids_on_its_gpu(kubelet, make_plu
                                                 allocation_size=3)]), timeout=10)
     chosen = list(pref.container_responses[0].deviceIDs)
     assert len(chosen) == 3 and all(i.startswith(g1.uuid) for i in chosen)
+    twice = mem_device_ids(g1)[0]  # a must-include ID named twice is preferred once
+    pref = stub.GetPreferredAllocation(pb2.PreferredAllocationRequest(container_requests=[
+        pb2.ContainerPreferredAllocationRequest(available_deviceIDs=available, must_include_deviceIDs=[twice, twice],
+                                                allocation_size=3)]), timeout=10)
+    again = list(pref.container_responses[0].deviceIDs)
+    assert len(again) == len(set(again)) == 3 and again[0] == twice
     gpus = count.GetPreferredAllocation(pb2.PreferredAllocationRequest(container_requests=[
         pb2.ContainerPreferredAllocationRequest(available_deviceIDs=slot_device_ids(g0, 1) + slot_device_ids(g1, 1),
                                                 allocation_size=1)]), timeout=10)

@@ -78,6 +78,21 @@ def test_size_set_before_start_is_read_and_older_sizes_are_ignored(etcd_settings
     store.close()
 
 
+def test_an_assignment_dated_far_ahead_does_not_shut_out_the_ones_after_it(etcd_settings, caplog) -> None:
+    """A writer whose clock is a year ahead: its size applies, and a later assignment written with
+    a correct clock still applies after it (it is not taken for an older one)."""
+    store = EtcdStateStore(etcd_settings)
+    job = Job("p1", 32, store=store, settings=FAST).start()
+    store.set_batch_size(BatchSizeAssignment("p1", 16, "x", 0, time.time() + 365 * 86400))
+    wait_for(lambda: job.step(), lambda b: b == 16, timeout=10, what="the far-ahead size applied")
+    time.sleep(0.1)
+    store.set_batch_size(BatchSizeAssignment("p1", 128, "s", -1, time.time()))
+    wait_for(lambda: job.step(), lambda b: b == 128, timeout=10, what="the next size applied")
+    assert "ahead of this job's clock: applied, ordered as if assigned now" in caplog.text
+    job.complete()
+    store.close()
+
+
 def test_requests_per_second_stay_at_most_one(etcd_settings) -> None:
     store = EtcdStateStore(etcd_settings)
     before = store.stats()["requests"]
