@@ -131,7 +131,7 @@ def run_cmd(
             try:
                 live = run_live(cfg, workload, paths["throughputs"], on_policy)
             except ModuleNotFoundError as exc:
-                _exit_on_missing_extra("iadeep experiment run --backend kubernetes", exc, bar)
+                _exit_on_missing_extra("run", "iadeep experiment run --backend kubernetes", exc, bar)
             except (ControlPlaneError, TimeoutError, RuntimeError, OSError) as exc:
                 console.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(1) from None
@@ -409,7 +409,7 @@ def compare_cmd(
         try:
             figures = run_compare(cfg, on_policy)
         except ModuleNotFoundError as exc:
-            _exit_on_missing_extra("iadeep experiment compare", exc, bar)
+            _exit_on_missing_extra("compare", "iadeep experiment compare", exc, bar)
         except (ValueError, DatasetError, TraceFormatError, FileNotFoundError, IsADirectoryError) as exc:
             bar.stop()
             raise _input_error("compare", exc) from None
@@ -438,15 +438,15 @@ def compare_cmd(
     console.print(f"results in [bold]{cfg.out_dir}[/bold]: parity.md, parity.json, parity-<policy>.csv, sim/, live/")
 
 
-def _exit_on_missing_extra(command: str, exc: ModuleNotFoundError, bar: Progress) -> NoReturn:
-    """End ``command`` with one line on stderr when it needs an optional group that is not
-    installed (:func:`iadeep._climain.missing_extra`; exit code 1, as for ``iadeep extender``);
-    re-raise ``exc`` when it is about another module."""
-    message = missing_extra(command, exc)
+def _exit_on_missing_extra(command: str, what: str, exc: ModuleNotFoundError, bar: Progress) -> NoReturn:
+    """End ``iadeep experiment <command>`` with one line on stderr when ``what`` (the command line
+    that needs it) needs an optional group that is not installed (:func:`iadeep._climain.missing_extra`;
+    exit code 1, as for ``iadeep extender``); re-raise ``exc`` when it is about another module."""
+    message = missing_extra(what, exc)
     if message is None:
         raise exc
     bar.stop()
-    typer.echo(f"{command.split(' --')[0]}: error: {message}", err=True)
+    typer.echo(f"iadeep experiment {command}: error: {message}", err=True)
     raise typer.Exit(1) from None
 
 
