@@ -119,15 +119,15 @@ class SearchSpace:
                 sizes = [b for b in tables.sizes.get(j.model, ())
                          if j.mem_limit_gib is None or tables.mem[self._tid(j, b)] <= j.mem_limit_gib + 1e-9]
                 options.append(tuple(sizes) if sizes else (model.types[current].batch_size,))
+            size = math.prod(len(o) for o in options)
+            if size > MAX_CONFIGURATIONS:  # checked once per description: only spaces within it are remembered
+                raise SpaceError(f"the search space of {len(keys)} jobs has {size} configurations (batch sizes per "
+                                 f"job: {' x '.join(str(len(o)) for o in options)}), more than the "
+                                 f"{MAX_CONFIGURATIONS} a session may hold")
             template = _Template(base_ids, floors, tuple(options))
             if len(tables.spaces) >= _MEMO_SIZE:
                 tables.spaces.clear()
             tables.spaces[shape] = template
-        size = math.prod(len(o) for o in template.options)
-        if size > MAX_CONFIGURATIONS:
-            raise SpaceError(f"the search space of {len(keys)} jobs has {size} configurations (batch sizes per job: "
-                             f"{' x '.join(str(len(o)) for o in template.options)}), more than the "
-                             f"{MAX_CONFIGURATIONS} a session may hold")
         self._template = template
         self.base_ids = list(template.base_ids)
         self._floors = template.floors
