@@ -47,6 +47,9 @@ ANNOTATION_MODEL = "iadeep.io/model"
 ANNOTATION_BATCH_SIZE = "iadeep.io/batch-size"
 ANNOTATION_DURATION = "iadeep.io/duration-s"
 ANNOTATION_GPU_MODELS = "iadeep.io/gpu-models"
+#: The largest integer an annotation may hold: the largest a stored record holds
+#: (``iadeep.state.MAX_INT``, JSON's exact integers; the services' layers keep this module below the store).
+_MAX_INT = 2**53 - 1
 #: The longest expected run time a pod may declare in :data:`ANNOTATION_DURATION` (s): ten years.
 #: Longer is a unit error (milliseconds for seconds), and times derived from it must stay finite.
 MAX_DURATION_S = 10 * 365 * 86_400.0
@@ -329,8 +332,8 @@ def _int_annotation(annotations: Mapping[str, str], key: str, default: int) -> i
         value = int(str(raw).strip())
     except ValueError:
         raise PodSpecError(f"annotation {key}={raw!r} is not an integer") from None
-    if not 1 <= value <= 2**53 - 1:  # the integers a stored record holds (iadeep.state.MAX_INT)
-        raise PodSpecError(f"annotation {key}={raw!r} must be an integer in 1..{2**53 - 1}")
+    if not 1 <= value <= _MAX_INT:
+        raise PodSpecError(f"annotation {key}={raw!r} must be an integer in 1..{_MAX_INT}")
     return value
 
 

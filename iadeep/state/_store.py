@@ -99,13 +99,13 @@ class KVStateStore:
         return [from_json(cls, kv.value) for kv in self._scan(folder)]
 
     @staticmethod
-    def _well_formed(cls: type[R], kvs: Sequence[KV]) -> list[R]:
-        """The records of ``kvs`` that parse as ``cls``; a malformed one is logged and left out (a
-        list of many writers' records, one bad record must not hide the others from a reader)."""
+    def _well_formed(record_type: type[R], kvs: Sequence[KV]) -> list[R]:
+        """The records of ``kvs`` that parse as ``record_type``; a malformed one is logged and left
+        out (a list of many writers' records: one bad record must not hide the others from a reader)."""
         out = []
         for kv in kvs:
             try:
-                out.append(from_json(cls, kv.value))
+                out.append(from_json(record_type, kv.value))
             except RecordError as exc:
                 log.warning("malformed record %s left out: %s", kv.key, exc)
         return out

@@ -237,10 +237,11 @@ class Job:
         with self._lock:
             if a.at < self._applied_at:
                 return  # an older assignment delivered late (the read after a reopen)
-            if a.at > now + FUTURE_AT_MOST_S:
+            ahead = a.at > now + FUTURE_AT_MOST_S
+            if ahead:
                 log.warning("job %s: batch size %d assigned at %.0f, %.0f s ahead of this job's clock: applied, "
                             "ordered as if assigned now", self.pod_uid, a.batch_size, a.at, a.at - now)
-            self._applied_at = a.at if a.at <= now + FUTURE_AT_MOST_S else now
+            self._applied_at = now if ahead else a.at
             self._pending = a
 
     def _follow(self) -> None:
